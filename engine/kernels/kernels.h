@@ -1,0 +1,68 @@
+// Quantized kernels: dequantize, quantize activations, fused dot products, matmul.
+//
+// Every op has a scalar reference (*_ref.cpp). SIMD variants (AVX2, AVX-512, NEON) live in their
+// own files with per-file flags; a KernelTable is chosen once at start-up from CPU features.
+// Thread-safety: all functions are pure; KernelTable is immutable.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/ggml_types.h"
+
+namespace picolm {
+
+class ThreadPool;
+
+// ---- reference entry points (always scalar) -------------------------------------------------
+// n must be a multiple of the type's block size.
+void dequantize_row_ref(GgmlType type, const void* src, float* dst, int64_t n);
+// The activation format the fused dot of `weight` consumes: Q8_0 for Q4_0/Q5_0/Q8_0, Q8_1 for
+// Q4_1/Q5_1, Q8_K for the K-quants, F32 for F32, F16 for F16, BF16 for BF16 (as llama.cpp does).
+GgmlType vec_dot_type(GgmlType weight);
+// Bytes of a row of n elements of `type`.
+size_t row_bytes(GgmlType type, int64_t n);
+
+// ---- dispatch table --------------------------------------------------------------------------
+using DequantizeRowFn = void (*)(const void* src, float* dst, int64_t n);
+using QuantizeRowFn = void (*)(const float* src, void* dst, int64_t n);
+// dot(weight row of type T, activation row already in vec_dot_type(T)), n elements.
+using VecDotFn = float (*)(int64_t n, const void* w, const void* act);
+
+struct KernelTable {
+  const char* name = "scalar";
+  DequantizeRowFn dequantize_row[32] = {};  // indexed by GgmlType
+  QuantizeRowFn quantize_row[32] = {};      // for activation types (Q8_0, Q8_1, Q8_K, F16, BF16, F32)
+  VecDotFn vec_dot[32] = {};                // indexed by the weight type
+};
+
+struct CpuFeatures {
+  bool avx2 = false, fma = false, f16c = false;
+  bool avx512f = false, avx512bw = false, avx512vl = false, avx512vnni = false, avx512bf16 = false;
+  bool neon = false, dotprod = false, i8mm = false;
+};
+CpuFeatures detect_cpu_features();
+
+const KernelTable& scalar_kernels();
+// The fastest table the CPU supports (scalar if none). Honours env PICOLM_KERNELS=scalar|avx2|avx512|neon.
+const KernelTable& best_kernels();
+// Every table this CPU can run (for tests and benchmarks), scalar first.
+int available_kernels(const KernelTable** out, int max_out);
+
+// How activations enter a matmul.
+enum class ActivationMode {
+  Quantized,  // activations converted once per matmul to vec_dot_type(weight) (fast, llama.cpp-like)
+  Exact,      // weights dequantized to F32 block by block, F32 arithmetic (reference accuracy)
+};
+
+// Y[t*rows + r] = dot(W row r, X row t) for t < n_tokens, r < rows.
+// W: `rows` rows of `cols` elements of `wtype`, contiguous. X: n_tokens x cols floats.
+void matmul(const KernelTable& k, ThreadPool& pool, ActivationMode mode, GgmlType wtype, const void* W,
+            int64_t rows, int64_t cols, const float* X, int64_t n_tokens, float* Y);
+
+// fp16 <-> fp32 (IEEE binary16), round-to-nearest-even.
+float fp16_to_fp32(uint16_t h);
+uint16_t fp32_to_fp16(float f);
+float bf16_to_fp32(uint16_t h);
+uint16_t fp32_to_bf16(float f);
+
+}  // namespace picolm

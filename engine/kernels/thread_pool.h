@@ -1,0 +1,29 @@
+// One persistent pool of worker threads (the caller's thread takes part as worker 0).
+// Thread-safety: parallel_for is called by one thread at a time (the pool's owner).
+#pragma once
+#include <functional>
+#include <memory>
+
+namespace picolm {
+
+class ThreadPool {
+ public:
+  explicit ThreadPool(int n_threads);  // n_threads >= 1 (total, including the caller)
+  ~ThreadPool();
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  int size() const;
+  // Runs fn(task, worker) for task in [0, n_tasks); returns when all are done.
+  // worker is in [0, size()) and identifies the thread (for per-thread scratch).
+  void parallel_for(int n_tasks, const std::function<void(int task, int worker)>& fn);
+
+  // Number of physical cores (best effort), the default for -j.
+  static int default_threads();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace picolm

@@ -1,0 +1,111 @@
+// Model (weights + hyper-parameters + tokenizer, loaded from GGUF) and Session (one KV cache,
+// one sequence).
+// Thread-safety: a Model is immutable after load() and may be shared by any number of Sessions on
+// any threads; a Session is used by one thread at a time.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "gguf.h"
+#include "kernels/kernels.h"
+#include "result.h"
+#include "tokenizer.h"
+
+namespace picolm {
+
+class ThreadPool;
+
+enum class Arch { Llama, Qwen2 };
+
+struct HParams {
+  Arch arch = Arch::Llama;
+  std::string arch_name;     // general.architecture
+  int32_t n_vocab = 0;
+  int32_t n_embd = 0;
+  int32_t n_layer = 0;
+  int32_t n_head = 0;
+  int32_t n_head_kv = 0;
+  int32_t head_dim = 0;      // n_embd / n_head unless the file says otherwise
+  int32_t n_ff = 0;
+  int32_t n_ctx_train = 0;
+  float rms_eps = 1e-5f;
+  float rope_base = 10000.0f;
+  bool rope_neox = false;    // rotate pairs (i, i + head_dim/2) instead of (2i, 2i+1)
+  bool tied_output = false;  // output projection reuses token_embd
+};
+
+struct ModelOptions {
+  bool mlock = false;
+  ActivationMode activations = ActivationMode::Quantized;
+};
+
+class Model {
+ public:
+  static Result<std::shared_ptr<Model>> load(const std::string& path, const ModelOptions& opts = {});
+  // Takes ownership of an already opened file (tests, synthetic models).
+  static Result<std::shared_ptr<Model>> from_gguf(std::unique_ptr<GgufFile> file, const ModelOptions& opts = {});
+  ~Model();
+
+  const HParams& hparams() const;
+  const Tokenizer& tokenizer() const;
+  const GgufFile& gguf() const;
+  const ModelOptions& options() const;
+  // Hash of architecture, hyper-parameters and tensor names/types/shapes/offsets (cache identity).
+  uint64_t fingerprint() const;
+  std::string description() const;  // e.g. "llama 2L 256d Q4_K_M-mix, 13 MB"
+
+  struct Impl;
+  const Impl& impl() const { return *impl_; }
+
+ private:
+  Model();
+  std::unique_ptr<Impl> impl_;
+};
+
+struct SessionOptions {
+  int32_t n_ctx = 0;        // 0: min(n_ctx_train, 4096)
+  int32_t n_batch = 256;    // tokens per prefill micro-batch
+};
+
+class Session {
+ public:
+  Session(std::shared_ptr<const Model> model, ThreadPool& pool, const SessionOptions& opts = {});
+  ~Session();
+
+  // Evaluates tokens at positions [n_past(), n_past() + tokens.size()).
+  // all_logits: keep logits for every evaluated position (logits_at), else only the last.
+  // progress (optional): called after each micro-batch with (done, total).
+  Status eval(std::span<const int32_t> tokens, bool all_logits = false,
+              const std::function<void(size_t, size_t)>& progress = {});
+  // Logits after the last evaluated token (n_vocab floats).
+  std::span<const float> logits() const;
+  // With all_logits: logits after the i-th token of the last eval() call.
+  std::span<const float> logits_at(size_t i) const;
+
+  int32_t n_past() const;
+  int32_t n_ctx() const;
+  const std::vector<int32_t>& tokens() const;  // the tokens whose K/V are in the cache
+  // Drops positions >= n (n <= n_past()).
+  void truncate(int32_t n);
+
+  // KV cache layout (for the prompt cache): fp16, per layer K then V, each
+  // [position][n_head_kv][head_dim]. Bytes of one layer's K (or V) for n positions:
+  size_t kv_bytes_per_position_per_layer() const;
+  uint16_t* k_cache(int32_t layer);  // pointer to position 0
+  uint16_t* v_cache(int32_t layer);
+  // Declares that positions [0, tokens.size()) now hold these tokens (after copying KV in).
+  void set_cached_tokens(std::span<const int32_t> tokens);
+
+  size_t memory_bytes() const;  // KV cache + scratch buffers owned by this session
+  const Model& model() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace picolm

@@ -1,0 +1,64 @@
+// Tokenizers read from GGUF metadata: SentencePiece-style ("llama": scores, byte fallback) and
+// GPT-2 byte-level BPE ("gpt2": merges, pre-tokenizer regex chosen by tokenizer.ggml.pre).
+// Thread-safety: a Tokenizer is immutable after create() and may be shared; a StreamDecoder is
+// used by one thread at a time.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "result.h"
+
+namespace picolm {
+
+class GgufFile;
+
+enum class TokenType : int32_t { Undefined = 0, Normal = 1, Unknown = 2, Control = 3, UserDefined = 4, Unused = 5, Byte = 6 };
+
+class Tokenizer {
+ public:
+  static Result<std::unique_ptr<Tokenizer>> create(const GgufFile& gguf);
+  virtual ~Tokenizer() = default;
+
+  // add_special: prepend BOS (and append EOS) as the vocabulary's add_bos/add_eos say.
+  // parse_special: text such as "<|im_start|>" or "</s>" becomes the special token.
+  virtual std::vector<int32_t> encode(std::string_view text, bool add_special, bool parse_special) const = 0;
+  // The exact bytes of one token (byte-fallback tokens give their byte, SPM "▁" gives a space).
+  // Control tokens give their text only when `special` is true.
+  virtual std::string token_to_piece(int32_t id, bool special) const = 0;
+  std::string decode(const std::vector<int32_t>& ids, bool special) const;
+
+  virtual int32_t n_vocab() const = 0;
+  virtual int32_t bos_id() const = 0;   // -1 if none
+  virtual int32_t eos_id() const = 0;   // -1 if none
+  virtual bool add_bos() const = 0;
+  virtual bool add_eos() const = 0;
+  virtual TokenType token_type(int32_t id) const = 0;
+  virtual const std::string& token_text(int32_t id) const = 0;  // the raw vocabulary string
+  // End-of-generation ids: eos, eot, <|im_end|>, <|eot_id|>, <|endoftext|>, ... present in the vocab.
+  virtual const std::vector<int32_t>& eog_ids() const = 0;
+  bool is_eog(int32_t id) const;
+  // Id of an exact special/added token text, or -1.
+  virtual int32_t find_token(std::string_view text) const = 0;
+  // A fingerprint of the vocabulary (for cache files).
+  virtual uint64_t fingerprint() const = 0;
+};
+
+// Streaming detokenizer: holds back incomplete UTF-8 sequences across tokens.
+class StreamDecoder {
+ public:
+  explicit StreamDecoder(const Tokenizer& tok, bool special = false) : tok_(tok), special_(special) {}
+  // Returns the newly completed text (valid UTF-8 only; partial sequences are held back).
+  std::string push(int32_t id);
+  // Returns whatever is held back (invalid bytes as U+FFFD).
+  std::string flush();
+
+ private:
+  const Tokenizer& tok_;
+  bool special_;
+  std::string pending_;
+};
+
+}  // namespace picolm

@@ -1,0 +1,122 @@
+// Public API of the grammar engine: JSON Schema / OpenAI tool lists -> grammar -> token masks.
+//
+// Depends on nothing in engine/: a vocabulary (token id -> byte string, plus end-of-generation ids)
+// goes in, a bitmask comes out.
+// Thread-safety: Grammar and Vocabulary are immutable after creation and may be shared by any number
+// of threads; a Matcher is used by one thread at a time.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace picolm::grammar {
+
+enum class Whitespace {
+  Compact,   // no optional whitespace at all: {"a":1,"b":[1,2]}
+  Flexible,  // JSON whitespace allowed wherever JSON allows it (bounded run length, see CompileOptions)
+};
+
+struct CompileOptions {
+  // JSON Schema says additionalProperties defaults to true; tool calls want false.
+  bool additional_properties_default = true;
+  Whitespace whitespace = Whitespace::Compact;
+  int max_whitespace_run = 16;  // Flexible only: longest run of whitespace bytes accepted
+};
+
+// One problem found while compiling; all problems of a schema are collected and reported together.
+struct CompileError {
+  std::string pointer;  // JSON pointer into the schema, e.g. "/properties/a/not"
+  std::string keyword;  // the offending keyword, or "" for a structural error
+  std::string message;  // human-readable, names the keyword
+};
+
+class Grammar;  // compiled, immutable
+
+struct CompileResult {
+  std::shared_ptr<const Grammar> grammar;  // null when errors is non-empty
+  std::vector<CompileError> errors;
+  bool ok() const { return grammar != nullptr; }
+  std::string error_text() const;  // all errors, one per line
+};
+
+CompileResult compile_json_schema(std::string_view schema_json, const CompileOptions& opts = {});
+
+// How a tool call is written in the output.
+enum class ToolCallFormat {
+  JsonObject,     // {"name":"f","arguments":{...}}   (or an array of them when parallel)
+  JsonArray,      // [{"name":...,"arguments":...}, ...] always an array
+  Hermes,         // <tool_call>\n{"name":...,"arguments":...}\n</tool_call> repeated
+  TriggeredText,  // free text until `trigger`, then the call constrained (then free text again if allowed)
+  Envelope,       // {"tool_calls":[{"name":..,"arguments":..},...]} or {"content":"..."} (models without a native format)
+};
+
+struct ToolListOptions {
+  ToolCallFormat format = ToolCallFormat::JsonObject;
+  bool parallel = false;       // allow more than one call
+  std::string forced_tool;     // non-empty: only this tool may be called
+  bool allow_text = false;     // Envelope: also allow {"content":"..."}; TriggeredText: text before trigger
+  std::string trigger;         // TriggeredText: e.g. "<tool_call>"
+  CompileOptions schema;       // additional_properties_default is forced to false for tool parameters
+};
+
+// tools_json: an OpenAI `tools` array ([{"type":"function","function":{"name","parameters"}}]).
+CompileResult compile_tool_list(std::string_view tools_json, const ToolListOptions& opts = {});
+
+// Compiled grammars cached by a hash of (schema text, options). Thread-safe.
+class GrammarCache {
+ public:
+  explicit GrammarCache(size_t max_entries = 64);
+  ~GrammarCache();
+  CompileResult schema(std::string_view schema_json, const CompileOptions& opts = {});
+  CompileResult tools(std::string_view tools_json, const ToolListOptions& opts = {});
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Per-vocabulary tables computed once (token trie, per-token byte-class tables), shared by all
+// grammars and matchers.
+class Vocabulary {
+ public:
+  // token_bytes[id] is the exact byte string the token decodes to (special/control tokens that
+  // must never appear inside constrained output should be given as empty strings).
+  static std::shared_ptr<const Vocabulary> create(std::vector<std::string> token_bytes,
+                                                  std::vector<int32_t> eog_ids);
+  virtual ~Vocabulary() = default;
+  virtual size_t size() const = 0;
+  virtual const std::string& token(int32_t id) const = 0;
+  virtual const std::vector<int32_t>& eog_ids() const = 0;
+};
+
+// Walks one generation through a grammar.
+class Matcher {
+ public:
+  Matcher(std::shared_ptr<const Grammar> grammar, std::shared_ptr<const Vocabulary> vocab);
+  ~Matcher();
+  Matcher(Matcher&&) noexcept;
+  Matcher& operator=(Matcher&&) noexcept;
+
+  // Advances by one token; false (and no state change) if the token is not allowed.
+  // An end-of-generation id is accepted only when the instance is complete, and terminates.
+  bool accept_token(int32_t id);
+  // Advances by raw bytes (used by `check` and tests); false if any byte is rejected (state unchanged).
+  bool accept_bytes(std::string_view bytes);
+  // Undoes the last n accepted tokens.
+  void rollback(int n_tokens);
+  // True when the bytes so far form a complete instance (end-of-generation would be allowed).
+  bool is_complete() const;
+  // True when nothing but end-of-generation can follow.
+  bool is_terminated() const;
+  // Bit i of mask (word i/32, bit i%32) set = token i allowed. mask has (vocab size + 31) / 32 words.
+  void fill_mask(uint32_t* mask) const;
+  // The bytes accepted so far.
+  const std::string& text() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace picolm::grammar
