@@ -1,1 +1,507 @@
-// placeholder: being written
+#include "model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "kernels/thread_pool.h"
+#include "model_impl.h"
+
+namespace picolm {
+namespace {
+
+// FNV-1a, 64-bit: cheap, stable across platforms; good enough for identity fingerprints.
+struct Fnv64 {
+  uint64_t h = 0xcbf29ce484222325ull;
+  void bytes(const void* p, size_t n) {
+    const auto* b = static_cast<const uint8_t*>(p);
+    for (size_t i = 0; i < n; ++i) h = (h ^ b[i]) * 0x100000001b3ull;
+  }
+  template <class T>
+  void pod(const T& v) { bytes(&v, sizeof v); }
+  void str(std::string_view s) { pod(s.size()); bytes(s.data(), s.size()); }
+};
+
+std::string fmt_shape(const std::vector<uint64_t>& ne) {
+  std::string s = "[";
+  for (size_t i = 0; i < ne.size(); ++i) s += (i ? ", " : "") + std::to_string(ne[i]);
+  return s + "]";
+}
+
+class Loader {
+ public:
+  Loader(const GgufFile& f, const KernelTable& k) : f_(f), k_(k) {}
+  std::vector<std::string> errors;
+
+  // A 2-D weight [rows][cols] used through vec_dot.
+  WeightView matrix(const std::string& name, int64_t rows, int64_t cols, bool optional = false) {
+    const GgufTensor* t = f_.tensor(name);
+    if (!t) {
+      if (!optional) errors.push_back("missing tensor '" + name + "'");
+      return {};
+    }
+    if (t->ne.size() != 2 || t->ne[0] != static_cast<uint64_t>(cols) || t->ne[1] != static_cast<uint64_t>(rows)) {
+      errors.push_back("tensor '" + name + "' has shape " + fmt_shape(t->ne) + ", expected [" + std::to_string(cols) +
+                       ", " + std::to_string(rows) + "]");
+      return {};
+    }
+    if (!k_.vec_dot[static_cast<uint32_t>(t->type)] || !k_.dequantize_row[static_cast<uint32_t>(t->type)]) {
+      errors.push_back("tensor '" + name + "' has type " + ggml_type_traits(t->type)->name +
+                       ", which this engine cannot multiply");
+      return {};
+    }
+    return {t->data, t->type, rows, cols};
+  }
+
+  // A 1-D vector (norm weights, biases), dequantized to F32.
+  std::vector<float> vec(const std::string& name, int64_t n, bool optional = false) {
+    const GgufTensor* t = f_.tensor(name);
+    if (!t) {
+      if (!optional) errors.push_back("missing tensor '" + name + "'");
+      return {};
+    }
+    if (t->n_elements() != static_cast<uint64_t>(n) || t->ne[0] != static_cast<uint64_t>(n)) {
+      errors.push_back("tensor '" + name + "' has shape " + fmt_shape(t->ne) + ", expected [" + std::to_string(n) + "]");
+      return {};
+    }
+    if (!k_.dequantize_row[static_cast<uint32_t>(t->type)]) {
+      errors.push_back("tensor '" + name + "' has unsupported type " + ggml_type_traits(t->type)->name);
+      return {};
+    }
+    std::vector<float> out(static_cast<size_t>(n));
+    k_.dequantize_row[static_cast<uint32_t>(t->type)](t->data, out.data(), n);
+    return out;
+  }
+
+ private:
+  const GgufFile& f_;
+  const KernelTable& k_;
+};
+
+Status read_hparams(const GgufFile& f, HParams& hp) {
+  auto arch = f.get_string("general.architecture");
+  if (!arch) return Error{"missing general.architecture"};
+  hp.arch_name = std::string(*arch);
+  if (hp.arch_name == "llama") {
+    hp.arch = Arch::Llama;
+    hp.rope_neox = false;
+  } else if (hp.arch_name == "qwen2") {
+    hp.arch = Arch::Qwen2;
+    hp.rope_neox = true;
+  } else {
+    return Error{"unsupported architecture '" + hp.arch_name + "' (supported: llama, qwen2)"};
+  }
+  const std::string a = hp.arch_name + ".";
+  std::vector<std::string> missing;
+  auto need = [&](const std::string& key) -> int64_t {
+    auto v = f.get_int(a + key);
+    if (!v) {
+      missing.push_back(a + key);
+      return 0;
+    }
+    return *v;
+  };
+  hp.n_embd = static_cast<int32_t>(need("embedding_length"));
+  hp.n_layer = static_cast<int32_t>(need("block_count"));
+  hp.n_head = static_cast<int32_t>(need("attention.head_count"));
+  hp.n_ff = static_cast<int32_t>(need("feed_forward_length"));
+  hp.n_ctx_train = static_cast<int32_t>(need("context_length"));
+  if (!missing.empty()) {
+    std::string m = "missing metadata:";
+    for (auto& k : missing) m += " " + k;
+    return Error{m};
+  }
+  hp.n_head_kv = static_cast<int32_t>(f.get_int(a + "attention.head_count_kv").value_or(hp.n_head));
+  hp.rms_eps = static_cast<float>(f.get_float(a + "attention.layer_norm_rms_epsilon").value_or(1e-5));
+  hp.rope_base = static_cast<float>(f.get_float(a + "rope.freq_base").value_or(10000.0));
+  auto bad = [](int64_t v, int64_t lo, int64_t hi) { return v < lo || v > hi; };
+  if (bad(hp.n_embd, 1, 1 << 16) || bad(hp.n_layer, 1, 1024) || bad(hp.n_head, 1, 1024) || bad(hp.n_head_kv, 1, hp.n_head) ||
+      bad(hp.n_ff, 1, 1 << 20) || bad(hp.n_ctx_train, 1, 1 << 24))
+    return Error{"implausible hyper-parameters"};
+  if (hp.n_head % hp.n_head_kv != 0) return Error{"head_count is not a multiple of head_count_kv"};
+  hp.head_dim = static_cast<int32_t>(f.get_int(a + "attention.key_length").value_or(hp.n_embd / hp.n_head));
+  if (hp.head_dim <= 0 || hp.head_dim % 2 != 0 || hp.head_dim > 1024) return Error{"invalid head dimension"};
+  if (auto rd = f.get_int(a + "rope.dimension_count"); rd && *rd != hp.head_dim)
+    return Error{"partial rotary embeddings (rope.dimension_count != head_dim) are not supported"};
+  if (!(hp.rms_eps > 0.0f) || !(hp.rope_base > 0.0f) || !std::isfinite(hp.rope_base))
+    return Error{"invalid rms epsilon or rope base"};
+  return Ok{};
+}
+
+}  // namespace
+
+Model::Model() : impl_(std::make_unique<Impl>()) {}
+Model::~Model() = default;
+
+Result<std::shared_ptr<Model>> Model::load(const std::string& path, const ModelOptions& opts) {
+  auto f = GgufFile::open(path);
+  if (!f) return Error{f.error()};
+  return from_gguf(std::move(f.value()), opts);
+}
+
+Result<std::shared_ptr<Model>> Model::from_gguf(std::unique_ptr<GgufFile> file, const ModelOptions& opts) {
+  std::shared_ptr<Model> m(new Model());
+  Impl& I = *m->impl_;
+  I.opts = opts;
+  I.kernels = &best_kernels();
+  const std::string name = file->name();
+  auto fail = [&](const std::string& msg) { return Error{name + ": " + msg}; };
+  HParams& hp = I.hp;
+  if (Status s = read_hparams(*file, hp); !s) return fail(s.error());
+
+  auto tok = Tokenizer::create(*file);
+  if (!tok) return fail(tok.error());
+  I.tokenizer = std::move(tok.value());
+
+  const GgufTensor* emb = file->tensor("token_embd.weight");
+  if (!emb || emb->ne.size() != 2) return fail("missing or malformed tensor 'token_embd.weight'");
+  hp.n_vocab = static_cast<int32_t>(emb->ne[1]);
+  if (hp.n_vocab < I.tokenizer->n_vocab())
+    return fail("token_embd has " + std::to_string(hp.n_vocab) + " rows but the vocabulary has " +
+                std::to_string(I.tokenizer->n_vocab()) + " tokens");
+
+  Loader L(*file, *I.kernels);
+  const int64_t E = hp.n_embd, hd = hp.head_dim, q_dim = int64_t(hp.n_head) * hd, kv_dim = int64_t(hp.n_head_kv) * hd;
+  I.tok_embd = L.matrix("token_embd.weight", hp.n_vocab, E);
+  I.output_norm = L.vec("output_norm.weight", E);
+  I.output = L.matrix("output.weight", hp.n_vocab, E, /*optional=*/true);
+  if (!I.output.data) {
+    hp.tied_output = true;
+    I.output = I.tok_embd;
+  }
+  I.layers.resize(static_cast<size_t>(hp.n_layer));
+  for (int l = 0; l < hp.n_layer; ++l) {
+    LayerWeights& w = I.layers[static_cast<size_t>(l)];
+    const std::string p = "blk." + std::to_string(l) + ".";
+    w.attn_norm = L.vec(p + "attn_norm.weight", E);
+    w.ffn_norm = L.vec(p + "ffn_norm.weight", E);
+    w.wq = L.matrix(p + "attn_q.weight", q_dim, E);
+    w.wk = L.matrix(p + "attn_k.weight", kv_dim, E);
+    w.wv = L.matrix(p + "attn_v.weight", kv_dim, E);
+    w.wo = L.matrix(p + "attn_output.weight", E, q_dim);
+    w.w_gate = L.matrix(p + "ffn_gate.weight", hp.n_ff, E);
+    w.w_up = L.matrix(p + "ffn_up.weight", hp.n_ff, E);
+    w.w_down = L.matrix(p + "ffn_down.weight", E, hp.n_ff);
+    const bool biases = hp.arch == Arch::Qwen2;
+    w.bq = L.vec(p + "attn_q.bias", q_dim, !biases);
+    w.bk = L.vec(p + "attn_k.bias", kv_dim, !biases);
+    w.bv = L.vec(p + "attn_v.bias", kv_dim, !biases);
+  }
+  if (!L.errors.empty()) {
+    std::string msg = "cannot load model:";
+    for (size_t i = 0; i < L.errors.size() && i < 8; ++i) msg += "\n  " + L.errors[i];
+    if (L.errors.size() > 8) msg += "\n  ... and " + std::to_string(L.errors.size() - 8) + " more";
+    return fail(msg);
+  }
+
+  Fnv64 h;
+  h.str(hp.arch_name);
+  for (int32_t v : {hp.n_vocab, hp.n_embd, hp.n_layer, hp.n_head, hp.n_head_kv, hp.head_dim, hp.n_ff}) h.pod(v);
+  h.pod(hp.rms_eps);
+  h.pod(hp.rope_base);
+  for (const GgufTensor& t : file->tensors()) {
+    h.str(t.name);
+    h.pod(t.type);
+    h.pod(t.offset);
+    for (uint64_t d : t.ne) h.pod(d);
+  }
+  I.fingerprint = h.h;
+  if (opts.mlock) file->lock_memory();
+  I.file = std::move(file);
+  return m;
+}
+
+const HParams& Model::hparams() const { return impl_->hp; }
+const Tokenizer& Model::tokenizer() const { return *impl_->tokenizer; }
+const GgufFile& Model::gguf() const { return *impl_->file; }
+const ModelOptions& Model::options() const { return impl_->opts; }
+uint64_t Model::fingerprint() const { return impl_->fingerprint; }
+
+std::string Model::description() const {
+  const HParams& hp = impl_->hp;
+  size_t bytes = impl_->file->bytes().size();
+  return hp.arch_name + " " + std::to_string(hp.n_layer) + "L " + std::to_string(hp.n_embd) + "d " +
+         std::to_string(hp.n_head) + "/" + std::to_string(hp.n_head_kv) + "h vocab " + std::to_string(hp.n_vocab) +
+         ", " + std::to_string(bytes / (1024 * 1024)) + " MiB";
+}
+
+// ------------------------------------------------------------------------------------------------
+// Session
+
+struct Session::Impl {
+  std::shared_ptr<const Model> model;
+  const Model::Impl* m = nullptr;
+  ThreadPool* pool = nullptr;
+  SessionOptions opts;
+  int32_t n_ctx = 0;
+  int64_t kv_row = 0;                 // n_head_kv * head_dim
+  std::vector<uint16_t> k_cache;      // fp16, [layer][position][kv_head][head_dim]
+  std::vector<uint16_t> v_cache;      // fp16, [layer][position][kv_head][head_dim]
+  std::vector<float> rope_cos, rope_sin;  // [position][head_dim/2]
+  std::vector<int32_t> tokens;
+  // Scratch, sized for n_batch tokens.
+  std::vector<float> x, xn, q, k, v, att, gate, up, ffn;  // [n_batch][dim]
+  std::vector<float> logits;          // [n_out][n_vocab]
+  size_t n_logit_rows = 0;
+
+  void ensure_scratch(int64_t T);
+  void forward(const int32_t* toks, int64_t T, int32_t pos0, bool need_logits, bool all_logits, size_t logit_row0);
+  void rope(float* vec, int n_heads, int32_t pos) const;
+  void attention(int layer, int64_t T, int32_t pos0);
+};
+
+Session::Session(std::shared_ptr<const Model> model, ThreadPool& pool, const SessionOptions& opts)
+    : impl_(std::make_unique<Impl>()) {
+  Impl& S = *impl_;
+  S.model = std::move(model);
+  S.m = &S.model->impl();
+  S.pool = &pool;
+  S.opts = opts;
+  const HParams& hp = S.m->hp;
+  S.n_ctx = opts.n_ctx > 0 ? opts.n_ctx : std::min(hp.n_ctx_train, 4096);
+  if (S.opts.n_batch <= 0) S.opts.n_batch = 256;
+  S.kv_row = int64_t(hp.n_head_kv) * hp.head_dim;
+  const size_t kv_elems = size_t(hp.n_layer) * size_t(S.n_ctx) * size_t(S.kv_row);
+  S.k_cache.assign(kv_elems, 0);
+  S.v_cache.assign(kv_elems, 0);
+  const int half = hp.head_dim / 2;
+  S.rope_cos.resize(size_t(S.n_ctx) * half);
+  S.rope_sin.resize(size_t(S.n_ctx) * half);
+  for (int i = 0; i < half; ++i) {
+    // theta_i = base^(-2i/d), computed in double so long contexts keep their phase accurate.
+    const double theta = std::pow(double(hp.rope_base), -2.0 * i / hp.head_dim);
+    for (int32_t p = 0; p < S.n_ctx; ++p) {
+      const double a = p * theta;
+      S.rope_cos[size_t(p) * half + i] = static_cast<float>(std::cos(a));
+      S.rope_sin[size_t(p) * half + i] = static_cast<float>(std::sin(a));
+    }
+  }
+}
+
+Session::~Session() = default;
+
+void Session::Impl::ensure_scratch(int64_t T) {
+  const HParams& hp = m->hp;
+  const size_t t = size_t(T);
+  if (x.size() >= t * hp.n_embd) return;
+  x.resize(t * hp.n_embd);
+  xn.resize(t * hp.n_embd);
+  q.resize(t * hp.n_head * hp.head_dim);
+  k.resize(t * kv_row);
+  v.resize(t * kv_row);
+  att.resize(t * hp.n_head * hp.head_dim);
+  gate.resize(t * hp.n_ff);
+  up.resize(t * hp.n_ff);
+  ffn.resize(t * hp.n_embd);
+}
+
+namespace {
+
+void rms_norm(const float* x, const float* w, float* out, int64_t n, float eps) {
+  double ss = 0.0;
+  for (int64_t i = 0; i < n; ++i) ss += double(x[i]) * x[i];
+  const float scale = static_cast<float>(1.0 / std::sqrt(ss / double(n) + double(eps)));
+  for (int64_t i = 0; i < n; ++i) out[i] = x[i] * scale * w[i];
+}
+
+}  // namespace
+
+void Session::Impl::rope(float* vec, int n_heads, int32_t pos) const {
+  const HParams& hp = m->hp;
+  const int hd = hp.head_dim, half = hd / 2;
+  const float* c = &rope_cos[size_t(pos) * half];
+  const float* s = &rope_sin[size_t(pos) * half];
+  for (int h = 0; h < n_heads; ++h) {
+    float* v = vec + size_t(h) * hd;
+    if (hp.rope_neox) {
+      for (int i = 0; i < half; ++i) {
+        const float a = v[i], b = v[i + half];
+        v[i] = a * c[i] - b * s[i];
+        v[i + half] = a * s[i] + b * c[i];
+      }
+    } else {
+      for (int i = 0; i < half; ++i) {
+        const float a = v[2 * i], b = v[2 * i + 1];
+        v[2 * i] = a * c[i] - b * s[i];
+        v[2 * i + 1] = a * s[i] + b * c[i];
+      }
+    }
+  }
+}
+
+void Session::Impl::attention(int layer, int64_t T, int32_t pos0) {
+  const HParams& hp = m->hp;
+  const int hd = hp.head_dim;
+  const int group = hp.n_head / hp.n_head_kv;
+  const float scale = 1.0f / std::sqrt(float(hd));
+  const uint16_t* K = k_cache.data() + size_t(layer) * n_ctx * kv_row;
+  const uint16_t* V = v_cache.data() + size_t(layer) * n_ctx * kv_row;
+  const int n_tasks = int(T) * hp.n_head;
+  pool->parallel_for(n_tasks, [&](int task, int) {
+    const int64_t t = task / hp.n_head;
+    const int h = task % hp.n_head;
+    const int kvh = h / group;
+    const float* qv = q.data() + size_t(t) * hp.n_head * hd + size_t(h) * hd;
+    float* out = att.data() + size_t(t) * hp.n_head * hd + size_t(h) * hd;
+    const int32_t last = pos0 + int32_t(t);  // causal: attend to positions [0, last]
+    // Online softmax (one pass): running max m, running sum s, accumulator acc.
+    float mx = -INFINITY, sum = 0.0f;
+    float acc[1024];
+    std::fill(acc, acc + hd, 0.0f);
+    for (int32_t p = 0; p <= last; ++p) {
+      const uint16_t* kp = K + size_t(p) * kv_row + size_t(kvh) * hd;
+      float score = 0.0f;
+      for (int i = 0; i < hd; ++i) score += qv[i] * fp16_to_fp32(kp[i]);
+      score *= scale;
+      const uint16_t* vp = V + size_t(p) * kv_row + size_t(kvh) * hd;
+      if (score > mx) {
+        const float r = std::exp(mx - score);  // exp(-inf) = 0 on the first step
+        sum *= r;
+        for (int i = 0; i < hd; ++i) acc[i] *= r;
+        mx = score;
+      }
+      const float w = std::exp(score - mx);
+      sum += w;
+      for (int i = 0; i < hd; ++i) acc[i] += w * fp16_to_fp32(vp[i]);
+    }
+    const float inv = 1.0f / sum;
+    for (int i = 0; i < hd; ++i) out[i] = acc[i] * inv;
+  });
+}
+
+void Session::Impl::forward(const int32_t* toks, int64_t T, int32_t pos0, bool need_logits, bool all_logits,
+                            size_t logit_row0) {
+  const HParams& hp = m->hp;
+  const KernelTable& K = *m->kernels;
+  const ActivationMode mode = m->opts.activations;
+  const int64_t E = hp.n_embd, hd = hp.head_dim, q_dim = int64_t(hp.n_head) * hd;
+  ensure_scratch(T);
+
+  auto mm = [&](const WeightView& w, const float* X, float* Y) {
+    matmul(K, *pool, mode, w.type, w.data, w.rows, w.cols, X, T, Y);
+  };
+
+  // Embeddings: dequantize the token's row.
+  const size_t emb_row_bytes = row_bytes(m->tok_embd.type, E);
+  for (int64_t t = 0; t < T; ++t) {
+    const auto* row = static_cast<const uint8_t*>(m->tok_embd.data) + size_t(toks[t]) * emb_row_bytes;
+    K.dequantize_row[static_cast<uint32_t>(m->tok_embd.type)](row, x.data() + t * E, E);
+  }
+
+  for (int l = 0; l < hp.n_layer; ++l) {
+    const LayerWeights& w = m->layers[size_t(l)];
+    for (int64_t t = 0; t < T; ++t) rms_norm(&x[t * E], w.attn_norm.data(), &xn[t * E], E, hp.rms_eps);
+    mm(w.wq, xn.data(), q.data());
+    mm(w.wk, xn.data(), k.data());
+    mm(w.wv, xn.data(), v.data());
+    for (int64_t t = 0; t < T; ++t) {
+      float* qt = &q[t * q_dim];
+      float* kt = &k[t * kv_row];
+      float* vt = &v[t * kv_row];
+      if (!w.bq.empty()) {
+        for (int64_t i = 0; i < q_dim; ++i) qt[i] += w.bq[i];
+        for (int64_t i = 0; i < kv_row; ++i) kt[i] += w.bk[i];
+        for (int64_t i = 0; i < kv_row; ++i) vt[i] += w.bv[i];
+      }
+      const int32_t pos = pos0 + int32_t(t);
+      rope(qt, hp.n_head, pos);
+      rope(kt, hp.n_head_kv, pos);
+      uint16_t* kc = k_cache.data() + (size_t(l) * n_ctx + pos) * kv_row;
+      uint16_t* vc = v_cache.data() + (size_t(l) * n_ctx + pos) * kv_row;
+      for (int64_t i = 0; i < kv_row; ++i) {
+        kc[i] = fp32_to_fp16(kt[i]);
+        vc[i] = fp32_to_fp16(vt[i]);
+      }
+    }
+    attention(l, T, pos0);
+    mm(w.wo, att.data(), ffn.data());
+    for (int64_t i = 0; i < T * E; ++i) x[i] += ffn[i];
+
+    for (int64_t t = 0; t < T; ++t) rms_norm(&x[t * E], w.ffn_norm.data(), &xn[t * E], E, hp.rms_eps);
+    mm(w.w_gate, xn.data(), gate.data());
+    mm(w.w_up, xn.data(), up.data());
+    for (int64_t i = 0; i < T * hp.n_ff; ++i) {
+      const float g = gate[i];
+      gate[i] = g / (1.0f + std::exp(-g)) * up[i];  // SiLU(gate) * up
+    }
+    mm(w.w_down, gate.data(), ffn.data());
+    for (int64_t i = 0; i < T * E; ++i) x[i] += ffn[i];
+  }
+
+  if (!need_logits) return;
+  // Output: all positions, or only the last.
+  const int64_t first = all_logits ? 0 : T - 1;
+  const int64_t n_out = T - first;
+  for (int64_t t = first; t < T; ++t) rms_norm(&x[t * E], m->output_norm.data(), &xn[(t - first) * E], E, hp.rms_eps);
+  float* out = logits.data() + logit_row0 * size_t(hp.n_vocab);
+  matmul(K, *pool, mode, m->output.type, m->output.data, m->output.rows, m->output.cols, xn.data(), n_out, out);
+}
+
+Status Session::eval(std::span<const int32_t> toks, bool all_logits, const std::function<void(size_t, size_t)>& progress) {
+  Impl& S = *impl_;
+  const HParams& hp = S.m->hp;
+  if (toks.empty()) return Error{"eval: no tokens"};
+  if (size_t(S.tokens.size()) + toks.size() > size_t(S.n_ctx))
+    return Error{"context is full: " + std::to_string(S.tokens.size()) + " + " + std::to_string(toks.size()) +
+                 " tokens exceed n_ctx " + std::to_string(S.n_ctx)};
+  for (int32_t t : toks)
+    if (t < 0 || t >= hp.n_vocab) return Error{"token id " + std::to_string(t) + " is out of range"};
+  const size_t n_rows = all_logits ? toks.size() : 1;
+  S.logits.resize(n_rows * size_t(hp.n_vocab));
+  S.n_logit_rows = n_rows;
+  size_t done = 0;
+  while (done < toks.size()) {
+    const size_t n = std::min(toks.size() - done, size_t(S.opts.n_batch));
+    const bool last_chunk = done + n == toks.size();
+    const int32_t pos0 = int32_t(S.tokens.size());
+    S.forward(toks.data() + done, int64_t(n), pos0, all_logits || last_chunk, all_logits, all_logits ? done : 0);
+    S.tokens.insert(S.tokens.end(), toks.begin() + done, toks.begin() + done + n);
+    done += n;
+    if (progress) progress(done, toks.size());
+  }
+  return Ok{};
+}
+
+std::span<const float> Session::logits() const {
+  const Impl& S = *impl_;
+  const size_t nv = size_t(S.m->hp.n_vocab);
+  if (S.n_logit_rows == 0) return {};
+  return {S.logits.data() + (S.n_logit_rows - 1) * nv, nv};
+}
+
+std::span<const float> Session::logits_at(size_t i) const {
+  const Impl& S = *impl_;
+  const size_t nv = size_t(S.m->hp.n_vocab);
+  if (i >= S.n_logit_rows) return {};
+  return {S.logits.data() + i * nv, nv};
+}
+
+int32_t Session::n_past() const { return int32_t(impl_->tokens.size()); }
+int32_t Session::n_ctx() const { return impl_->n_ctx; }
+const std::vector<int32_t>& Session::tokens() const { return impl_->tokens; }
+
+void Session::truncate(int32_t n) {
+  if (n < 0) n = 0;
+  if (size_t(n) < impl_->tokens.size()) impl_->tokens.resize(size_t(n));
+  impl_->n_logit_rows = 0;
+}
+
+size_t Session::kv_bytes_per_position_per_layer() const { return size_t(impl_->kv_row) * sizeof(uint16_t); }
+uint16_t* Session::k_cache(int32_t layer) { return impl_->k_cache.data() + size_t(layer) * impl_->n_ctx * impl_->kv_row; }
+uint16_t* Session::v_cache(int32_t layer) { return impl_->v_cache.data() + size_t(layer) * impl_->n_ctx * impl_->kv_row; }
+
+void Session::set_cached_tokens(std::span<const int32_t> toks) {
+  impl_->tokens.assign(toks.begin(), toks.end());
+  impl_->n_logit_rows = 0;
+}
+
+size_t Session::memory_bytes() const {
+  const Impl& S = *impl_;
+  auto b = [](const auto& v) { return v.capacity() * sizeof(v[0]); };
+  return b(S.k_cache) + b(S.v_cache) + b(S.rope_cos) + b(S.rope_sin) + b(S.x) + b(S.xn) + b(S.q) + b(S.k) + b(S.v) +
+         b(S.att) + b(S.gate) + b(S.up) + b(S.ffn) + b(S.logits) + b(S.tokens);
+}
+
+const Model& Session::model() const { return *impl_->model; }
+
+}  // namespace picolm

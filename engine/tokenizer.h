@@ -26,8 +26,11 @@ class Tokenizer {
   // parse_special: text such as "<|im_start|>" or "</s>" becomes the special token.
   virtual std::vector<int32_t> encode(std::string_view text, bool add_special, bool parse_special) const = 0;
   // The exact bytes of one token (byte-fallback tokens give their byte, SPM "▁" gives a space).
-  // Control tokens give their text only when `special` is true.
+  // Control (and unknown) tokens give their text only when `special` is true; user-defined tokens
+  // such as "<tool_call>" always do.
   virtual std::string token_to_piece(int32_t id, bool special) const = 0;
+  // The concatenated pieces, byte for byte (may end inside a UTF-8 sequence). Unlike
+  // llama_detokenize it strips no leading space and does no clean-up of spaces before punctuation.
   std::string decode(const std::vector<int32_t>& ids, bool special) const;
 
   virtual int32_t n_vocab() const = 0;

@@ -1,1 +1,333 @@
-// placeholder: being written
+// Entry points: schema and tool-list compilation, the grammar cache.
+#include "grammar/grammar.h"
+
+#include <functional>
+#include <list>
+#include <mutex>
+#include <unordered_map>
+
+#include "grammar/grammar_impl.h"
+#include "grammar/json_value.h"
+#include "grammar/schema_compiler.h"
+
+namespace picolm::grammar {
+
+using namespace detail;
+
+std::string CompileResult::error_text() const {
+  std::string out;
+  for (const auto& e : errors) {
+    out += (e.pointer.empty() ? std::string("(root)") : e.pointer);
+    if (!e.keyword.empty()) out += " [" + e.keyword + "]";
+    out += ": " + e.message + "\n";
+  }
+  return out;
+}
+
+namespace {
+
+CompileResult finish(RuleBuilder& rb, uint32_t root, std::vector<CompileError> errors, std::string desc) {
+  CompileResult res;
+  if (!errors.empty()) {
+    res.errors = std::move(errors);
+    return res;
+  }
+  std::string err;
+  auto g = Grammar::build(rb, root, err);
+  if (!g) {
+    res.errors.push_back({"", "", err});
+    return res;
+  }
+  g->description = std::move(desc);
+  res.grammar = std::move(g);
+  return res;
+}
+
+// Free text that never contains `trigger` and does not end inside a prefix of it (so the trigger
+// that follows is its first occurrence). A KMP automaton over bytes.
+uint32_t free_text_rule(RuleBuilder& rb, const std::string& trigger) {
+  size_t m = trigger.size();
+  std::vector<size_t> fail(m + 1, 0);
+  for (size_t i = 1, k = 0; i < m; ++i) {
+    while (k > 0 && trigger[i] != trigger[k]) k = fail[k];
+    if (trigger[i] == trigger[k]) ++k;
+    fail[i + 1] = k;
+  }
+  auto delta = [&](size_t j, unsigned char b) {
+    while (j > 0 && static_cast<unsigned char>(trigger[j]) != b) j = fail[j];
+    if (static_cast<unsigned char>(trigger[j]) == b) ++j;
+    return j;
+  };
+  std::vector<uint32_t> st(m);
+  for (auto& r : st) r = rb.new_rule();
+  for (size_t j = 0; j < m; ++j) {
+    if (j == 0) rb.add_alt(st[0], {});
+    std::vector<ByteSet> by(m);
+    std::vector<uint8_t> used(m, 0);
+    for (int b = 0; b < 256; ++b) {
+      size_t nj = delta(j, uint8_t(b));
+      if (nj >= m) continue;
+      byteset_add(by[nj], uint8_t(b));
+      used[nj] = 1;
+    }
+    for (size_t nj = 0; nj < m; ++nj)
+      if (used[nj]) rb.add_alt(st[j], {rb.cls(by[nj]), RuleBuilder::ref(st[nj])});
+  }
+  return st[0];
+}
+
+}  // namespace
+
+CompileResult compile_json_schema(std::string_view schema_json, const CompileOptions& opts) {
+  JValue root;
+  std::string perr;
+  if (!parse_json(schema_json, root, perr)) {
+    CompileResult r;
+    r.errors.push_back({"", "", "schema is not valid JSON: " + perr});
+    return r;
+  }
+  RuleBuilder rb;
+  std::vector<CompileError> errors;
+  uint32_t top = compile_schema_into(rb, root, opts, "", errors);
+  return finish(rb, top, std::move(errors), "json-schema");
+}
+
+CompileResult compile_tool_list(std::string_view tools_json, const ToolListOptions& opts) {
+  CompileResult bad;
+  JValue tools;
+  std::string perr;
+  if (!parse_json(tools_json, tools, perr)) {
+    bad.errors.push_back({"", "", "tools are not valid JSON: " + perr});
+    return bad;
+  }
+  if (!tools.is_array() || tools.arr.empty()) {
+    bad.errors.push_back({"", "", "tools must be a non-empty array"});
+    return bad;
+  }
+  CompileOptions so = opts.schema;
+  so.additional_properties_default = false;
+  RuleBuilder rb;
+  std::vector<CompileError> errors;
+  uint32_t ws_rule = 0;
+  bool flexible = so.whitespace == Whitespace::Flexible;
+  if (flexible) ws_rule = whitespace_rule(rb, so);
+  auto ws = [&](std::vector<Elem>& seq) {
+    if (flexible) seq.push_back(RuleBuilder::ref(ws_rule));
+  };
+  uint32_t call = rb.new_rule();
+  JValue empty_params;
+  empty_params.kind = JValue::Kind::Object;
+  {
+    JValue t;
+    t.kind = JValue::Kind::String;
+    t.str = "object";
+    empty_params.obj.push_back({"type", t});
+  }
+  bool forced_found = false;
+  std::vector<std::string> seen;
+  for (size_t i = 0; i < tools.arr.size(); ++i) {
+    const JValue& t = tools.arr[i];
+    std::string base = "/" + std::to_string(i);
+    const JValue* fn = t.get("function");
+    if (!fn) fn = &t;  // also accept bare {"name","parameters"} entries
+    else base += "/function";
+    const JValue* name = fn->get("name");
+    if (!name || !name->is_string() || name->str.empty()) {
+      errors.push_back({base + "/name", "name", "tool has no name"});
+      continue;
+    }
+    if (std::find(seen.begin(), seen.end(), name->str) != seen.end()) {
+      errors.push_back({base + "/name", "name", "duplicate tool name '" + name->str + "'"});
+      continue;
+    }
+    seen.push_back(name->str);
+    if (!opts.forced_tool.empty() && name->str != opts.forced_tool) continue;
+    forced_found = true;
+    const JValue* params = fn->get("parameters");
+    if (!params) params = &empty_params;
+    uint32_t p = compile_schema_into(rb, *params, so, base + "/parameters", errors);
+    std::vector<Elem> seq{rb.byte('{')};
+    ws(seq);
+    rb.lit(seq, "\"name\"");
+    ws(seq);
+    seq.push_back(rb.byte(':'));
+    ws(seq);
+    rb.lit(seq, json_quote(name->str));
+    ws(seq);
+    seq.push_back(rb.byte(','));
+    ws(seq);
+    rb.lit(seq, "\"arguments\"");
+    ws(seq);
+    seq.push_back(rb.byte(':'));
+    ws(seq);
+    seq.push_back(RuleBuilder::ref(p));
+    ws(seq);
+    seq.push_back(rb.byte('}'));
+    rb.add_alt(call, std::move(seq));
+  }
+  if (!opts.forced_tool.empty() && !forced_found)
+    errors.push_back({"", "tool_choice", "forced tool '" + opts.forced_tool + "' is not in the tool list"});
+
+  // list ::= '[' call (',' call)* ']'  (exactly one call unless parallel)
+  auto list_rule = [&]() {
+    uint32_t r = rb.new_rule(), rest = rb.new_rule();
+    std::vector<Elem> a{rb.byte('[')};
+    ws(a);
+    a.push_back(RuleBuilder::ref(call));
+    ws(a);
+    a.push_back(RuleBuilder::ref(rest));
+    rb.add_alt(r, std::move(a));
+    rb.add_alt(rest, {rb.byte(']')});
+    if (opts.parallel) {
+      std::vector<Elem> b{rb.byte(',')};
+      ws(b);
+      b.push_back(RuleBuilder::ref(call));
+      ws(b);
+      b.push_back(RuleBuilder::ref(rest));
+      rb.add_alt(rest, std::move(b));
+    }
+    return r;
+  };
+
+  uint32_t root = rb.new_rule();
+  std::string desc;
+  switch (opts.format) {
+    case ToolCallFormat::JsonObject:
+      desc = "tools/json-object";
+      rb.add_alt(root, {RuleBuilder::ref(call)});
+      if (opts.parallel) rb.add_alt(root, {RuleBuilder::ref(list_rule())});
+      break;
+    case ToolCallFormat::JsonArray:
+      desc = "tools/json-array";
+      rb.add_alt(root, {RuleBuilder::ref(list_rule())});
+      break;
+    case ToolCallFormat::Hermes: {
+      desc = "tools/hermes";
+      uint32_t block = rb.new_rule(), rest = rb.new_rule();
+      std::vector<Elem> b;
+      rb.lit(b, "<tool_call>\n");
+      b.push_back(RuleBuilder::ref(call));
+      rb.lit(b, "\n</tool_call>");
+      rb.add_alt(block, std::move(b));
+      rb.add_alt(rest, {});
+      if (opts.parallel) {
+        std::vector<Elem> r2{rb.byte('\n'), RuleBuilder::ref(block), RuleBuilder::ref(rest)};
+        rb.add_alt(rest, std::move(r2));
+      }
+      rb.add_alt(root, {RuleBuilder::ref(block), RuleBuilder::ref(rest)});
+      break;
+    }
+    case ToolCallFormat::TriggeredText: {
+      desc = "tools/triggered-text";
+      if (opts.trigger.empty()) {
+        errors.push_back({"", "trigger", "TriggeredText needs a non-empty trigger"});
+        break;
+      }
+      uint32_t free = free_text_rule(rb, opts.trigger);
+      uint32_t one = rb.new_rule(), rest = rb.new_rule();
+      std::vector<Elem> o;
+      rb.lit(o, opts.trigger);
+      o.push_back(RuleBuilder::ref(call));
+      rb.add_alt(one, std::move(o));
+      if (opts.allow_text) {
+        // Text, then optionally calls each introduced by the trigger, text in between/after.
+        rb.add_alt(rest, {RuleBuilder::ref(free)});
+        if (opts.parallel) rb.add_alt(rest, {RuleBuilder::ref(free), RuleBuilder::ref(one), RuleBuilder::ref(rest)});
+        rb.add_alt(root, {RuleBuilder::ref(free)});
+        rb.add_alt(root, {RuleBuilder::ref(free), RuleBuilder::ref(one), RuleBuilder::ref(rest)});
+      } else {
+        rb.add_alt(rest, {});
+        if (opts.parallel) {
+          rb.add_alt(rest, {RuleBuilder::ref(one), RuleBuilder::ref(rest)});
+          rb.add_alt(rest, {rb.byte('\n'), RuleBuilder::ref(one), RuleBuilder::ref(rest)});
+        }
+        rb.add_alt(root, {RuleBuilder::ref(one), RuleBuilder::ref(rest)});
+      }
+      break;
+    }
+    case ToolCallFormat::Envelope: {
+      desc = "tools/envelope";
+      std::vector<Elem> a{rb.byte('{')};
+      ws(a);
+      rb.lit(a, "\"tool_calls\"");
+      ws(a);
+      a.push_back(rb.byte(':'));
+      ws(a);
+      a.push_back(RuleBuilder::ref(list_rule()));
+      ws(a);
+      a.push_back(rb.byte('}'));
+      rb.add_alt(root, std::move(a));
+      if (opts.allow_text) {
+        std::vector<Elem> b{rb.byte('{')};
+        ws(b);
+        rb.lit(b, "\"content\"");
+        ws(b);
+        b.push_back(rb.byte(':'));
+        ws(b);
+        b.push_back(RuleBuilder::ref(plain_string_rule(rb)));
+        ws(b);
+        b.push_back(rb.byte('}'));
+        rb.add_alt(root, std::move(b));
+      }
+      break;
+    }
+  }
+  return finish(rb, root, std::move(errors), desc);
+}
+
+// ---------------------------------------------------------------------------------------------
+
+struct GrammarCache::Impl {
+  size_t max_entries;
+  std::mutex mu;
+  std::list<std::string> order;  // oldest first
+  std::unordered_map<std::string, CompileResult> map;
+
+  template <class F>
+  CompileResult get(std::string key, F&& compile) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      auto it = map.find(key);
+      if (it != map.end()) return it->second;
+    }
+    CompileResult r = compile();  // outside the lock: compiles may run in parallel
+    std::lock_guard<std::mutex> lock(mu);
+    if (map.emplace(key, r).second) {
+      order.push_back(key);
+      while (map.size() > max_entries && !order.empty()) {
+        map.erase(order.front());
+        order.pop_front();
+      }
+    }
+    return r;
+  }
+};
+
+namespace {
+std::string options_key(const CompileOptions& o) {
+  return std::to_string(o.additional_properties_default) + "," + std::to_string(int(o.whitespace)) + "," +
+         std::to_string(o.max_whitespace_run);
+}
+}  // namespace
+
+GrammarCache::GrammarCache(size_t max_entries) : impl_(std::make_unique<Impl>()) {
+  impl_->max_entries = max_entries == 0 ? 1 : max_entries;
+}
+GrammarCache::~GrammarCache() = default;
+
+CompileResult GrammarCache::schema(std::string_view schema_json, const CompileOptions& opts) {
+  // The key is the full text plus options (not only a hash): a collision can never return the
+  // grammar of another schema.
+  std::string key = "S" + options_key(opts) + "\n" + std::string(schema_json);
+  return impl_->get(std::move(key), [&] { return compile_json_schema(schema_json, opts); });
+}
+
+CompileResult GrammarCache::tools(std::string_view tools_json, const ToolListOptions& opts) {
+  std::string key = "T" + options_key(opts.schema) + "," + std::to_string(int(opts.format)) + "," +
+                    std::to_string(opts.parallel) + "," + std::to_string(opts.allow_text) + "," +
+                    std::to_string(opts.forced_tool.size()) + ":" + opts.forced_tool + "," +
+                    std::to_string(opts.trigger.size()) + ":" + opts.trigger + "\n" + std::string(tools_json);
+  return impl_->get(std::move(key), [&] { return compile_tool_list(tools_json, opts); });
+}
+
+}  // namespace picolm::grammar

@@ -21,18 +21,30 @@ void dequantize_row_ref(GgmlType type, const void* src, float* dst, int64_t n);
 GgmlType vec_dot_type(GgmlType weight);
 // Bytes of a row of n elements of `type`.
 size_t row_bytes(GgmlType type, int64_t n);
+// Plain round-to-nearest quantizer for any type above (weight types included), n a multiple of the
+// block size. It only promises valid, sensible blocks (for tests and synthetic models); it is not
+// llama.cpp's importance-weighted quantizer. For Q8_0/Q8_1/Q8_K it is the activation quantizer.
+void quantize_row_weights_ref(GgmlType type, const float* src, void* dst, int64_t n);
 
 // ---- dispatch table --------------------------------------------------------------------------
 using DequantizeRowFn = void (*)(const void* src, float* dst, int64_t n);
 using QuantizeRowFn = void (*)(const float* src, void* dst, int64_t n);
 // dot(weight row of type T, activation row already in vec_dot_type(T)), n elements.
 using VecDotFn = float (*)(int64_t n, const void* w, const void* act);
+// One weight row against n_act (1..kMaxDotTile) activation rows `act_stride` bytes apart; writes
+// out[t * out_stride]. Reads and unpacks the weight row once for the whole tile, and gives results
+// bit-identical to vec_dot on each activation row (same arithmetic, tested), so a matmul does not
+// depend on how many tokens it is given.
+using VecDotTileFn = void (*)(int64_t n, const void* w, const void* act, size_t act_stride, int n_act, float* out,
+                              int64_t out_stride);
+constexpr int kMaxDotTile = 4;
 
 struct KernelTable {
   const char* name = "scalar";
   DequantizeRowFn dequantize_row[32] = {};  // indexed by GgmlType
   QuantizeRowFn quantize_row[32] = {};      // for activation types (Q8_0, Q8_1, Q8_K, F16, BF16, F32)
   VecDotFn vec_dot[32] = {};                // indexed by the weight type
+  VecDotTileFn vec_dot_tile[32] = {};       // optional (nullptr: matmul calls vec_dot per token)
 };
 
 struct CpuFeatures {

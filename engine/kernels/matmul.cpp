@@ -1,1 +1,113 @@
-// placeholder: being written
+// matmul: Y[t][r] = W[r] . X[t], split over the pool by row chunks.
+#include <algorithm>
+#include <cassert>
+#include <cstring>
+
+#include "kernels/kernels.h"
+#include "kernels/thread_pool.h"
+
+namespace picolm {
+
+namespace {
+
+// F32 dot for Exact mode: 16 independent float lanes (vectorisable, fixed order so results do not
+// depend on the table or thread count) folded pairwise; error ~ (n/16 + 4) ulp-scale terms instead
+// of n for a naive running sum.
+float dot_f32_exact(const float* a, const float* b, int64_t n) {
+  float acc[16] = {};
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16)
+    for (int j = 0; j < 16; ++j) acc[j] += a[i + j] * b[i + j];
+  for (int j = 0; i < n; ++i, ++j) acc[j] += a[i] * b[i];
+  for (int w = 8; w >= 1; w /= 2)
+    for (int j = 0; j < w; ++j) acc[j] += acc[j + w];
+  return acc[0];
+}
+
+// Rows per task: about 4 tasks per thread so the atomic task counter balances uneven progress,
+// rounded to a multiple of 8 rows (a cache line of row starts for the small types).
+int64_t chunk_rows(int64_t rows, int n_threads) {
+  if (n_threads <= 1) return rows;
+  int64_t c = (rows + n_threads * 4 - 1) / (n_threads * 4);
+  c = (c + 7) / 8 * 8;
+  return std::max<int64_t>(c, 1);
+}
+
+}  // namespace
+
+void matmul(const KernelTable& k, ThreadPool& pool, ActivationMode mode, GgmlType wtype, const void* W,
+            int64_t rows, int64_t cols, const float* X, int64_t n_tokens, float* Y) {
+  if (rows <= 0 || n_tokens <= 0) return;
+  const size_t wrow = row_bytes(wtype, cols);
+  const auto* wbase = static_cast<const uint8_t*>(W);
+  const int64_t chunk = chunk_rows(rows, pool.size());
+  const int n_tasks = static_cast<int>((rows + chunk - 1) / chunk);
+
+  if (mode == ActivationMode::Quantized) {
+    const GgmlType vt = vec_dot_type(wtype);
+    const VecDotFn dot = k.vec_dot[static_cast<int>(wtype)];
+    assert(dot != nullptr);
+    const size_t arow = row_bytes(vt, cols);
+    const uint8_t* act;
+    if (vt == GgmlType::F32) {
+      act = reinterpret_cast<const uint8_t*>(X);
+    } else {
+      const QuantizeRowFn quant = k.quantize_row[static_cast<int>(vt)];
+      assert(quant != nullptr);
+      uint8_t* buf = pool.scratch(0, arow * static_cast<size_t>(n_tokens));
+      if (n_tokens >= 2 * pool.size()) {
+        pool.parallel_for(static_cast<int>(n_tokens),
+                          [&](int t, int) { quant(X + t * cols, buf + static_cast<size_t>(t) * arow, cols); });
+      } else {
+        for (int64_t t = 0; t < n_tokens; ++t) quant(X + t * cols, buf + static_cast<size_t>(t) * arow, cols);
+      }
+      act = buf;
+    }
+    // Token blocks keep a block's activations (<= 64 rows) and the task's weight rows in L2 while
+    // every weight row of the task meets every token of the block; inside a block, tiles of
+    // kMaxDotTile tokens share one unpacking of each weight block.
+    constexpr int64_t kTokenBlock = 64;
+    const VecDotTileFn tile = k.vec_dot_tile[static_cast<int>(wtype)];
+    pool.parallel_for(n_tasks, [&](int task, int) {
+      const int64_t r0 = task * chunk, r1 = std::min(rows, r0 + chunk);
+      for (int64_t tb = 0; tb < n_tokens; tb += kTokenBlock) {
+        const int64_t te = std::min(n_tokens, tb + kTokenBlock);
+        for (int64_t r = r0; r < r1; ++r) {
+          const uint8_t* wr = wbase + static_cast<size_t>(r) * wrow;
+          if (tile != nullptr && te - tb > 1) {
+            for (int64_t t = tb; t < te; t += kMaxDotTile) {
+              const int nt = static_cast<int>(std::min<int64_t>(kMaxDotTile, te - t));
+              tile(cols, wr, act + static_cast<size_t>(t) * arow, arow, nt, Y + t * rows + r, rows);
+            }
+          } else {
+            for (int64_t t = tb; t < te; ++t) Y[t * rows + r] = dot(cols, wr, act + static_cast<size_t>(t) * arow);
+          }
+        }
+      }
+    });
+    return;
+  }
+
+  // Exact: each weight row is dequantized once (into the worker's scratch) and dotted in F32 with
+  // every token row.
+  const DequantizeRowFn deq = k.dequantize_row[static_cast<int>(wtype)];
+  assert(deq != nullptr);
+  pool.parallel_for(n_tasks, [&](int task, int worker) {
+    float* wf = wtype == GgmlType::F32 ? nullptr
+                                       : reinterpret_cast<float*>(pool.scratch(1 + worker, static_cast<size_t>(cols) * 4));
+    const int64_t r0 = task * chunk, r1 = std::min(rows, r0 + chunk);
+    for (int64_t r = r0; r < r1; ++r) {
+      const uint8_t* wr = wbase + static_cast<size_t>(r) * wrow;
+      const float* wrow_f;
+      if (wf == nullptr) {
+        wrow_f = reinterpret_cast<const float*>(wr);  // GGUF tensor data is at least 32-byte aligned
+      } else {
+        deq(wr, wf, cols);
+        wrow_f = wf;
+      }
+      for (int64_t t = 0; t < n_tokens; ++t) Y[t * rows + r] = dot_f32_exact(wrow_f, X + t * cols, cols);
+    }
+  });
+}
+
+}  // namespace picolm

@@ -1,0 +1,36 @@
+// Internal: the weights of a loaded model, as views into the GGUF map.
+#pragma once
+#include <vector>
+
+#include "model.h"
+
+namespace picolm {
+
+struct WeightView {
+  const void* data = nullptr;
+  GgmlType type = GgmlType::F32;
+  int64_t rows = 0;  // output features
+  int64_t cols = 0;  // input features (row length)
+};
+
+struct LayerWeights {
+  std::vector<float> attn_norm, ffn_norm;  // [n_embd], dequantized at load (tiny)
+  WeightView wq, wk, wv, wo;
+  std::vector<float> bq, bk, bv;  // qwen2 biases ([n_head*hd], [n_kv*hd]); empty for llama
+  WeightView w_gate, w_up, w_down;
+};
+
+struct Model::Impl {
+  std::unique_ptr<GgufFile> file;
+  std::unique_ptr<Tokenizer> tokenizer;
+  HParams hp;
+  ModelOptions opts;
+  WeightView tok_embd;  // [n_vocab][n_embd]
+  WeightView output;    // [n_vocab][n_embd] (== tok_embd when tied)
+  std::vector<float> output_norm;
+  std::vector<LayerWeights> layers;
+  uint64_t fingerprint = 0;
+  const KernelTable* kernels = nullptr;
+};
+
+}  // namespace picolm

@@ -1,0 +1,119 @@
+// Internal: the compiled grammar (a context-free grammar over bytes) and the recognizer helpers.
+//
+// Representation: rules are lists of alternatives; an alternative is a sequence of elements ending in
+// End. Terminal elements are byte classes (256-bit sets) and the JSON string-character element
+// StrChar, a small fixed automaton that consumes exactly one JSON string character (raw UTF-8 code
+// point with validation, or an escape incl. \uXXXX surrogate pairs). StrCharLoop is the same
+// automaton but marks the loop `S ::= StrCharLoop S | '"'`: from that position every "string-safe"
+// token is allowed, which the mask code answers from a precomputed bitset.
+//
+// The recognizer state is a set of stacks of element positions (as in llama.cpp's GBNF matcher):
+// the top of each stack is a terminal, lower entries are return positions. The top entry also
+// carries the StrChar sub-state in its high bits.
+#pragma once
+#include <array>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "grammar/grammar.h"
+
+namespace picolm::grammar {
+
+namespace detail {
+
+enum class ElemKind : uint8_t { End, Ref, Class, StrChar, StrCharLoop };
+
+struct Elem {
+  ElemKind kind;
+  uint32_t arg;  // Ref: rule id; Class: class id
+};
+
+using ByteSet = std::array<uint64_t, 4>;
+inline bool byteset_has(const ByteSet& s, uint8_t b) { return (s[b >> 6] >> (b & 63)) & 1; }
+inline void byteset_add(ByteSet& s, uint8_t b) { s[b >> 6] |= uint64_t(1) << (b & 63); }
+
+// Builds rules; the schema compiler and the tool-list compiler write through it.
+struct RuleBuilder {
+  std::vector<std::vector<std::vector<Elem>>> rules;  // [rule][alternative][element], no End
+  std::vector<ByteSet> classes;
+  std::map<ByteSet, uint32_t> class_ids;
+
+  uint32_t new_rule() {
+    rules.emplace_back();
+    return uint32_t(rules.size() - 1);
+  }
+  void add_alt(uint32_t r, std::vector<Elem> alt) { rules[r].push_back(std::move(alt)); }
+  Elem cls(const ByteSet& s) {
+    auto it = class_ids.find(s);
+    if (it != class_ids.end()) return {ElemKind::Class, it->second};
+    uint32_t id = uint32_t(classes.size());
+    classes.push_back(s);
+    class_ids.emplace(s, id);
+    return {ElemKind::Class, id};
+  }
+  Elem byte(uint8_t b) {
+    ByteSet s{};
+    byteset_add(s, b);
+    return cls(s);
+  }
+  Elem range(uint8_t lo, uint8_t hi) {
+    ByteSet s{};
+    for (int b = lo; b <= hi; ++b) byteset_add(s, uint8_t(b));
+    return cls(s);
+  }
+  static Elem ref(uint32_t r) { return {ElemKind::Ref, r}; }
+  void lit(std::vector<Elem>& seq, std::string_view bytes) {
+    for (unsigned char c : bytes) seq.push_back(byte(c));
+  }
+  // A rule matching exactly `bytes`.
+  uint32_t literal_rule(std::string_view bytes) {
+    uint32_t r = new_rule();
+    std::vector<Elem> seq;
+    lit(seq, bytes);
+    add_alt(r, std::move(seq));
+    return r;
+  }
+};
+
+// StrChar sub-automaton: kStrCharNext[sub][byte] -> next sub-state, kDone or kReject.
+constexpr uint8_t kStrDone = 0xFE;
+constexpr uint8_t kStrReject = 0xFF;
+constexpr int kStrSubStates = 22;
+const std::array<std::array<uint8_t, 256>, kStrSubStates>& strchar_table();
+
+constexpr uint32_t kPosBits = 26;
+constexpr uint32_t kPosMask = (1u << kPosBits) - 1;
+
+}  // namespace detail
+
+class Grammar {
+ public:
+  std::vector<detail::Elem> elems;        // flattened; every alternative ends with End
+  std::vector<uint32_t> rule_alt_begin;   // [rule + 1]: index range into alt_starts
+  std::vector<uint32_t> alt_starts;       // position of each alternative's first element
+  std::vector<detail::ByteSet> classes;
+  uint32_t start_pos = 0;                 // position of the synthetic `Ref(root) End`
+  // [position] -> class id when the position starts an alternative `[Class C] Ref(own rule)`:
+  // from such a stack top, any token made only of bytes in C keeps the stack alive (mask fast
+  // path, e.g. free text before a trigger, or `[a-z]*` inside patterned strings). -1 otherwise.
+  std::vector<int32_t> self_loop_class;
+  std::string description;                // what was compiled (for debugging dumps)
+
+  // Mask cache shared by all matchers of this grammar: (vocabulary fingerprint, recognizer state)
+  // -> mask. Guarded by cache_mu; bounded (cleared when full).
+  mutable std::mutex cache_mu;
+  mutable std::unordered_map<std::string, std::shared_ptr<const std::vector<uint32_t>>> mask_cache;
+  static constexpr size_t kMaskCacheMax = 512;
+
+  // Finalizes a builder: prunes unproductive alternatives; returns null (and an error message) if
+  // the root cannot produce any string.
+  static std::shared_ptr<Grammar> build(detail::RuleBuilder& rb, uint32_t root, std::string& err);
+  std::string dump() const;  // a GBNF-like text, for debugging
+};
+
+}  // namespace picolm::grammar

@@ -1,0 +1,41 @@
+// Internal: a small JSON DOM for schemas. We keep our own tree (instead of simdjson's read-only DOM)
+// because the schema compiler merges and rewrites subschemas, and enum/const literals must keep the
+// exact source spelling of numbers.
+#pragma once
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace picolm::grammar::detail {
+
+struct JValue {
+  enum class Kind { Null, Bool, Number, String, Array, Object };
+  Kind kind = Kind::Null;
+  bool boolean = false;
+  double number = 0;
+  std::string str;  // String: decoded UTF-8 value; Number: source spelling
+  std::vector<JValue> arr;
+  std::vector<std::pair<std::string, JValue>> obj;  // source order kept (property order matters)
+
+  bool is_object() const { return kind == Kind::Object; }
+  bool is_array() const { return kind == Kind::Array; }
+  bool is_string() const { return kind == Kind::String; }
+  bool is_number() const { return kind == Kind::Number; }
+  bool is_bool() const { return kind == Kind::Bool; }
+  bool is_integer_valued() const;  // a Number whose value is an integer (1.0 counts, per 2020-12)
+  const JValue* get(std::string_view key) const;
+};
+
+// Parses a whole document (RFC 8259; trailing garbage is an error). Returns false and sets err.
+bool parse_json(std::string_view text, JValue& out, std::string& err);
+
+// Compact serialization; strings are re-escaped (only '"', '\\' and controls), numbers keep their
+// source spelling. The result is a valid JSON text for the same value.
+std::string to_json(const JValue& v);
+std::string json_quote(std::string_view utf8);
+
+// Equality per JSON Schema (numbers by value, objects ignoring key order).
+bool json_equal(const JValue& a, const JValue& b);
+
+}  // namespace picolm::grammar::detail

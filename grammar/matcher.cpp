@@ -1,0 +1,693 @@
+// Recognizer (sets of stacks over the byte-level grammar), Vocabulary tables and the Matcher.
+#include <algorithm>
+#include <cstring>
+#include <stdexcept>
+
+#include "grammar/grammar_impl.h"
+
+namespace picolm::grammar {
+
+using namespace detail;
+
+namespace detail {
+
+namespace {
+enum StrSub : uint8_t {
+  S0 = 0, C1, C2, C3, SE0, SED, SF0, SF4, ESC, U1, U2, U2D, U3, U4, H3, H4, P0, P1, P2, P3, P4, P5
+};
+static_assert(P5 + 1 == kStrSubStates);
+
+bool is_hex(int b) { return (b >= '0' && b <= '9') || (b >= 'a' && b <= 'f') || (b >= 'A' && b <= 'F'); }
+
+std::array<std::array<uint8_t, 256>, kStrSubStates> make_strchar_table() {
+  std::array<std::array<uint8_t, 256>, kStrSubStates> t;
+  for (auto& row : t) row.fill(kStrReject);
+  for (int b = 0x20; b <= 0x7F; ++b)
+    if (b != '"' && b != '\\') t[S0][b] = kStrDone;
+  t[S0]['\\'] = ESC;
+  for (int b = 0xC2; b <= 0xDF; ++b) t[S0][b] = C1;
+  t[S0][0xE0] = SE0;
+  for (int b = 0xE1; b <= 0xEC; ++b) t[S0][b] = C2;
+  t[S0][0xED] = SED;
+  t[S0][0xEE] = C2;
+  t[S0][0xEF] = C2;
+  t[S0][0xF0] = SF0;
+  for (int b = 0xF1; b <= 0xF3; ++b) t[S0][b] = C3;
+  t[S0][0xF4] = SF4;
+  for (int b = 0x80; b <= 0xBF; ++b) {
+    t[C1][b] = kStrDone;
+    t[C2][b] = C1;
+    t[C3][b] = C2;
+  }
+  for (int b = 0xA0; b <= 0xBF; ++b) t[SE0][b] = C1;
+  for (int b = 0x80; b <= 0x9F; ++b) t[SED][b] = C1;  // no UTF-8 encoded surrogates
+  for (int b = 0x90; b <= 0xBF; ++b) t[SF0][b] = C2;
+  for (int b = 0x80; b <= 0x8F; ++b) t[SF4][b] = C2;
+  for (int b : {'"', '\\', '/', 'b', 'f', 'n', 'r', 't'}) t[ESC][b] = kStrDone;
+  t[ESC]['u'] = U1;
+  for (int b = 0; b < 256; ++b) {
+    if (!is_hex(b)) continue;
+    t[U1][b] = (b == 'd' || b == 'D') ? U2D : U2;
+    t[U2][b] = U3;
+    t[U3][b] = U4;
+    t[U4][b] = kStrDone;
+    t[H3][b] = H4;
+    t[H4][b] = P0;
+    t[P4][b] = P5;
+    t[P5][b] = kStrDone;
+  }
+  // \uD800-\uDBFF must be followed by \uDC00-\uDFFF; a lone low surrogate is refused.
+  for (int b = '0'; b <= '7'; ++b) t[U2D][b] = U3;
+  for (int b : {'8', '9', 'a', 'b', 'A', 'B'}) t[U2D][b] = H3;
+  t[P0]['\\'] = P1;
+  t[P1]['u'] = P2;
+  t[P2]['d'] = P3;
+  t[P2]['D'] = P3;
+  for (int b : {'c', 'd', 'e', 'f', 'C', 'D', 'E', 'F'}) t[P3][b] = P4;
+  return t;
+}
+}  // namespace
+
+const std::array<std::array<uint8_t, 256>, kStrSubStates>& strchar_table() {
+  static const auto table = make_strchar_table();  // immutable after first use
+  return table;
+}
+
+// Advances sets of stacks. Stack sets are stored flat: [len, e_0 .. e_{len-1}]*, bottom first,
+// sorted and deduplicated so that equal states have equal bytes (the mask-cache key).
+class Recognizer {
+ public:
+  explicit Recognizer(const Grammar& g) : g_(g), table_(strchar_table()) {}
+
+  void initial(std::vector<uint32_t>& out) {
+    out.clear();
+    std::vector<uint32_t> st{g_.start_pos};
+    expand(st, 0, out);
+    canonicalize(out);
+  }
+
+  // out = state after `byte`; returns false if no stack survives.
+  bool advance(const std::vector<uint32_t>& in, uint8_t byte, std::vector<uint32_t>& out) {
+    out.clear();
+    size_t i = 0, n = in.size();
+    while (i < n) {
+      uint32_t len = in[i];
+      const uint32_t* s = &in[i + 1];
+      i += 1 + len;
+      if (len == 0) continue;
+      uint32_t top = s[len - 1];
+      uint32_t pos = top & kPosMask;
+      const Elem& e = g_.elems[pos];
+      if (e.kind == ElemKind::Class) {
+        if (!byteset_has(g_.classes[e.arg], byte)) continue;
+        st_.assign(s, s + len);
+        st_.back() = pos + 1;
+        expand(st_, 0, out);
+      } else {  // StrChar / StrCharLoop
+        uint8_t nx = table_[top >> kPosBits][byte];
+        if (nx == kStrReject) continue;
+        st_.assign(s, s + len);
+        if (nx == kStrDone) {
+          st_.back() = pos + 1;
+          expand(st_, 0, out);
+        } else {
+          st_.back() = pos | (uint32_t(nx) << kPosBits);
+          emit(st_, out);
+        }
+      }
+    }
+    canonicalize(out);
+    return !out.empty();
+  }
+
+ private:
+  static void emit(const std::vector<uint32_t>& st, std::vector<uint32_t>& out) {
+    out.push_back(uint32_t(st.size()));
+    out.insert(out.end(), st.begin(), st.end());
+  }
+
+  // Resolves Ref/End at the top of `st` until every resulting stack has a terminal on top (or is
+  // empty = complete). Consumes `st`.
+  void expand(std::vector<uint32_t>& st, int depth, std::vector<uint32_t>& out) {
+    if (depth > 2000) return;  // runaway (left-recursive) expansion: treat as dead, never accept
+    while (!st.empty()) {
+      uint32_t pos = st.back() & kPosMask;
+      const Elem& e = g_.elems[pos];
+      if (e.kind == ElemKind::End) {
+        st.pop_back();
+        continue;
+      }
+      if (e.kind != ElemKind::Ref) break;
+      st.pop_back();
+      if (g_.elems[pos + 1].kind != ElemKind::End) st.push_back(pos + 1);  // tail calls push nothing
+      uint32_t b = g_.rule_alt_begin[e.arg], en = g_.rule_alt_begin[e.arg + 1];
+      for (uint32_t a = b; a < en; ++a) {
+        if (a + 1 == en) {
+          st.push_back(g_.alt_starts[a]);
+          expand(st, depth + 1, out);
+        } else {
+          std::vector<uint32_t> copy;
+          copy.reserve(st.size() + 1);
+          copy = st;
+          copy.push_back(g_.alt_starts[a]);
+          expand(copy, depth + 1, out);
+        }
+      }
+      return;
+    }
+    emit(st, out);
+  }
+
+  void canonicalize(std::vector<uint32_t>& data) {
+    spans_.clear();
+    size_t i = 0;
+    while (i < data.size()) {
+      spans_.push_back({uint32_t(i), data[i]});
+      i += 1 + data[i];
+    }
+    if (spans_.size() <= 1) return;
+    const uint32_t* d = data.data();
+    auto less = [d](const std::pair<uint32_t, uint32_t>& a, const std::pair<uint32_t, uint32_t>& b) {
+      return std::lexicographical_compare(d + a.first, d + a.first + 1 + a.second, d + b.first,
+                                          d + b.first + 1 + b.second);
+    };
+    auto eq = [d](const std::pair<uint32_t, uint32_t>& a, const std::pair<uint32_t, uint32_t>& b) {
+      return a.second == b.second && std::equal(d + a.first, d + a.first + 1 + a.second, d + b.first);
+    };
+    bool sorted = true;
+    for (size_t k = 1; k < spans_.size() && sorted; ++k) sorted = less(spans_[k - 1], spans_[k]);
+    if (sorted) return;
+    std::sort(spans_.begin(), spans_.end(), less);
+    spans_.erase(std::unique(spans_.begin(), spans_.end(), eq), spans_.end());
+    tmp_.clear();
+    for (auto [off, len] : spans_) tmp_.insert(tmp_.end(), d + off, d + off + 1 + len);
+    data.swap(tmp_);
+  }
+
+  const Grammar& g_;
+  const std::array<std::array<uint8_t, 256>, kStrSubStates>& table_;
+  std::vector<uint32_t> st_;
+  std::vector<std::pair<uint32_t, uint32_t>> spans_;
+  std::vector<uint32_t> tmp_;
+};
+
+}  // namespace detail
+
+// ---------------------------------------------------------------------------------------------
+// Grammar finalization
+
+std::shared_ptr<Grammar> Grammar::build(RuleBuilder& rb, uint32_t root, std::string& err) {
+  size_t nr = rb.rules.size();
+  std::vector<uint8_t> prod(nr, 0);
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (size_t r = 0; r < nr; ++r) {
+      if (prod[r]) continue;
+      for (const auto& alt : rb.rules[r]) {
+        bool ok = true;
+        for (const auto& e : alt)
+          if (e.kind == ElemKind::Ref && !prod[e.arg]) { ok = false; break; }
+        if (ok) { prod[r] = 1; changed = true; break; }
+      }
+    }
+  }
+  if (!prod[root]) {
+    err = "the schema admits no instance that this engine can generate (unsatisfiable or too restrictive)";
+    return nullptr;
+  }
+  auto g = std::make_shared<Grammar>();
+  g->classes = rb.classes;
+  g->elems.push_back({ElemKind::Ref, root});
+  g->elems.push_back({ElemKind::End, 0});
+  g->start_pos = 0;
+  g->rule_alt_begin.resize(nr + 1);
+  for (size_t r = 0; r < nr; ++r) {
+    g->rule_alt_begin[r] = uint32_t(g->alt_starts.size());
+    if (!prod[r]) continue;
+    for (const auto& alt : rb.rules[r]) {
+      bool ok = true;
+      for (const auto& e : alt)
+        if (e.kind == ElemKind::Ref && !prod[e.arg]) { ok = false; break; }
+      if (!ok) continue;
+      g->alt_starts.push_back(uint32_t(g->elems.size()));
+      g->elems.insert(g->elems.end(), alt.begin(), alt.end());
+      g->elems.push_back({ElemKind::End, 0});
+    }
+  }
+  g->rule_alt_begin[nr] = uint32_t(g->alt_starts.size());
+  g->self_loop_class.assign(g->elems.size(), -1);
+  for (size_t r = 0; r < nr; ++r)
+    for (uint32_t a = g->rule_alt_begin[r]; a < g->rule_alt_begin[r + 1]; ++a) {
+      uint32_t p = g->alt_starts[a];
+      const auto& e = g->elems;
+      if (e[p].kind == ElemKind::Class && e[p + 1].kind == ElemKind::Ref && e[p + 1].arg == r &&
+          e[p + 2].kind == ElemKind::End)
+        g->self_loop_class[p] = int32_t(e[p].arg);
+    }
+  if (g->elems.size() >= kPosMask) {
+    err = "grammar too large";
+    return nullptr;
+  }
+  return g;
+}
+
+std::string Grammar::dump() const {
+  auto cls_text = [&](const ByteSet& s) {
+    std::string o = "[";
+    for (int b = 0; b < 256; ++b) {
+      if (!byteset_has(s, uint8_t(b))) continue;
+      int e = b;
+      while (e + 1 < 256 && byteset_has(s, uint8_t(e + 1))) ++e;
+      auto one = [](int c) {
+        char buf[8];
+        if (c >= 0x21 && c < 0x7F && c != '\\' && c != ']' && c != '-') return std::string(1, char(c));
+        std::snprintf(buf, sizeof buf, "\\x%02X", c);
+        return std::string(buf);
+      };
+      o += one(b);
+      if (e > b) o += "-" + one(e);
+      b = e;
+    }
+    return o + "]";
+  };
+  std::string out;
+  size_t nr = rule_alt_begin.size() - 1;
+  for (size_t r = 0; r < nr; ++r) {
+    if (rule_alt_begin[r] == rule_alt_begin[r + 1]) continue;
+    out += "r" + std::to_string(r) + " ::=";
+    for (uint32_t a = rule_alt_begin[r]; a < rule_alt_begin[r + 1]; ++a) {
+      if (a != rule_alt_begin[r]) out += " |";
+      for (uint32_t p = alt_starts[a]; elems[p].kind != ElemKind::End; ++p) {
+        const Elem& e = elems[p];
+        switch (e.kind) {
+          case ElemKind::Ref: out += " r" + std::to_string(e.arg); break;
+          case ElemKind::Class: out += " " + cls_text(classes[e.arg]); break;
+          case ElemKind::StrChar: out += " <strchar>"; break;
+          case ElemKind::StrCharLoop: out += " <strchar*>"; break;
+          case ElemKind::End: break;
+        }
+      }
+      if (elems[alt_starts[a]].kind == ElemKind::End) out += " \"\"";
+    }
+    out += "\n";
+  }
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Vocabulary
+
+namespace {
+
+class VocabularyImpl final : public Vocabulary {
+ public:
+  struct Node {
+    uint8_t byte;
+    uint8_t all_safe;  // every token in this subtree is string-safe (see below)
+    uint16_t depth;    // 1 = child of the root
+    uint32_t end;      // index one past this node's subtree (nodes are in DFS order)
+    uint32_t tok_begin, tok_end;  // range in node_tokens_ of tokens whose bytes end here
+  };
+
+  VocabularyImpl(std::vector<std::string> toks, std::vector<int32_t> eog)
+      : tokens_(std::move(toks)), eog_(std::move(eog)) {
+    size_t n = tokens_.size();
+    words_ = (n + 31) / 32;
+    is_eog_.assign(n, 0);
+    for (int32_t id : eog_)
+      if (id >= 0 && size_t(id) < n) is_eog_[id] = 1;
+    // A token is "string-safe" if the StrChar automaton, looping back after each character,
+    // consumes all its bytes (it may stop inside a character or an escape). From a StrCharLoop
+    // position such a token keeps the recognizer alive, and the string can still be closed.
+    const auto& t = strchar_table();
+    std::vector<uint8_t> safe(n, 0);
+    safe_mask_.assign(words_, 0);
+    for (size_t id = 0; id < n; ++id) {
+      if (is_eog_[id] || tokens_[id].empty()) continue;
+      uint8_t sub = 0;
+      bool ok = true;
+      for (unsigned char c : tokens_[id]) {
+        uint8_t nx = t[sub][c];
+        if (nx == kStrReject) { ok = false; break; }
+        sub = nx == kStrDone ? 0 : nx;
+      }
+      if (ok) {
+        safe[id] = 1;
+        safe_mask_[id / 32] |= 1u << (id % 32);
+      }
+    }
+    // Trie in DFS order from the sorted token list.
+    std::vector<int32_t> order;
+    for (size_t id = 0; id < n; ++id)
+      if (!is_eog_[id] && !tokens_[id].empty()) order.push_back(int32_t(id));
+    std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
+      return tokens_[a] < tokens_[b] || (tokens_[a] == tokens_[b] && a < b);
+    });
+    std::vector<uint32_t> path;  // node index per depth-1
+    const std::string* prev = nullptr;
+    for (int32_t id : order) {
+      const std::string& s = tokens_[id];
+      size_t lcp = 0;
+      if (prev) {
+        size_t m = std::min(prev->size(), s.size());
+        while (lcp < m && (*prev)[lcp] == s[lcp]) ++lcp;
+      }
+      while (path.size() > lcp) {
+        nodes_[path.back()].end = uint32_t(nodes_.size());
+        path.pop_back();
+      }
+      for (size_t d = lcp; d < s.size(); ++d) {
+        Node nd{};
+        nd.byte = uint8_t(s[d]);
+        nd.depth = uint16_t(std::min<size_t>(d + 1, 65535));
+        nd.tok_begin = nd.tok_end = uint32_t(node_tokens_.size());
+        path.push_back(uint32_t(nodes_.size()));
+        nodes_.push_back(nd);
+      }
+      Node& last = nodes_[path.back()];
+      node_tokens_.push_back(id);
+      last.tok_end = uint32_t(node_tokens_.size());
+      max_depth_ = std::max(max_depth_, s.size());
+      prev = &s;
+    }
+    while (!path.empty()) {
+      nodes_[path.back()].end = uint32_t(nodes_.size());
+      path.pop_back();
+    }
+    for (size_t i = nodes_.size(); i-- > 0;) {
+      Node& nd = nodes_[i];
+      bool ok = true;
+      for (uint32_t k = nd.tok_begin; k < nd.tok_end && ok; ++k) ok = safe[node_tokens_[k]];
+      for (uint32_t j = uint32_t(i + 1); j < nd.end && ok; j = nodes_[j].end) ok = nodes_[j].all_safe;
+      nd.all_safe = ok;
+    }
+    // Fingerprint of the contents: keys the shared mask caches, so equal vocabularies share
+    // entries and a different vocabulary can never hit another's masks.
+    uint64_t h = 1469598103934665603ull;
+    auto mix = [&h](const void* p, size_t len) {
+      const unsigned char* c = static_cast<const unsigned char*>(p);
+      for (size_t k = 0; k < len; ++k) { h ^= c[k]; h *= 1099511628211ull; }
+    };
+    for (const auto& s : tokens_) {
+      uint64_t len = s.size();
+      mix(&len, sizeof len);
+      mix(s.data(), s.size());
+    }
+    for (int32_t id : eog_) mix(&id, sizeof id);
+    fingerprint_ = h;
+  }
+
+  // Tables for one byte class C: which tokens consist only of bytes in C, and which trie subtrees
+  // contain only such tokens. Built on first use per class and kept (bounded) for the lifetime of
+  // the vocabulary: grammars of one deployment use few distinct loop classes.
+  struct LoopTables {
+    std::vector<uint32_t> token_mask;  // bitset over token ids
+    std::vector<uint8_t> subtree_in;   // [node]: the node's byte and everything below are in C
+    std::vector<uint8_t> below_in;     // [node]: everything strictly below the node is in C
+  };
+  std::shared_ptr<const LoopTables> loop_tables(const ByteSet& c) const {
+    {
+      std::lock_guard<std::mutex> lock(loop_mu_);
+      auto it = loop_tables_.find(c);
+      if (it != loop_tables_.end()) return it->second;
+      if (loop_tables_.size() >= 256) return nullptr;
+    }
+    auto t = std::make_shared<LoopTables>();
+    t->token_mask.assign(words_, 0);
+    std::vector<uint8_t> in(tokens_.size(), 0);
+    for (size_t id = 0; id < tokens_.size(); ++id) {
+      if (is_eog_[id] || tokens_[id].empty()) continue;
+      bool ok = true;
+      for (unsigned char ch : tokens_[id])
+        if (!byteset_has(c, ch)) { ok = false; break; }
+      if (ok) {
+        in[id] = 1;
+        t->token_mask[id / 32] |= 1u << (id % 32);
+      }
+    }
+    t->subtree_in.assign(nodes_.size(), 0);
+    t->below_in.assign(nodes_.size(), 0);
+    for (size_t i = nodes_.size(); i-- > 0;) {
+      const Node& nd = nodes_[i];
+      bool below = true;
+      for (uint32_t j = uint32_t(i + 1); j < nd.end && below; j = nodes_[j].end) below = t->subtree_in[j];
+      t->below_in[i] = below;
+      bool ok = below && byteset_has(c, nd.byte);
+      for (uint32_t k = nd.tok_begin; k < nd.tok_end && ok; ++k) ok = in[node_tokens_[k]];
+      t->subtree_in[i] = ok;
+    }
+    std::lock_guard<std::mutex> lock(loop_mu_);
+    loop_tables_.emplace(c, t);
+    return t;
+  }
+
+  size_t size() const override { return tokens_.size(); }
+  const std::string& token(int32_t id) const override { return tokens_.at(size_t(id)); }
+  const std::vector<int32_t>& eog_ids() const override { return eog_; }
+
+  std::vector<std::string> tokens_;
+  std::vector<int32_t> eog_;
+  std::vector<uint8_t> is_eog_;
+  size_t words_ = 0;
+  std::vector<uint32_t> safe_mask_;  // bitset over token ids
+  std::vector<Node> nodes_;
+  std::vector<int32_t> node_tokens_;
+  size_t max_depth_ = 0;
+  uint64_t fingerprint_ = 0;
+  mutable std::mutex loop_mu_;
+  mutable std::map<ByteSet, std::shared_ptr<const LoopTables>> loop_tables_;
+};
+
+}  // namespace
+
+std::shared_ptr<const Vocabulary> Vocabulary::create(std::vector<std::string> token_bytes,
+                                                     std::vector<int32_t> eog_ids) {
+  return std::make_shared<VocabularyImpl>(std::move(token_bytes), std::move(eog_ids));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Matcher
+
+struct Matcher::Impl {
+  struct Snapshot {
+    std::vector<uint32_t> state;
+    size_t text_len;
+    bool terminated;
+  };
+
+  std::shared_ptr<const Grammar> g;
+  std::shared_ptr<const VocabularyImpl> v;
+  Recognizer rec;
+  std::vector<uint32_t> state;
+  std::vector<Snapshot> history;
+  std::string text;
+  bool terminated = false;
+  // scratch
+  std::vector<uint32_t> tmp_a, tmp_b;
+  mutable std::vector<std::vector<uint32_t>> levels;
+
+  Impl(std::shared_ptr<const Grammar> gg, std::shared_ptr<const VocabularyImpl> vv)
+      : g(std::move(gg)), v(std::move(vv)), rec(*g) {
+    rec.initial(state);
+  }
+
+  bool complete() const {
+    if (terminated) return true;
+    for (size_t i = 0; i < state.size(); i += 1 + state[i])
+      if (state[i] == 0) return true;
+    return false;
+  }
+  bool only_complete() const {
+    for (size_t i = 0; i < state.size(); i += 1 + state[i])
+      if (state[i] != 0) return false;
+    return true;
+  }
+
+  bool advance_bytes(std::string_view bytes, std::vector<uint32_t>& out) {
+    tmp_a = state;
+    for (unsigned char c : bytes) {
+      if (!rec.advance(tmp_a, c, tmp_b)) return false;
+      tmp_a.swap(tmp_b);
+    }
+    out.swap(tmp_a);
+    return true;
+  }
+
+  void push_history() { history.push_back({state, text.size(), terminated}); }
+
+  void set_eog_bits(uint32_t* mask) const {
+    for (int32_t id : v->eog_)
+      if (id >= 0 && size_t(id) < v->size()) mask[id / 32] |= 1u << (id % 32);
+  }
+
+  bool subtree_loop_accepts(const std::vector<uint32_t>& st, size_t node) const {
+    for (size_t i = 0; i < st.size(); i += 1 + st[i]) {
+      uint32_t len = st[i];
+      if (len == 0) continue;
+      uint32_t top = st[i + len];
+      if ((top >> kPosBits) != 0) continue;
+      int32_t c = g->self_loop_class[top & kPosMask];
+      if (c < 0) continue;
+      const auto* t = tables_for(c);
+      if (t && t->below_in[node]) return true;
+    }
+    return false;
+  }
+
+  // Per-matcher memo of the vocabulary's loop tables (avoids its mutex in the trie walk).
+  const VocabularyImpl::LoopTables* tables_for(int32_t c) const {
+    if (loop_memo.size() < g->classes.size()) loop_memo.resize(g->classes.size());
+    auto& slot = loop_memo[size_t(c)];
+    if (!slot.first) {
+      slot.first = true;
+      slot.second = v->loop_tables(g->classes[size_t(c)]);
+    }
+    return slot.second.get();
+  }
+  mutable std::vector<std::pair<bool, std::shared_ptr<const VocabularyImpl::LoopTables>>> loop_memo;
+
+  void compute_mask(uint32_t* mask) {
+    size_t words = v->words_;
+    std::memset(mask, 0, words * sizeof(uint32_t));
+    bool skip_safe = false;
+    std::vector<int32_t> loop_classes;
+    for (size_t i = 0; i < state.size(); i += 1 + state[i]) {
+      uint32_t len = state[i];
+      if (len == 0) continue;
+      uint32_t top = state[i + len];
+      if ((top >> kPosBits) != 0) continue;
+      uint32_t pos = top & kPosMask;
+      if (g->elems[pos].kind == ElemKind::StrCharLoop) skip_safe = true;
+      int32_t c = g->self_loop_class[pos];
+      if (c >= 0 && std::find(loop_classes.begin(), loop_classes.end(), c) == loop_classes.end())
+        loop_classes.push_back(c);
+    }
+    if (skip_safe) std::memcpy(mask, v->safe_mask_.data(), words * sizeof(uint32_t));
+    std::vector<std::shared_ptr<const VocabularyImpl::LoopTables>> loops;
+    for (int32_t c : loop_classes) {
+      auto t = v->loop_tables(g->classes[c]);
+      if (!t) continue;
+      for (size_t w = 0; w < words; ++w) mask[w] |= t->token_mask[w];
+      loops.push_back(std::move(t));
+    }
+    if (levels.size() < v->max_depth_ + 1) levels.resize(v->max_depth_ + 1);
+    levels[0] = state;
+    const auto& nodes = v->nodes_;
+    size_t i = 0, n = nodes.size();
+    while (i < n) {
+      const auto& nd = nodes[i];
+      bool skip = skip_safe && nd.all_safe;
+      for (size_t k = 0; k < loops.size() && !skip; ++k) skip = loops[k]->subtree_in[i];
+      if (skip) {
+        i = nd.end;
+        continue;
+      }
+      if (!rec.advance(levels[nd.depth - 1], nd.byte, levels[nd.depth])) {
+        i = nd.end;
+        continue;
+      }
+      // Below this node, a self-loop on class C in the new state accepts every token whose
+      // remaining bytes are all in C (free text after a partial trigger, for example).
+      if (nd.end > i + 1 && subtree_loop_accepts(levels[nd.depth], i)) {
+        for (uint32_t k = nd.tok_begin, e = v->nodes_[nd.end - 1].tok_end; k < e; ++k) {
+          int32_t id = v->node_tokens_[k];
+          mask[id / 32] |= 1u << (id % 32);
+        }
+        i = nd.end;
+        continue;
+      }
+      for (uint32_t k = nd.tok_begin; k < nd.tok_end; ++k) {
+        int32_t id = v->node_tokens_[k];
+        mask[id / 32] |= 1u << (id % 32);
+      }
+      ++i;
+    }
+    if (complete()) set_eog_bits(mask);
+  }
+};
+
+Matcher::Matcher(std::shared_ptr<const Grammar> grammar, std::shared_ptr<const Vocabulary> vocab) {
+  if (!grammar) throw std::invalid_argument("Matcher: null grammar");
+  auto v = std::dynamic_pointer_cast<const VocabularyImpl>(vocab);
+  if (!v) throw std::invalid_argument("Matcher: vocabulary must come from Vocabulary::create");
+  impl_ = std::make_unique<Impl>(std::move(grammar), std::move(v));
+}
+Matcher::~Matcher() = default;
+Matcher::Matcher(Matcher&&) noexcept = default;
+Matcher& Matcher::operator=(Matcher&&) noexcept = default;
+
+bool Matcher::accept_token(int32_t id) {
+  Impl& m = *impl_;
+  if (m.terminated || id < 0 || size_t(id) >= m.v->size()) return false;
+  if (m.v->is_eog_[id]) {
+    if (!m.complete()) return false;
+    m.push_history();
+    m.terminated = true;
+    return true;
+  }
+  const std::string& bytes = m.v->tokens_[id];
+  if (bytes.empty()) return false;
+  std::vector<uint32_t> next;
+  if (!m.advance_bytes(bytes, next)) return false;
+  m.push_history();
+  m.state.swap(next);
+  m.text += bytes;
+  return true;
+}
+
+bool Matcher::accept_bytes(std::string_view bytes) {
+  Impl& m = *impl_;
+  if (m.terminated) return false;
+  std::vector<uint32_t> next;
+  if (!m.advance_bytes(bytes, next)) return false;
+  m.push_history();
+  m.state.swap(next);
+  m.text.append(bytes);
+  return true;
+}
+
+void Matcher::rollback(int n_tokens) {
+  Impl& m = *impl_;
+  while (n_tokens-- > 0 && !m.history.empty()) {
+    auto& s = m.history.back();
+    m.state.swap(s.state);
+    m.text.resize(s.text_len);
+    m.terminated = s.terminated;
+    m.history.pop_back();
+  }
+}
+
+bool Matcher::is_complete() const { return impl_->complete(); }
+
+bool Matcher::is_terminated() const { return impl_->terminated || impl_->only_complete(); }
+
+void Matcher::fill_mask(uint32_t* mask) const {
+  Impl& m = *impl_;
+  size_t words = m.v->words_;
+  if (m.terminated || m.only_complete()) {
+    std::memset(mask, 0, words * sizeof(uint32_t));
+    m.set_eog_bits(mask);
+    return;
+  }
+  std::string key;
+  key.resize(sizeof(uint64_t) + m.state.size() * sizeof(uint32_t));
+  std::memcpy(key.data(), &m.v->fingerprint_, sizeof(uint64_t));
+  std::memcpy(key.data() + sizeof(uint64_t), m.state.data(), m.state.size() * sizeof(uint32_t));
+  {
+    std::lock_guard<std::mutex> lock(m.g->cache_mu);
+    auto it = m.g->mask_cache.find(key);
+    if (it != m.g->mask_cache.end()) {
+      std::memcpy(mask, it->second->data(), words * sizeof(uint32_t));
+      return;
+    }
+  }
+  m.compute_mask(mask);
+  auto stored = std::make_shared<const std::vector<uint32_t>>(mask, mask + words);
+  std::lock_guard<std::mutex> lock(m.g->cache_mu);
+  if (m.g->mask_cache.size() >= Grammar::kMaskCacheMax) m.g->mask_cache.clear();
+  m.g->mask_cache.emplace(std::move(key), std::move(stored));
+}
+
+const std::string& Matcher::text() const { return impl_->text; }
+
+}  // namespace picolm::grammar

@@ -1,0 +1,1248 @@
+// JSON Schema -> byte-level grammar rules.
+//
+// Pipeline: (1) scan the whole document once and report every keyword we do not support, with its
+// JSON pointer; (2) each schema is flattened into a disjunction of "flat" schemas (no $ref/allOf/
+// anyOf/oneOf at the top: those are merged or distributed); (3) each flat schema becomes rules
+// per allowed JSON type. Subschemas (properties, items) are compiled lazily and memoized by node,
+// so recursive $refs become recursive rules.
+//
+// Soundness first: the grammar may generate a SUBSET of the valid instances (fixed property order,
+// canonical numbers, no optional escapes in patterned strings), never a superset. When a keyword
+// combination cannot be compiled exactly or conservatively, compilation fails with an error.
+#include "grammar/schema_compiler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <numeric>
+#include <optional>
+#include <set>
+#include <unordered_map>
+
+#include "grammar/regex_dfa.h"
+
+namespace picolm::grammar::detail {
+
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+// Integer bounds beyond this are clamped toward the inside of the range (generation stays sound).
+constexpr int64_t kIntLimit = 999999999999999;  // 10^15 - 1: exact in a double
+
+enum TypeBit : uint8_t {
+  kNull = 1, kBool = 2, kObj = 4, kArr = 8, kStr = 16, kNumFrac = 32, kInt = 64, kAllTypes = 127
+};
+
+const std::set<std::string, std::less<>>& annotation_keywords() {
+  static const std::set<std::string, std::less<>> s = {
+      "description", "title", "default", "examples", "$comment", "deprecated", "readOnly",
+      "writeOnly", "$schema", "$id", "contentMediaType", "contentEncoding", "contentSchema",
+      "$anchor", "$vocabulary", "example", "nullable", "discriminator", "x-order"};
+  return s;
+}
+const std::set<std::string, std::less<>>& unsupported_keywords() {
+  static const std::set<std::string, std::less<>> s = {
+      "not", "if", "then", "else", "uniqueItems", "dependentRequired", "dependentSchemas",
+      "dependencies", "patternProperties", "propertyNames", "contains", "minContains", "maxContains",
+      "minProperties", "maxProperties", "unevaluatedProperties", "unevaluatedItems", "$dynamicRef",
+      "$dynamicAnchor", "$recursiveRef", "$recursiveAnchor"};
+  return s;
+}
+const std::set<std::string, std::less<>>& known_formats() {
+  static const std::set<std::string, std::less<>> s = {"date-time", "date", "time", "uuid", "email",
+                                                       "ipv4", "ipv6", "uri", "hostname"};
+  return s;
+}
+
+std::string pointer_escape(std::string_view k) {
+  std::string o;
+  for (char c : k) {
+    if (c == '~') o += "~0";
+    else if (c == '/') o += "~1";
+    else o += c;
+  }
+  return o;
+}
+
+struct Sub {
+  std::vector<const JValue*> conj;  // all must hold; empty = true
+};
+
+struct Flat {
+  std::string ptr;
+  uint8_t types = kAllTypes;
+  bool has_enum = false;
+  std::vector<const JValue*> enum_vals;
+  double lo = -kInf, hi = kInf;
+  bool lo_excl = false, hi_excl = false;
+  double multiple_of = 0;  // 0: none
+  int64_t min_len = 0, max_len = -1;
+  std::vector<std::string> patterns;
+  std::vector<std::string> formats;
+  std::vector<Sub> prefix;
+  Sub items;
+  int64_t min_items = 0, max_items = -1;
+  std::vector<std::pair<std::string, Sub>> props;
+  std::vector<std::string> required;
+  bool additional_set = false;
+  Sub additional;
+};
+
+std::string format_regex(std::string_view f) {
+  const std::string date =
+      "[1-9][0-9]{3}-((0[13578]|1[02])-(0[1-9]|[12][0-9]|3[01])|(0[469]|11)-(0[1-9]|[12][0-9]|30)|"
+      "02-(0[1-9]|1[0-9]|2[0-8]))";
+  const std::string time = "([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\\.[0-9]{1,9})?(Z|[+-]([01][0-9]|2[0-3]):[0-5][0-9])";
+  const std::string label = "[A-Za-z0-9]([A-Za-z0-9]|-[A-Za-z0-9]){0,20}";
+  const std::string last_label = "[A-Za-z]([A-Za-z0-9]|-[A-Za-z0-9]){0,20}";
+  const std::string pchar = "([A-Za-z0-9._~!$&'()*+,;=:@-]|%[0-9A-Fa-f]{2})";
+  if (f == "date") return date;
+  if (f == "time") return time;
+  if (f == "date-time") return date + "T" + time;
+  if (f == "uuid") return "[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}";
+  if (f == "email")
+    return "[A-Za-z0-9_%+-]+(\\.[A-Za-z0-9_%+-]+)*@(" + label + "\\.){1,3}" + last_label;
+  if (f == "ipv4") {
+    const std::string oct = "(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])";
+    return oct + "\\." + oct + "\\." + oct + "\\." + oct;
+  }
+  if (f == "ipv6") return "([0-9a-fA-F]{1,4}:){7}[0-9a-fA-F]{1,4}";
+  if (f == "hostname") return "(" + label + "\\.){0,2}" + last_label;
+  if (f == "uri")
+    // RFC 3986 reg-name is permissive (unreserved / pct-encoded / sub-delims), so the host part
+    // needs no label structure.
+    return "[a-zA-Z][a-zA-Z0-9+.-]*://[A-Za-z0-9._~-]+(:[0-9]{1,5})?(/" + pchar + "*)*(\\?(" + pchar + "|[/?])*)?";
+  return "";
+}
+
+// The format automata are fixed, so they are built once per process (immutable after the first
+// use, like the StrChar table) instead of on every compile.
+const Dfa* format_dfa(const std::string& name) {
+  static const std::map<std::string, Dfa, std::less<>> table = [] {
+    std::map<std::string, Dfa, std::less<>> m;
+    for (const auto& f : known_formats()) {
+      RegexOutcome r = compile_regex(format_regex(f), true, 20000);
+      if (r.ok) m.emplace(f, std::move(r.dfa));
+    }
+    return m;
+  }();
+  auto it = table.find(name);
+  return it == table.end() ? nullptr : &it->second;
+}
+
+class SchemaCompiler {
+ public:
+  SchemaCompiler(RuleBuilder& rb, const JValue& root, const CompileOptions& opts, std::string prefix,
+                 std::vector<CompileError>& errors)
+      : rb_(rb), root_(root), opts_(opts), prefix_(std::move(prefix)), errors_(errors) {}
+
+  uint32_t run() {
+    scan(root_, "");
+    if (has_ref_ && !nested_ids_.empty())
+      for (const auto& p : nested_ids_)
+        error(p, "$id", "embedded schema resources ($id below the root) are not supported together with $ref");
+    if (!errors_.empty() && errors_.size() > errors_at_start_) return rb_.new_rule();
+    return compile_schema(&root_);
+  }
+
+ private:
+  void error(const std::string& ptr, const std::string& kw, const std::string& msg) {
+    errors_.push_back({prefix_ + ptr, kw, msg});
+  }
+
+  const std::string& ptr_of(const JValue* v) {
+    static const std::string unknown = "";
+    auto it = ptrs_.find(v);
+    return it == ptrs_.end() ? unknown : it->second;
+  }
+
+  // ---- pass 1: keyword scan ----
+  static bool is_nonneg_int(const JValue& v) { return v.is_integer_valued() && v.number >= 0; }
+
+  void scan(const JValue& s, const std::string& ptr) {
+    ptrs_[&s] = ptr;
+    if (s.is_bool()) return;
+    if (!s.is_object()) {
+      error(ptr, "", "a schema must be an object or a boolean");
+      return;
+    }
+    for (const auto& [k, v] : s.obj) {
+      std::string kp = ptr + "/" + pointer_escape(k);
+      if (annotation_keywords().count(k)) {
+        if (k == "$id" && !ptr.empty()) nested_ids_.push_back(kp);
+        continue;
+      }
+      if (unsupported_keywords().count(k)) {
+        error(kp, k, "keyword '" + k + "' is not supported");
+        continue;
+      }
+      if (k == "properties" || k == "$defs" || k == "definitions") {
+        if (!v.is_object()) { error(kp, k, "'" + k + "' must be an object"); continue; }
+        for (const auto& [name, sub] : v.obj) scan(sub, kp + "/" + pointer_escape(name));
+      } else if (k == "items") {
+        if (v.is_array()) {
+          for (size_t i = 0; i < v.arr.size(); ++i) scan(v.arr[i], kp + "/" + std::to_string(i));
+        } else {
+          scan(v, kp);
+        }
+      } else if (k == "prefixItems" || k == "allOf" || k == "anyOf" || k == "oneOf") {
+        if (!v.is_array() || v.arr.empty()) { error(kp, k, "'" + k + "' must be a non-empty array"); continue; }
+        for (size_t i = 0; i < v.arr.size(); ++i) scan(v.arr[i], kp + "/" + std::to_string(i));
+      } else if (k == "additionalProperties") {
+        scan(v, kp);
+      } else if (k == "additionalItems") {
+        const JValue* items = s.get("items");
+        if (items && items->is_array()) scan(v, kp);  // else ignored, as 2020-12 does
+      } else if (k == "type") {
+        static const std::set<std::string, std::less<>> names = {"null", "boolean", "object", "array",
+                                                                 "string", "number", "integer"};
+        bool ok = v.is_string() ? names.count(v.str) > 0 : v.is_array();
+        if (v.is_array())
+          for (const auto& t : v.arr) ok = ok && t.is_string() && names.count(t.str);
+        if (!ok) error(kp, k, "'type' must be a type name or an array of type names");
+      } else if (k == "enum") {
+        if (!v.is_array()) error(kp, k, "'enum' must be an array");
+      } else if (k == "const") {
+      } else if (k == "required") {
+        bool ok = v.is_array();
+        if (ok)
+          for (const auto& r : v.arr) ok = ok && r.is_string();
+        if (!ok) error(kp, k, "'required' must be an array of strings");
+      } else if (k == "minLength" || k == "maxLength" || k == "minItems" || k == "maxItems") {
+        if (!is_nonneg_int(v)) error(kp, k, "'" + k + "' must be a non-negative integer");
+        else if (v.number > 100000) error(kp, k, "'" + k + "' is larger than supported (100000)");
+      } else if (k == "minimum" || k == "maximum") {
+        if (!v.is_number()) error(kp, k, "'" + k + "' must be a number");
+      } else if (k == "exclusiveMinimum" || k == "exclusiveMaximum") {
+        if (!v.is_number() && !v.is_bool()) error(kp, k, "'" + k + "' must be a number");
+      } else if (k == "multipleOf") {
+        if (!v.is_number() || !(v.number > 0)) error(kp, k, "'multipleOf' must be a positive number");
+        else if (!v.is_integer_valued() || v.number > 1e6)
+          error(kp, k, "'multipleOf' is only supported with an integer value up to 1000000");
+      } else if (k == "pattern") {
+        if (!v.is_string()) {
+          error(kp, k, "'pattern' must be a string");
+        } else {
+          auto r = regex_cache(v.str, false);
+          if (!r) error(kp, k, "pattern not supported: " + regex_errors_[v.str]);
+        }
+      } else if (k == "format") {
+        if (!v.is_string() || !known_formats().count(v.str))
+          error(kp, k, "format '" + (v.is_string() ? v.str : std::string("?")) +
+                           "' is not supported (supported: date-time, date, time, uuid, email, ipv4, ipv6, uri, hostname)");
+      } else if (k == "$ref") {
+        has_ref_ = true;
+        if (!v.is_string()) { error(kp, k, "'$ref' must be a string"); continue; }
+        std::string why;
+        if (!resolve(v.str, why)) error(kp, k, "cannot resolve $ref '" + v.str + "': " + why);
+      }
+      // Any other keyword is unknown to JSON Schema and therefore an annotation.
+    }
+  }
+
+  const JValue* resolve(const std::string& ref, std::string& why) {
+    if (ref.empty() || ref[0] != '#') {
+      why = "only local references ('#...') are supported";
+      return nullptr;
+    }
+    std::string frag = ref.substr(1);
+    // percent-decoding
+    std::string dec;
+    for (size_t i = 0; i < frag.size(); ++i) {
+      if (frag[i] == '%' && i + 2 < frag.size() + 0 && i + 2 <= frag.size() - 1) {
+        auto hv = [](char c) { return c >= '0' && c <= '9' ? c - '0' : (c | 32) >= 'a' && (c | 32) <= 'f' ? (c | 32) - 'a' + 10 : -1; };
+        int a = hv(frag[i + 1]), b = hv(frag[i + 2]);
+        if (a >= 0 && b >= 0) { dec += char(a * 16 + b); i += 2; continue; }
+      }
+      dec += frag[i];
+    }
+    if (!dec.empty() && dec[0] != '/') {
+      why = "anchors are not supported";
+      return nullptr;
+    }
+    const JValue* cur = &root_;
+    size_t i = 0;
+    while (i < dec.size()) {
+      size_t j = dec.find('/', i + 1);
+      if (j == std::string::npos) j = dec.size();
+      std::string tok;
+      for (size_t k = i + 1; k < j; ++k) {
+        if (dec[k] == '~' && k + 1 < j && dec[k + 1] == '1') { tok += '/'; ++k; }
+        else if (dec[k] == '~' && k + 1 < j && dec[k + 1] == '0') { tok += '~'; ++k; }
+        else tok += dec[k];
+      }
+      if (cur->is_object()) {
+        cur = cur->get(tok);
+      } else if (cur->is_array()) {
+        char* end = nullptr;
+        long idx = std::strtol(tok.c_str(), &end, 10);
+        cur = (end && *end == 0 && !tok.empty() && idx >= 0 && size_t(idx) < cur->arr.size()) ? &cur->arr[idx] : nullptr;
+      } else {
+        cur = nullptr;
+      }
+      if (!cur) {
+        why = "no such location";
+        return nullptr;
+      }
+      i = j;
+    }
+    if (!cur->is_object() && !cur->is_bool()) {
+      why = "target is not a schema";
+      return nullptr;
+    }
+    return cur;
+  }
+
+  const Dfa* regex_cache(const std::string& pattern, bool full) {
+    std::string key = (full ? "F" : "S") + pattern;
+    auto it = dfas_.find(key);
+    if (it != dfas_.end()) return it->second.get();
+    RegexOutcome r = compile_regex(pattern, full);
+    if (!r.ok) {
+      regex_errors_[pattern] = r.error;
+      dfas_[key] = nullptr;
+      return nullptr;
+    }
+    auto p = std::make_shared<Dfa>(std::move(r.dfa));
+    dfas_[key] = p;
+    return p.get();
+  }
+
+  // ---- pass 2: flattening ----
+  Flat from_keywords(const JValue& s, const std::string& ptr) {
+    Flat f;
+    f.ptr = ptr;
+    if (const JValue* t = s.get("type")) {
+      auto bit = [](const std::string& n) -> uint8_t {
+        if (n == "null") return kNull;
+        if (n == "boolean") return kBool;
+        if (n == "object") return kObj;
+        if (n == "array") return kArr;
+        if (n == "string") return kStr;
+        if (n == "number") return kNumFrac | kInt;
+        if (n == "integer") return kInt;
+        return 0;
+      };
+      uint8_t bits = 0;
+      if (t->is_string()) bits = bit(t->str);
+      else
+        for (const auto& x : t->arr)
+          if (x.is_string()) bits |= bit(x.str);
+      f.types = bits;
+    }
+    if (const JValue* e = s.get("enum")) {
+      f.has_enum = true;
+      for (const auto& x : e->arr) f.enum_vals.push_back(&x);
+    }
+    if (const JValue* c = s.get("const")) {
+      if (f.has_enum) {
+        std::vector<const JValue*> keep;
+        for (auto* x : f.enum_vals)
+          if (json_equal(*x, *c)) keep.push_back(x);
+        f.enum_vals = keep;
+      } else {
+        f.has_enum = true;
+        f.enum_vals = {c};
+      }
+    }
+    auto num = [&](const char* k) -> const JValue* {
+      const JValue* v = s.get(k);
+      return v && v->is_number() ? v : nullptr;
+    };
+    if (auto* v = num("minimum")) f.lo = v->number;
+    if (auto* v = num("maximum")) f.hi = v->number;
+    if (auto* v = num("exclusiveMinimum")) {
+      if (v->number >= f.lo) { f.lo = v->number; f.lo_excl = true; }
+    }
+    if (auto* v = num("exclusiveMaximum")) {
+      if (v->number <= f.hi) { f.hi = v->number; f.hi_excl = true; }
+    }
+    if (const JValue* v = s.get("exclusiveMinimum"); v && v->is_bool() && v->boolean) f.lo_excl = true;  // draft 4
+    if (const JValue* v = s.get("exclusiveMaximum"); v && v->is_bool() && v->boolean) f.hi_excl = true;
+    if (auto* v = num("multipleOf")) f.multiple_of = v->number;
+    if (auto* v = num("minLength")) f.min_len = int64_t(v->number);
+    if (auto* v = num("maxLength")) f.max_len = int64_t(v->number);
+    if (const JValue* v = s.get("pattern"); v && v->is_string()) f.patterns.push_back(v->str);
+    if (const JValue* v = s.get("format"); v && v->is_string()) f.formats.push_back(v->str);
+    if (auto* v = num("minItems")) f.min_items = int64_t(v->number);
+    if (auto* v = num("maxItems")) f.max_items = int64_t(v->number);
+    const JValue* items = s.get("items");
+    if (const JValue* p = s.get("prefixItems"); p && p->is_array()) {
+      for (const auto& x : p->arr) f.prefix.push_back({{&x}});
+      if (items) f.items = {{items}};
+    } else if (items && items->is_array()) {  // draft 7 tuple form
+      for (const auto& x : items->arr) f.prefix.push_back({{&x}});
+      if (const JValue* a = s.get("additionalItems")) f.items = {{a}};
+    } else if (items) {
+      f.items = {{items}};
+    }
+    if (const JValue* p = s.get("properties"); p && p->is_object())
+      for (const auto& [name, sub] : p->obj) f.props.push_back({name, {{&sub}}});
+    if (const JValue* r = s.get("required"); r && r->is_array())
+      for (const auto& x : r->arr)
+        if (x.is_string() && std::find(f.required.begin(), f.required.end(), x.str) == f.required.end())
+          f.required.push_back(x.str);
+    if (const JValue* a = s.get("additionalProperties")) {
+      f.additional_set = true;
+      f.additional = {{a}};
+    }
+    return f;
+  }
+
+  static Sub conj(const Sub& a, const Sub& b) {
+    Sub r = a;
+    r.conj.insert(r.conj.end(), b.conj.begin(), b.conj.end());
+    return r;
+  }
+
+  // allOf of two flat schemas. Returns false when obviously unsatisfiable.
+  bool merge(const Flat& a, const Flat& b, Flat& m) {
+    m = a;
+    m.types = a.types & b.types;
+    if (!m.types) return false;
+    if (b.has_enum) {
+      if (a.has_enum) {
+        m.enum_vals.clear();
+        for (auto* x : a.enum_vals)
+          for (auto* y : b.enum_vals)
+            if (json_equal(*x, *y)) { m.enum_vals.push_back(x); break; }
+      } else {
+        m.has_enum = true;
+        m.enum_vals = b.enum_vals;
+      }
+    }
+    if (b.lo > m.lo || (b.lo == m.lo && b.lo_excl)) { m.lo = b.lo; m.lo_excl = b.lo_excl; }
+    if (b.hi < m.hi || (b.hi == m.hi && b.hi_excl)) { m.hi = b.hi; m.hi_excl = b.hi_excl; }
+    if (b.multiple_of > 0) {
+      if (m.multiple_of > 0) {
+        int64_t x = int64_t(m.multiple_of), y = int64_t(b.multiple_of);
+        int64_t l = x / std::gcd(x, y) * y;
+        if (l > 1000000) {
+          error(a.ptr, "multipleOf", "combined multipleOf too large");
+          return false;
+        }
+        m.multiple_of = double(l);
+      } else {
+        m.multiple_of = b.multiple_of;
+      }
+    }
+    m.min_len = std::max(a.min_len, b.min_len);
+    m.max_len = a.max_len < 0 ? b.max_len : (b.max_len < 0 ? a.max_len : std::min(a.max_len, b.max_len));
+    m.patterns.insert(m.patterns.end(), b.patterns.begin(), b.patterns.end());
+    m.formats.insert(m.formats.end(), b.formats.begin(), b.formats.end());
+    size_t np = std::max(a.prefix.size(), b.prefix.size());
+    m.prefix.clear();
+    for (size_t i = 0; i < np; ++i) {
+      const Sub& x = i < a.prefix.size() ? a.prefix[i] : a.items;
+      const Sub& y = i < b.prefix.size() ? b.prefix[i] : b.items;
+      m.prefix.push_back(conj(x, y));
+    }
+    m.items = conj(a.items, b.items);
+    m.min_items = std::max(a.min_items, b.min_items);
+    m.max_items = a.max_items < 0 ? b.max_items : (b.max_items < 0 ? a.max_items : std::min(a.max_items, b.max_items));
+    m.props.clear();
+    auto find = [](const Flat& f, const std::string& k) -> const Sub* {
+      for (const auto& p : f.props)
+        if (p.first == k) return &p.second;
+      return nullptr;
+    };
+    auto side = [&](const Flat& f, const std::string& k) -> Sub {
+      if (const Sub* s = find(f, k)) return *s;
+      return f.additional_set ? f.additional : Sub{};
+    };
+    for (const auto& p : a.props) m.props.push_back({p.first, conj(p.second, side(b, p.first))});
+    for (const auto& p : b.props)
+      if (!find(a, p.first)) m.props.push_back({p.first, conj(side(a, p.first), p.second)});
+    for (const auto& r : b.required)
+      if (std::find(m.required.begin(), m.required.end(), r) == m.required.end()) m.required.push_back(r);
+    m.additional_set = a.additional_set || b.additional_set;
+    m.additional = conj(a.additional, b.additional);
+    return true;
+  }
+
+  std::vector<Flat> cross(const std::vector<Flat>& A, const std::vector<Flat>& B, const std::string& ptr) {
+    std::vector<Flat> out;
+    for (const auto& a : A)
+      for (const auto& b : B) {
+        Flat m;
+        if (merge(a, b, m)) out.push_back(std::move(m));
+        if (out.size() > 256) {
+          error(ptr, "anyOf", "too many alternatives after distributing allOf/anyOf (limit 256)");
+          return out;
+        }
+      }
+    return out;
+  }
+
+  // Which JSON types a flat schema can match (for the oneOf disjointness proof).
+  static uint8_t possible_types(const Flat& f) {
+    if (!f.has_enum) return f.types;
+    uint8_t t = 0;
+    for (auto* v : f.enum_vals) {
+      switch (v->kind) {
+        case JValue::Kind::Null: t |= kNull; break;
+        case JValue::Kind::Bool: t |= kBool; break;
+        case JValue::Kind::Object: t |= kObj; break;
+        case JValue::Kind::Array: t |= kArr; break;
+        case JValue::Kind::String: t |= kStr; break;
+        case JValue::Kind::Number: t |= v->is_integer_valued() ? kInt : kNumFrac; break;
+      }
+    }
+    return t & (f.types | ((f.types & kInt) ? kInt : 0));
+  }
+
+  // Values a flat schema forces for property `key` (a required const/enum), or null.
+  const std::vector<const JValue*>* discriminator(const Flat& f, const std::string& key,
+                                                  std::vector<const JValue*>& store) {
+    if (f.types != kObj) return nullptr;
+    if (std::find(f.required.begin(), f.required.end(), key) == f.required.end()) return nullptr;
+    for (const auto& p : f.props) {
+      if (p.first != key) continue;
+      store.clear();
+      bool found = false;
+      for (const JValue* s : p.second.conj) {
+        if (!s->is_object()) continue;
+        if (const JValue* c = s->get("const")) { store = {c}; found = true; }
+        else if (const JValue* e = s->get("enum"); e && e->is_array()) {
+          store.clear();
+          for (const auto& x : e->arr) store.push_back(&x);
+          found = true;
+        }
+        if (found) break;
+      }
+      return found ? &store : nullptr;
+    }
+    return nullptr;
+  }
+
+  bool provably_disjoint(const std::vector<std::vector<Flat>>& branches) {
+    // Every pair of flats from different branches must be disjoint: by type, or by a required
+    // property whose const/enum values do not overlap.
+    for (size_t i = 0; i < branches.size(); ++i)
+      for (size_t j = i + 1; j < branches.size(); ++j)
+        for (const auto& a : branches[i])
+          for (const auto& b : branches[j]) {
+            uint8_t ta = possible_types(a), tb = possible_types(b);
+            if ((ta & tb) == 0) continue;
+            bool ok = false;
+            if (a.has_enum && b.has_enum) {
+              ok = true;
+              for (auto* x : a.enum_vals)
+                for (auto* y : b.enum_vals)
+                  if (json_equal(*x, *y)) ok = false;
+            }
+            if (!ok && ta == kObj && tb == kObj) {
+              std::vector<const JValue*> sa, sb;
+              for (const auto& p : a.props) {
+                auto* da = discriminator(a, p.first, sa);
+                auto* db = da ? discriminator(b, p.first, sb) : nullptr;
+                if (!da || !db) continue;
+                bool overlap = false;
+                for (auto* x : *da)
+                  for (auto* y : *db)
+                    if (json_equal(*x, *y)) overlap = true;
+                if (!overlap) { ok = true; break; }
+              }
+            }
+            if (!ok) return false;
+          }
+    return true;
+  }
+
+  std::vector<Flat> flatten(const JValue* s) {
+    const std::string& ptr = ptr_of(s);
+    if (s->is_bool()) {
+      if (!s->boolean) return {};
+      Flat f;
+      f.ptr = ptr;
+      return {f};
+    }
+    if (!s->is_object()) return {};
+    if (std::find(flatten_stack_.begin(), flatten_stack_.end(), s) != flatten_stack_.end()) {
+      error(ptr, "$ref", "recursion through $ref/allOf/anyOf/oneOf without consuming input is not supported");
+      return {};
+    }
+    flatten_stack_.push_back(s);
+    std::vector<Flat> alts{from_keywords(*s, ptr)};
+    if (const JValue* r = s->get("$ref"); r && r->is_string()) {
+      std::string why;
+      if (const JValue* t = resolve(r->str, why)) alts = cross(alts, flatten(t), ptr);
+      else alts.clear();
+    }
+    if (const JValue* a = s->get("allOf"); a && a->is_array())
+      for (const auto& b : a->arr) alts = cross(alts, flatten(&b), ptr);
+    if (const JValue* a = s->get("anyOf"); a && a->is_array()) {
+      std::vector<Flat> u;
+      for (const auto& b : a->arr) {
+        auto f = flatten(&b);
+        u.insert(u.end(), f.begin(), f.end());
+      }
+      alts = cross(alts, u, ptr);
+    }
+    if (const JValue* a = s->get("oneOf"); a && a->is_array()) {
+      std::vector<std::vector<Flat>> branches;
+      for (const auto& b : a->arr) {
+        // Branches are compared after applying the sibling keywords, which may make them disjoint.
+        branches.push_back(cross(alts, flatten(&b), ptr));
+      }
+      if (!provably_disjoint(branches)) {
+        error(ptr + "/oneOf", "oneOf",
+              "oneOf is only supported when its branches are provably disjoint (different types or a "
+              "required property with different const/enum values)");
+      }
+      std::vector<Flat> u;
+      for (auto& br : branches) u.insert(u.end(), br.begin(), br.end());
+      alts = u;
+    }
+    flatten_stack_.pop_back();
+    return alts;
+  }
+
+  // ---- pass 3: rules ----
+  static bool is_pure_ref(const JValue& s) {
+    if (!s.is_object() || !s.get("$ref")) return false;
+    for (const auto& kv : s.obj)
+      if (kv.first != "$ref" && !annotation_keywords().count(kv.first)) return false;
+    return true;
+  }
+
+  uint32_t compile_schema(const JValue* s) {
+    auto it = memo_.find(s);
+    if (it != memo_.end()) return it->second;
+    if (is_pure_ref(*s)) {
+      // Memoize before recursing so recursive structures close into recursive rules. A cycle of
+      // pure $refs yields rules without terminals, which the productivity pass removes (refused).
+      uint32_t r = rb_.new_rule();
+      memo_[s] = r;
+      std::string why;
+      if (const JValue* t = resolve(s->get("$ref")->str, why)) rb_.add_alt(r, {RuleBuilder::ref(compile_schema(t))});
+      return r;
+    }
+    uint32_t r = rb_.new_rule();
+    memo_[s] = r;
+    for (const Flat& f : flatten(s)) rb_.add_alt(r, {RuleBuilder::ref(compile_flat(f))});
+    return r;
+  }
+
+  uint32_t compile_sub(const Sub& sub) {
+    if (sub.conj.empty()) return any_rule();
+    if (sub.conj.size() == 1) return compile_schema(sub.conj[0]);
+    std::vector<Flat> alts{Flat{}};
+    alts[0].ptr = ptr_of(sub.conj[0]);
+    for (const JValue* s : sub.conj) alts = cross(alts, flatten(s), ptr_of(s));
+    uint32_t r = rb_.new_rule();
+    for (const Flat& f : alts) rb_.add_alt(r, {RuleBuilder::ref(compile_flat(f))});
+    return r;
+  }
+
+  void ws(std::vector<Elem>& seq) {
+    if (opts_.whitespace != Whitespace::Flexible) return;
+    if (!ws_rule_) ws_rule_ = whitespace_rule(rb_, opts_);
+    seq.push_back(RuleBuilder::ref(*ws_rule_));
+  }
+
+  // Literal JSON text of a value (enum/const): matches exactly that spelling.
+  uint32_t literal(const JValue& v) { return rb_.literal_rule(to_json(v)); }
+
+  enum class Tri { No, Yes, Unknown };
+
+  static int64_t count_code_points(const std::string& s) {
+    int64_t n = 0;
+    for (unsigned char c : s) n += (c & 0xC0) != 0x80;
+    return n;
+  }
+
+  Tri value_ok(const Flat& f, const JValue& v) {
+    auto has = [&](uint8_t b) { return (f.types & b) != 0; };
+    switch (v.kind) {
+      case JValue::Kind::Null: return has(kNull) ? Tri::Yes : Tri::No;
+      case JValue::Kind::Bool: return has(kBool) ? Tri::Yes : Tri::No;
+      case JValue::Kind::String: {
+        if (!has(kStr)) return Tri::No;
+        int64_t n = count_code_points(v.str);
+        if (n < f.min_len || (f.max_len >= 0 && n > f.max_len)) return Tri::No;
+        for (const auto& p : f.patterns) {
+          const Dfa* d = regex_cache(p, false);
+          if (!d) return Tri::Unknown;
+          if (!dfa_matches(*d, v.str)) return Tri::No;
+        }
+        for (const auto& fm : f.formats) {
+          const Dfa* d = format_dfa(fm);
+          if (!d) return Tri::Unknown;
+          if (!dfa_matches(*d, v.str)) return Tri::No;  // stricter than the spec: sound
+        }
+        return Tri::Yes;
+      }
+      case JValue::Kind::Number: {
+        bool integral = v.is_integer_valued();
+        if (!(has(kNumFrac) || (integral && has(kInt)))) return Tri::No;
+        double x = v.number;
+        if (x < f.lo || (f.lo_excl && x == f.lo) || x > f.hi || (f.hi_excl && x == f.hi)) return Tri::No;
+        if (f.multiple_of > 0) {
+          if (!integral) return Tri::No;
+          if (std::fmod(std::fabs(x), f.multiple_of) != 0) return Tri::No;
+        }
+        return Tri::Yes;
+      }
+      case JValue::Kind::Array:
+        if (!has(kArr)) return Tri::No;
+        if (!f.prefix.empty() || !f.items.conj.empty() || f.min_items || f.max_items >= 0) return Tri::Unknown;
+        return Tri::Yes;
+      case JValue::Kind::Object:
+        if (!has(kObj)) return Tri::No;
+        if (!f.props.empty() || !f.required.empty() || !f.additional.conj.empty()) return Tri::Unknown;
+        if (!opts_.additional_properties_default && !f.additional_set && !v.obj.empty()) return Tri::No;
+        return Tri::Yes;
+    }
+    return Tri::Unknown;
+  }
+
+  uint32_t compile_flat(const Flat& f) {
+    uint32_t r = rb_.new_rule();
+    if (f.has_enum) {
+      for (const JValue* v : f.enum_vals) {
+        Tri t = value_ok(f, *v);
+        if (t == Tri::Yes) rb_.add_alt(r, {RuleBuilder::ref(literal(*v))});
+        if (t == Tri::Unknown)
+          error(f.ptr, "enum", "enum/const combined with array/object keywords is not supported");
+      }
+      return r;
+    }
+    if (f.types & kNull) rb_.add_alt(r, {RuleBuilder::ref(rb_.literal_rule("null"))});
+    if (f.types & kBool) {
+      rb_.add_alt(r, {RuleBuilder::ref(rb_.literal_rule("true"))});
+      rb_.add_alt(r, {RuleBuilder::ref(rb_.literal_rule("false"))});
+    }
+    if (f.types & (kInt | kNumFrac)) {
+      uint32_t n = number_rule(f);
+      rb_.add_alt(r, {RuleBuilder::ref(n)});
+    }
+    if (f.types & kStr) rb_.add_alt(r, {RuleBuilder::ref(string_rule(f))});
+    if (f.types & kArr) rb_.add_alt(r, {RuleBuilder::ref(array_rule(f))});
+    if (f.types & kObj) rb_.add_alt(r, {RuleBuilder::ref(object_rule(f))});
+    return r;
+  }
+
+  // ---- numbers ----
+  uint32_t dfa_raw_rules(const Dfa& d) {
+    std::vector<int32_t> ids(d.next.size(), -1);
+    std::vector<int32_t> work{d.start};
+    ids[d.start] = int32_t(rb_.new_rule());
+    for (size_t k = 0; k < work.size(); ++k) {
+      int32_t q = work[k];
+      uint32_t r = uint32_t(ids[q]);
+      if (d.accept[q]) rb_.add_alt(r, {});
+      std::map<int32_t, ByteSet> by_target;
+      for (int b = 0; b < 256; ++b) {
+        int32_t t = d.next[q][b];
+        if (t < 0) continue;
+        byteset_add(by_target[t], uint8_t(b));
+      }
+      for (auto& [t, set] : by_target) {
+        if (ids[t] < 0) {
+          ids[t] = int32_t(rb_.new_rule());
+          work.push_back(t);
+        }
+        rb_.add_alt(r, {rb_.cls(set), RuleBuilder::ref(uint32_t(ids[t]))});
+      }
+    }
+    return uint32_t(ids[d.start]);
+  }
+
+  uint32_t regex_rule(const std::string& re) {
+    auto it = regex_rules_.find(re);
+    if (it != regex_rules_.end()) return it->second;
+    const Dfa* d = regex_cache(re, true);
+    uint32_t r = d ? dfa_raw_rules(*d) : rb_.new_rule();
+    regex_rules_[re] = r;
+    return r;
+  }
+
+  struct IntBounds {
+    bool has_lo = false, has_hi = false;
+    int64_t lo = 0, hi = 0;
+    bool ok = true;
+  };
+
+  // Integer interval [ceil-ish(lo), floor-ish(hi)] of the flat's bounds, clamped soundly.
+  IntBounds int_bounds(double lo, bool lo_excl, double hi, bool hi_excl, const std::string& ptr) {
+    IntBounds b;
+    if (lo > -kInf) {
+      double v = lo_excl ? std::floor(lo) + 1 : std::ceil(lo);
+      if (v > double(kIntLimit)) {
+        error(ptr, "minimum", "lower bound too large (limit 1e15)");
+        b.ok = false;
+      }
+      b.has_lo = true;
+      b.lo = v < -double(kIntLimit) ? -kIntLimit : int64_t(v);
+    }
+    if (hi < kInf) {
+      double v = hi_excl ? std::ceil(hi) - 1 : std::floor(hi);
+      if (v < -double(kIntLimit)) {
+        error(ptr, "maximum", "upper bound too small (limit -1e15)");
+        b.ok = false;
+      }
+      b.has_hi = true;
+      b.hi = v > double(kIntLimit) ? kIntLimit : int64_t(v);
+    }
+    return b;
+  }
+
+  static std::string int_regex(const IntBounds& b) {
+    std::vector<std::string> parts;
+    if (b.has_lo && b.has_hi && b.lo > b.hi) return "";
+    if (!b.has_lo || b.lo < 0) {
+      int64_t mlo = b.has_hi ? std::max<int64_t>(1, -b.hi) : 1;
+      int64_t mhi = b.has_lo ? -b.lo : -1;
+      if (mhi < 0 || mlo <= mhi) {
+        std::string r = nonneg_range_regex(mlo, mhi);
+        if (!r.empty()) parts.push_back("-(" + r + ")");
+      }
+    }
+    if (!b.has_hi || b.hi >= 0) {
+      std::string r = nonneg_range_regex(b.has_lo ? std::max<int64_t>(0, b.lo) : 0, b.has_hi ? b.hi : -1);
+      if (!r.empty()) parts.push_back(r);
+    }
+    std::string out;
+    for (size_t k = 0; k < parts.size(); ++k) out += (k ? "|" : "") + std::string("(") + parts[k] + ")";
+    return out;
+  }
+
+  uint32_t number_rule(const Flat& f) {
+    bool bounded = f.lo > -kInf || f.hi < kInf;
+    bool frac = (f.types & kNumFrac) && f.multiple_of == 0;
+    if (!bounded && f.multiple_of == 0)
+      return regex_rule(frac ? "-?(0|[1-9][0-9]*)(\\.[0-9]+)?([eE][+-]?[0-9]+)?" : "(0|-?[1-9][0-9]*)");
+    IntBounds ib = int_bounds(f.lo, f.lo_excl, f.hi, f.hi_excl, f.ptr);
+    if (!ib.ok) return rb_.new_rule();
+    std::string ire = bounded ? int_regex(ib) : "(0|-?[1-9][0-9]*)";
+    uint32_t r = rb_.new_rule();
+    if (f.multiple_of > 0) {
+      if (ire.empty()) return r;
+      const Dfa* range = regex_cache(ire, true);
+      if (!range) return r;
+      int64_t k = int64_t(f.multiple_of);
+      // States: 0 start, 1 after '-', 2 "0", 3 + rem: after a nonzero leading digit.
+      Dfa m;
+      m.next.assign(size_t(3 + k), {});
+      for (auto& row : m.next) row.fill(-1);
+      m.accept.assign(size_t(3 + k), 0);
+      m.accept[2] = 1;
+      m.accept[3] = 1;
+      m.next[0]['-'] = 1;
+      m.next[0]['0'] = 2;
+      for (int d = 1; d <= 9; ++d) m.next[0]['0' + d] = m.next[1]['0' + d] = int32_t(3 + d % k);
+      for (int64_t rem = 0; rem < k; ++rem)
+        for (int d = 0; d <= 9; ++d) m.next[size_t(3 + rem)]['0' + d] = int32_t(3 + (rem * 10 + d) % k);
+      Dfa both = dfa_intersect(*range, m);
+      if (both.next.empty()) {
+        error(f.ptr, "multipleOf", "multipleOf with these bounds is too complex");
+        return r;
+      }
+      if (!both.empty_language()) rb_.add_alt(r, {RuleBuilder::ref(dfa_raw_rules(both))});
+      return r;
+    }
+    if (!ire.empty()) rb_.add_alt(r, {RuleBuilder::ref(regex_rule(ire))});
+    if (frac) {
+      // Non-integers are written I.F with F not ending in 0, so I < x < I+1 strictly (x > 0) or
+      // -(I+1) < x < -I (x < 0): conservative but exact at the bounds.
+      IntBounds pos;  // I in [ceil(lo), floor(hi) - 1], I >= 0
+      pos.has_lo = true;
+      pos.lo = 0;
+      if (f.lo > -kInf) {
+        IntBounds t = int_bounds(f.lo, false, kInf, false, f.ptr);
+        pos.lo = std::max<int64_t>(0, t.lo);
+      }
+      if (f.hi < kInf) {
+        IntBounds t = int_bounds(-kInf, false, f.hi, false, f.ptr);
+        pos.has_hi = true;
+        pos.hi = t.hi - 1;
+      }
+      IntBounds neg;  // I in [ceil(-hi), floor(-lo) - 1], I >= 0
+      neg.has_lo = true;
+      neg.lo = 0;
+      if (f.hi < kInf) {
+        IntBounds t = int_bounds(-f.hi, false, kInf, false, f.ptr);
+        neg.lo = std::max<int64_t>(0, t.lo);
+      }
+      if (f.lo > -kInf) {
+        IntBounds t = int_bounds(-kInf, false, -f.lo, false, f.ptr);
+        neg.has_hi = true;
+        neg.hi = t.hi - 1;
+      }
+      const std::string fr = "\\.[0-9]*[1-9]";
+      if (!(pos.has_hi && pos.hi < pos.lo)) {
+        std::string p = nonneg_range_regex(pos.lo, pos.has_hi ? pos.hi : -1);
+        if (!p.empty()) rb_.add_alt(r, {RuleBuilder::ref(regex_rule("(" + p + ")" + fr))});
+      }
+      if (!(neg.has_hi && neg.hi < neg.lo)) {
+        std::string p = nonneg_range_regex(neg.lo, neg.has_hi ? neg.hi : -1);
+        if (!p.empty()) rb_.add_alt(r, {RuleBuilder::ref(regex_rule("-(" + p + ")" + fr))});
+      }
+    }
+    return r;
+  }
+
+  // ---- strings ----
+  // Rules for the JSON-encoded content of strings whose decoded UTF-8 bytes are accepted by `d`,
+  // with code-point count in [min_len, max_len]; the rule includes the closing quote.
+  uint32_t dfa_string_rules(const Dfa& d, int64_t min_len, int64_t max_len, const std::string& ptr) {
+    std::map<std::pair<int32_t, int64_t>, uint32_t> ids;
+    std::vector<std::pair<int32_t, int64_t>> work;
+    int64_t cap = max_len >= 0 ? max_len : min_len;
+    auto get = [&](int32_t q, int64_t c) {
+      auto key = std::make_pair(q, c);
+      auto it = ids.find(key);
+      if (it != ids.end()) return it->second;
+      uint32_t r = rb_.new_rule();
+      ids.emplace(key, r);
+      work.push_back(key);
+      return r;
+    };
+    uint32_t start = get(d.start, 0);
+    static const char* hex = "0123456789abcdef";
+    for (size_t k = 0; k < work.size(); ++k) {
+      if (work.size() > 200000) {
+        error(ptr, "maxLength", "string constraints too large to compile");
+        break;
+      }
+      auto [q, c] = work[k];
+      uint32_t r = ids[{q, c}];
+      if (d.accept[q] && c >= min_len) rb_.add_alt(r, {rb_.byte('"')});
+      std::map<std::pair<int32_t, int64_t>, ByteSet> raw;
+      for (int b = 0; b < 256; ++b) {
+        int32_t t = d.next[q][b];
+        if (t < 0) continue;
+        int64_t c2 = c + (((b & 0xC0) != 0x80) ? 1 : 0);
+        if (max_len >= 0 && c2 > max_len) continue;
+        if (max_len < 0) c2 = std::min(c2, cap);
+        if (b >= 0x20 && b != '"' && b != '\\') {
+          byteset_add(raw[{t, c2}], uint8_t(b));
+          continue;
+        }
+        std::string esc;
+        switch (b) {
+          case '"': esc = "\\\""; break;
+          case '\\': esc = "\\\\"; break;
+          case '\n': esc = "\\n"; break;
+          case '\r': esc = "\\r"; break;
+          case '\t': esc = "\\t"; break;
+          case '\b': esc = "\\b"; break;
+          case '\f': esc = "\\f"; break;
+          default: esc = std::string("\\u00") + hex[b >> 4] + hex[b & 15];
+        }
+        std::vector<Elem> seq;
+        rb_.lit(seq, esc);
+        seq.push_back(RuleBuilder::ref(get(t, c2)));
+        rb_.add_alt(r, std::move(seq));
+      }
+      for (auto& [key, set] : raw) rb_.add_alt(r, {rb_.cls(set), RuleBuilder::ref(get(key.first, key.second))});
+    }
+    return start;
+  }
+
+  uint32_t string_rule(const Flat& f) {
+    uint32_t r = rb_.new_rule();
+    if (f.patterns.empty() && f.formats.empty()) {
+      if (f.min_len == 0 && f.max_len < 0) return plain_string_rule(rb_);
+      if (f.max_len >= 0 && f.max_len < f.min_len) return r;
+      // Counted chain: body_i = chars so far i.
+      int64_t top = f.max_len >= 0 ? f.max_len : f.min_len;
+      std::vector<uint32_t> body(size_t(top + 1));
+      for (auto& b : body) b = rb_.new_rule();
+      for (int64_t i = 0; i <= top; ++i) {
+        uint32_t b = body[size_t(i)];
+        if (i >= f.min_len) rb_.add_alt(b, {rb_.byte('"')});
+        if (i < top) rb_.add_alt(b, {{ElemKind::StrChar, 0}, RuleBuilder::ref(body[size_t(i + 1)])});
+        else if (f.max_len < 0) rb_.add_alt(b, {{ElemKind::StrCharLoop, 0}, RuleBuilder::ref(b)});
+      }
+      rb_.add_alt(r, {rb_.byte('"'), RuleBuilder::ref(body[0])});
+      return r;
+    }
+    const Dfa* acc = nullptr;
+    Dfa tmp;
+    for (const auto& p : f.patterns) {
+      const Dfa* d = regex_cache(p, false);
+      if (!d) return r;  // error already reported by the scan
+      if (!acc) { acc = d; continue; }
+      tmp = dfa_intersect(*acc, *d);
+      if (tmp.next.empty()) { error(f.ptr, "pattern", "patterns too complex to intersect"); return r; }
+      acc = &tmp;
+    }
+    Dfa tmp2;
+    for (const auto& fm : f.formats) {
+      const Dfa* d = format_dfa(fm);
+      if (!d) return r;
+      if (!acc) { acc = d; continue; }
+      tmp2 = dfa_intersect(*acc, *d);
+      if (tmp2.next.empty()) { error(f.ptr, "format", "format and pattern too complex to intersect"); return r; }
+      tmp = std::move(tmp2);
+      acc = &tmp;
+    }
+    if (acc->empty_language()) return r;
+    rb_.add_alt(r, {rb_.byte('"'), RuleBuilder::ref(dfa_string_rules(*acc, f.min_len, f.max_len, f.ptr))});
+    return r;
+  }
+
+  // ---- arrays ----
+  uint32_t array_rule(const Flat& f) {
+    uint32_t r = rb_.new_rule();
+    int64_t k = int64_t(f.prefix.size());
+    bool items_false = false;
+    for (const JValue* s : f.items.conj)
+      if (s->is_bool() && !s->boolean) items_false = true;
+    int64_t max = f.max_items;
+    if (items_false) max = max < 0 ? k : std::min(max, k);
+    if (max >= 0 && max < f.min_items) return r;
+    std::vector<uint32_t> elem_rules;
+    for (const auto& p : f.prefix) elem_rules.push_back(compile_sub(p));
+    uint32_t item_rule = items_false ? 0 : compile_sub(f.items);
+    int64_t loop_at = std::max<int64_t>({k, f.min_items, 1});
+    int64_t chain = max >= 0 ? max : loop_at;
+    if (chain > 100000) {
+      error(f.ptr, "maxItems", "array bounds too large");
+      return r;
+    }
+    std::vector<uint32_t> a(size_t(chain + 1));
+    for (auto& x : a) x = rb_.new_rule();
+    for (int64_t i = 0; i <= chain; ++i) {
+      uint32_t ai = a[size_t(i)];
+      if (i >= f.min_items) rb_.add_alt(ai, {rb_.byte(']')});
+      bool can_add = max < 0 || i < max;
+      if (!can_add) continue;
+      uint32_t er = i < k ? elem_rules[size_t(i)] : item_rule;
+      if (i >= k && items_false) continue;
+      std::vector<Elem> seq;
+      if (i > 0) {
+        seq.push_back(rb_.byte(','));
+        ws(seq);
+      }
+      seq.push_back(RuleBuilder::ref(er));
+      ws(seq);
+      uint32_t next = (i < chain) ? a[size_t(i + 1)] : ai;  // the last one loops when unbounded
+      seq.push_back(RuleBuilder::ref(next));
+      rb_.add_alt(ai, std::move(seq));
+    }
+    std::vector<Elem> open{rb_.byte('[')};
+    ws(open);
+    open.push_back(RuleBuilder::ref(a[0]));
+    rb_.add_alt(r, std::move(open));
+    return r;
+  }
+
+  // ---- objects ----
+  uint32_t object_rule(const Flat& f) {
+    uint32_t r = rb_.new_rule();
+    struct P {
+      std::string name;
+      bool required;
+      uint32_t rule;
+    };
+    std::vector<P> props;
+    std::vector<std::string> names;
+    for (const auto& [name, sub] : f.props) {
+      bool req = std::find(f.required.begin(), f.required.end(), name) != f.required.end();
+      props.push_back({name, req, compile_sub(sub)});
+      names.push_back(name);
+    }
+    // Additional properties: explicit schema, or the default (true per spec, false for tools).
+    bool add_allowed;
+    Sub add_sub;
+    if (f.additional_set) {
+      add_sub = f.additional;
+      add_allowed = true;
+      for (const JValue* s : add_sub.conj)
+        if (s->is_bool() && !s->boolean) add_allowed = false;
+    } else {
+      add_allowed = opts_.additional_properties_default;
+    }
+    for (const auto& req : f.required) {
+      if (std::find(names.begin(), names.end(), req) != names.end()) continue;
+      // Required but not listed: governed by additionalProperties.
+      if (!add_allowed) return r;  // unsatisfiable
+      props.push_back({req, true, compile_sub(add_sub)});
+      names.push_back(req);
+    }
+    uint32_t add_key = 0, add_val = 0;
+    if (add_allowed) {
+      add_val = compile_sub(add_sub);
+      if (names.empty()) {
+        add_key = plain_string_rule(rb_);
+      } else {
+        // Extra keys: raw (unescaped) strings that differ from every listed name, so a duplicate
+        // of a listed key can never sneak in through an escape spelling.
+        const Dfa* any = regex_cache("[^\"\\\\\\x00-\\x1f]*", true);
+        std::vector<std::string> lits(names.begin(), names.end());
+        Dfa keys = dfa_minus(*any, dfa_literals(lits));
+        add_key = rb_.new_rule();
+        if (keys.next.empty() || keys.empty_language()) {
+          add_allowed = false;
+        } else {
+          rb_.add_alt(add_key, {rb_.byte('"'), RuleBuilder::ref(dfa_string_rules(keys, 0, -1, f.ptr))});
+        }
+      }
+    }
+    size_t n = props.size();
+    // rest[i][first]: properties i.. remain; first = nothing written yet.
+    std::vector<std::array<uint32_t, 2>> rest(n + 1);
+    for (auto& x : rest) x = {rb_.new_rule(), rb_.new_rule()};
+    for (int first = 0; first < 2; ++first) {
+      uint32_t tail = rest[n][first];
+      rb_.add_alt(tail, {rb_.byte('}')});
+      if (add_allowed) {
+        std::vector<Elem> seq;
+        if (!first) {
+          seq.push_back(rb_.byte(','));
+          ws(seq);
+        }
+        seq.push_back(RuleBuilder::ref(add_key));
+        ws(seq);
+        seq.push_back(rb_.byte(':'));
+        ws(seq);
+        seq.push_back(RuleBuilder::ref(add_val));
+        ws(seq);
+        seq.push_back(RuleBuilder::ref(rest[n][0]));
+        rb_.add_alt(tail, std::move(seq));
+      }
+    }
+    for (size_t i = n; i-- > 0;) {
+      for (int first = 0; first < 2; ++first) {
+        uint32_t ri = rest[i][first];
+        std::vector<Elem> seq;
+        if (!first) {
+          seq.push_back(rb_.byte(','));
+          ws(seq);
+        }
+        rb_.lit(seq, json_quote(props[i].name));
+        ws(seq);
+        seq.push_back(rb_.byte(':'));
+        ws(seq);
+        seq.push_back(RuleBuilder::ref(props[i].rule));
+        ws(seq);
+        seq.push_back(RuleBuilder::ref(rest[i + 1][0]));
+        rb_.add_alt(ri, std::move(seq));
+        if (!props[i].required) rb_.add_alt(ri, {RuleBuilder::ref(rest[i + 1][first])});
+      }
+    }
+    std::vector<Elem> open{rb_.byte('{')};
+    ws(open);
+    open.push_back(RuleBuilder::ref(rest[0][1]));
+    rb_.add_alt(r, std::move(open));
+    return r;
+  }
+
+  // Any JSON value (the `true` schema).
+  uint32_t any_rule() {
+    if (any_rule_) return *any_rule_;
+    uint32_t v = rb_.new_rule();
+    any_rule_ = v;
+    uint32_t str = plain_string_rule(rb_);
+    rb_.add_alt(v, {RuleBuilder::ref(rb_.literal_rule("null"))});
+    rb_.add_alt(v, {RuleBuilder::ref(rb_.literal_rule("true"))});
+    rb_.add_alt(v, {RuleBuilder::ref(rb_.literal_rule("false"))});
+    rb_.add_alt(v, {RuleBuilder::ref(regex_rule("-?(0|[1-9][0-9]*)(\\.[0-9]+)?([eE][+-]?[0-9]+)?"))});
+    rb_.add_alt(v, {RuleBuilder::ref(str)});
+    // array
+    uint32_t arr = rb_.new_rule(), arr_rest = rb_.new_rule();
+    {
+      std::vector<Elem> a{rb_.byte('[')};
+      ws(a);
+      a.push_back(rb_.byte(']'));
+      rb_.add_alt(arr, std::move(a));
+      std::vector<Elem> b{rb_.byte('[')};
+      ws(b);
+      b.push_back(RuleBuilder::ref(v));
+      ws(b);
+      b.push_back(RuleBuilder::ref(arr_rest));
+      rb_.add_alt(arr, std::move(b));
+      rb_.add_alt(arr_rest, {rb_.byte(']')});
+      std::vector<Elem> c{rb_.byte(',')};
+      ws(c);
+      c.push_back(RuleBuilder::ref(v));
+      ws(c);
+      c.push_back(RuleBuilder::ref(arr_rest));
+      rb_.add_alt(arr_rest, std::move(c));
+    }
+    uint32_t obj = rb_.new_rule(), obj_rest = rb_.new_rule();
+    {
+      auto member = [&](std::vector<Elem>& s) {
+        s.push_back(RuleBuilder::ref(str));
+        ws(s);
+        s.push_back(rb_.byte(':'));
+        ws(s);
+        s.push_back(RuleBuilder::ref(v));
+        ws(s);
+      };
+      std::vector<Elem> a{rb_.byte('{')};
+      ws(a);
+      a.push_back(rb_.byte('}'));
+      rb_.add_alt(obj, std::move(a));
+      std::vector<Elem> b{rb_.byte('{')};
+      ws(b);
+      member(b);
+      b.push_back(RuleBuilder::ref(obj_rest));
+      rb_.add_alt(obj, std::move(b));
+      rb_.add_alt(obj_rest, {rb_.byte('}')});
+      std::vector<Elem> c{rb_.byte(',')};
+      ws(c);
+      member(c);
+      c.push_back(RuleBuilder::ref(obj_rest));
+      rb_.add_alt(obj_rest, std::move(c));
+    }
+    rb_.add_alt(v, {RuleBuilder::ref(arr)});
+    rb_.add_alt(v, {RuleBuilder::ref(obj)});
+    return v;
+  }
+
+  RuleBuilder& rb_;
+  const JValue& root_;
+  CompileOptions opts_;
+  std::string prefix_;
+  std::vector<CompileError>& errors_;
+  size_t errors_at_start_ = errors_.size();
+  std::unordered_map<const JValue*, std::string> ptrs_;
+  std::unordered_map<const JValue*, uint32_t> memo_;
+  std::vector<const JValue*> flatten_stack_;
+  std::map<std::string, std::shared_ptr<Dfa>> dfas_;
+  std::map<std::string, std::string> regex_errors_;
+  std::map<std::string, uint32_t> regex_rules_;
+  std::optional<uint32_t> any_rule_, ws_rule_;
+  bool has_ref_ = false;
+  std::vector<std::string> nested_ids_;
+};
+
+}  // namespace
+
+uint32_t whitespace_rule(RuleBuilder& rb, const CompileOptions& opts) {
+  // ws_i: up to i more whitespace bytes. Bounded so a model cannot loop on whitespace forever.
+  int n = std::max(0, opts.max_whitespace_run);
+  ByteSet s{};
+  for (uint8_t b : {' ', '\t', '\n', '\r'}) byteset_add(s, b);
+  uint32_t prev = rb.new_rule();
+  rb.add_alt(prev, {});
+  for (int i = 0; i < n; ++i) {
+    uint32_t r = rb.new_rule();
+    rb.add_alt(r, {});
+    rb.add_alt(r, {rb.cls(s), RuleBuilder::ref(prev)});
+    prev = r;
+  }
+  return prev;
+}
+
+uint32_t plain_string_rule(RuleBuilder& rb) {
+  uint32_t body = rb.new_rule();
+  rb.add_alt(body, {{ElemKind::StrCharLoop, 0}, RuleBuilder::ref(body)});
+  rb.add_alt(body, {rb.byte('"')});
+  uint32_t r = rb.new_rule();
+  rb.add_alt(r, {rb.byte('"'), RuleBuilder::ref(body)});
+  return r;
+}
+
+uint32_t compile_schema_into(RuleBuilder& rb, const JValue& root, const CompileOptions& opts,
+                             const std::string& pointer_prefix, std::vector<CompileError>& errors) {
+  SchemaCompiler c(rb, root, opts, pointer_prefix, errors);
+  return c.run();
+}
+
+}  // namespace picolm::grammar::detail

@@ -1,0 +1,118 @@
+// Chat prompt rendering without a Jinja engine.
+//
+// A GGUF model carries its chat template as Jinja text (tokenizer.chat_template). Instead of
+// interpreting Jinja we recognise which published template it is (detect_template_family) and
+// render with hand-written code per family that reproduces that template byte for byte, as
+// Hugging Face transformers renders it (trim_blocks, lstrip_blocks, tojson = json.dumps with
+// ensure_ascii=False and key order kept). tests/test_chat_template.cpp checks every family against
+// python3-jinja2 running the real template files (tests/render_jinja.py).
+//
+// Conventions shared with that oracle, i.e. how an OpenAI-style request maps onto the template
+// variables:
+//   - an assistant message with tool calls and empty content has content = null;
+//   - tool-call arguments are given to the template as a parsed JSON object (the template applies
+//     tojson), except DeepSeek R1, whose template concatenates the argument text as it is;
+//   - `tools` is defined only when the request has a non-empty tools array;
+//   - when the real template fails (raise_exception, or an operation Jinja rejects such as string +
+//     null), render_chat fails too, with a message.
+//
+// Thread-safety: everything here is a pure function of its arguments; no shared state.
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace picolm {
+
+struct ToolCall {
+  std::string id;              // e.g. "call_abc"; Mistral requires 9 alphanumeric characters
+  std::string name;            // function name
+  std::string arguments_json;  // the arguments object as JSON text
+};
+
+struct ChatMessage {
+  std::string role;  // "system" | "user" | "assistant" | "tool" (others pass through where the template allows)
+  std::string content;
+  std::vector<ToolCall> tool_calls;  // assistant only
+  std::string tool_call_id;          // tool only
+  std::string name;                  // optional
+};
+
+struct RenderOptions {
+  bool add_generation_prompt = true;
+  std::string tools_json;  // OpenAI "tools" array as JSON text; "" or "[]" = no tools
+  std::string bos_token;   // the model's BOS/EOS token text, e.g. "<s>", "</s>"
+  std::string eos_token;
+  // Llama 3.x "Today Date:". Empty = what the template does on its own: Llama 3.1/3.3 use the fixed
+  // "26 Jul 2024"; Llama 3.2 uses today's local date (strftime "%d %b %Y").
+  std::string date_string;
+};
+
+enum class TemplateFamily : uint8_t {
+  Unknown,      // not recognised; callers usually fall back to ChatML
+  ChatML,       // plain <|im_start|>role\n...<|im_end|>\n, no tools
+  Qwen25,       // Qwen2.5 instruct: ChatML + "# Tools" system block, <tool_call>, <tool_response>
+  Hermes,       // NousResearch Hermes 2 Pro / Hermes 3 tool_use template
+  Llama31,      // Llama 3.1 / 3.3 instruct (JSON tool calls, "Environment: ipython")
+  Llama32,      // Llama 3.2 instruct (as 3.1, date from strftime_now)
+  Zephyr,       // Zephyr / TinyLlama chat: <|user|>\n...</s>\n
+  MistralNemo,  // Mistral Nemo 2407: [INST], [AVAILABLE_TOOLS], [TOOL_CALLS], [TOOL_RESULTS]
+  Gemma2,       // Gemma 2 instruct: <start_of_turn>user/model
+  Phi35,        // Phi-3.5 mini instruct: <|user|>\n...<|end|>\n
+  DeepSeekR1,   // DeepSeek-R1 distills (Llama and Qwen): <｜User｜>, <｜Assistant｜>
+};
+
+// How a family's model writes tool calls in its output, and where its turn ends.
+enum class ToolCallStyle : uint8_t {
+  None,          // the template has no tool-call syntax
+  TaggedJson,    // <tool_call>\n{"name": ..., "arguments": {...}}\n</tool_call>, repeatable (Qwen, Hermes)
+  BareJson,      // the whole reply is {"name": ..., "parameters": {...}}, one call (Llama 3.x)
+  MistralArray,  // [TOOL_CALLS][{"name": ..., "arguments": {...}, "id": "..."}, ...]
+  DeepSeekR1,    // <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>name\n```json\n{...}\n```<｜tool▁call▁end｜>...
+};
+
+struct FamilyTraits {
+  std::string_view name;         // canonical name, accepted by family_from_name
+  bool renders_tool_list;        // the template shows the tools to the model
+  ToolCallStyle tool_call_style;
+  std::string_view tool_call_start;  // output text that opens the tool calls ("" if none)
+  std::string_view tool_call_end;    // output text that closes one call ("" = the JSON value ends it)
+  std::string_view arguments_key;    // "arguments" or "parameters"
+  bool parallel_tool_calls;          // several calls in one assistant turn
+  // Text that ends the assistant turn (besides the EOS token id); the first one is what the
+  // template appends after an assistant message, if it appends a fixed marker.
+  std::span<const std::string_view> stop_strings;
+};
+
+const FamilyTraits& family_traits(TemplateFamily family);
+std::string_view family_name(TemplateFamily family);
+
+// Names for --chat-template: the canonical names plus aliases ("chatml", "qwen2.5"/"qwen",
+// "hermes", "llama3"/"llama3.1"/"llama3.3", "llama3.2", "zephyr"/"tinyllama", "mistral"/"mistral-nemo",
+// "gemma"/"gemma2", "phi3"/"phi3.5", "deepseek-r1"). Case-insensitive; nullopt if unknown.
+std::optional<TemplateFamily> family_from_name(std::string_view name);
+
+// Recognises the family from the template text by distinctive literals. Unknown for templates not
+// listed above (Command-R, Functionary, Firefunction, Llama 3.0, Mistral v1-v3, ...).
+TemplateFamily detect_template_family(std::string_view jinja_text);
+
+struct ChatRenderResult {
+  bool ok = false;
+  std::string text;   // the prompt, when ok
+  std::string error;  // what is wrong with the conversation, when !ok
+};
+
+// Renders the conversation exactly as the family's template would. Fails on bad input (tools_json
+// or tool-call arguments that are not JSON, conversations the template rejects) and for Unknown.
+ChatRenderResult render_chat(TemplateFamily family, std::span<const ChatMessage> messages,
+                             const RenderOptions& options);
+
+// Jinja's `tojson` as the templates above see it (Python json.dumps with ensure_ascii=False, key
+// order kept, Python's number spelling): re-serialises JSON text into `out`. indent < 0 gives one
+// line with ", " and ": " separators. False, with a message in `error`, if the text is not JSON.
+bool python_tojson(std::string_view json_text, std::string& out, int indent = -1, std::string* error = nullptr);
+
+}  // namespace picolm

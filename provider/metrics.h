@@ -1,0 +1,47 @@
+// Prometheus counters for the provider (GET /metrics, text exposition format 0.0.4).
+// Thread-safety: every method may be called from any thread (atomics, plus a mutex for the
+// per-endpoint table).
+#pragma once
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <utility>
+
+namespace picolm {
+
+class Metrics {
+ public:
+  void count_request(std::string_view endpoint, int status);
+  void add_prompt_tokens(int64_t evaluated, int64_t cached) { prompt_tokens_ += evaluated; cached_tokens_ += cached; }
+  void add_completion_tokens(int64_t n) { completion_tokens_ += n; }
+  void add_prefill_ms(double ms) { prefill_us_ += static_cast<int64_t>(ms * 1000.0); }
+  void add_decode_ms(double ms) { decode_us_ += static_cast<int64_t>(ms * 1000.0); }
+  void count_cancelled() { ++cancelled_; }
+  void count_timeout() { ++timeouts_; }
+  void count_rejected() { ++rejected_; }
+  void count_kv_reuse(bool hit) { ++(hit ? kv_hits_ : kv_misses_); }
+  void count_prompt_cache(bool hit) { ++(hit ? cache_hits_ : cache_misses_); }
+  void set_queue_depth_source(std::function<size_t()> fn);
+  void set_busy(bool busy) { busy_ = busy; }
+
+  int64_t cancelled() const { return cancelled_; }
+  int64_t completion_tokens() const { return completion_tokens_; }
+
+  std::string render() const;
+
+ private:
+  std::atomic<int64_t> prompt_tokens_{0}, cached_tokens_{0}, completion_tokens_{0};
+  std::atomic<int64_t> prefill_us_{0}, decode_us_{0};
+  std::atomic<int64_t> cancelled_{0}, timeouts_{0}, rejected_{0};
+  std::atomic<int64_t> kv_hits_{0}, kv_misses_{0}, cache_hits_{0}, cache_misses_{0};
+  std::atomic<bool> busy_{false};
+  mutable std::mutex mu_;
+  std::map<std::pair<std::string, int>, int64_t> requests_;  // (endpoint, status) -> count
+  std::function<size_t()> queue_depth_;
+};
+
+}  // namespace picolm

@@ -1,0 +1,116 @@
+// OpenAI wire format: request parsing and validation (chat completions, /tool_call), response and
+// stream-chunk JSON, error objects. No engine state: everything here is a pure function of its
+// arguments, safe to call from any HTTP thread.
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "chat_template.h"
+
+namespace picolm {
+
+// Tier-1 error for the HTTP edge: becomes {"error":{"message","type","param","code"}}.
+struct ApiError {
+  int status = 400;
+  std::string message;
+  std::string type = "invalid_request_error";
+  std::string param;  // "" -> null
+  std::string code;   // "" -> null
+};
+std::string error_json(const ApiError& e);
+
+enum class ToolChoice { None, Auto, Required, Named };
+enum class ResponseFormat { Text, JsonObject, JsonSchema };
+
+struct ToolSpec {
+  std::string name;
+  std::string description;
+  std::string parameters_json;  // the JSON Schema of the arguments ("{}" when absent)
+};
+
+struct ChatRequest {
+  std::string model;
+  std::vector<ChatMessage> messages;
+  std::vector<ToolSpec> tools;
+  std::string tools_json;  // the request's tools array, minified ("" when there are none)
+  ToolChoice tool_choice = ToolChoice::Auto;
+  std::string tool_choice_name;  // Named
+  bool parallel_tool_calls = true;
+  ResponseFormat response_format = ResponseFormat::Text;
+  std::string response_schema_json;  // JsonSchema: the schema, minified
+  std::optional<int64_t> max_tokens;
+  std::optional<double> temperature, top_p;
+  std::optional<int64_t> top_k;      // extension (llama.cpp servers accept it too)
+  std::optional<double> min_p;       // extension
+  std::optional<double> repeat_penalty;  // extension
+  std::optional<uint64_t> seed;
+  std::vector<std::string> stop;
+  double presence_penalty = 0.0;
+  double frequency_penalty = 0.0;
+  bool stream = false;
+  bool include_usage = false;
+};
+
+// Parses and validates a POST /v1/chat/completions body. Unknown fields are ignored; a known field
+// of the wrong type or an impossible value gives a 400 naming the field (ApiError::param).
+bool parse_chat_request(std::string_view body, ChatRequest& out, ApiError& err);
+
+// POST /tool_call: {"messages" | "prompt", "tools", "tool_choice"?, "system"?, "max_tokens"?,
+// "temperature"?, "seed"?}. tool_choice defaults to "required": the endpoint exists to get a call.
+bool parse_tool_call_request(std::string_view body, ChatRequest& out, ApiError& err);
+
+struct GeneratedToolCall {
+  std::string id;              // call_...
+  std::string name;
+  std::string arguments_json;  // minified arguments object
+};
+
+struct Timings {
+  int64_t prompt_n = 0;      // prompt tokens evaluated (not taken from a cache)
+  int64_t cached_n = 0;      // prompt tokens reused from the KV / prompt cache
+  double prompt_ms = 0.0;    // prefill wall time
+  int64_t predicted_n = 0;   // generated tokens
+  double predicted_ms = 0.0; // decode wall time
+  double queue_ms = 0.0;     // time waiting for the engine
+};
+
+struct Completion {
+  std::optional<std::string> content;  // nullopt -> JSON null
+  std::vector<GeneratedToolCall> tool_calls;
+  std::string finish_reason = "stop";  // stop | length | tool_calls
+  int64_t prompt_tokens = 0;
+  int64_t completion_tokens = 0;
+  int64_t cached_tokens = 0;
+  Timings timings;
+};
+
+struct ResponseIds {
+  std::string id;       // chatcmpl-...
+  int64_t created = 0;  // unix seconds
+  std::string model;
+};
+
+std::string chat_completion_json(const ResponseIds& ids, const Completion& c);
+// Stream chunks (the JSON after "data: ").
+std::string chunk_role_json(const ResponseIds& ids);
+std::string chunk_content_json(const ResponseIds& ids, std::string_view delta);
+std::string chunk_tool_call_json(const ResponseIds& ids, size_t index, const GeneratedToolCall& call);
+std::string chunk_finish_json(const ResponseIds& ids, std::string_view finish_reason);
+std::string chunk_usage_json(const ResponseIds& ids, const Completion& c);
+// /tool_call response: {"tool_calls":[{"id","name","arguments":{...}}],"content"?,"finish_reason","usage"}
+std::string tool_call_response_json(const Completion& c);
+std::string models_json(const std::string& model_id, int64_t created, int64_t n_ctx);
+
+// Parses the text inside <tool_call>...</tool_call> tags (Hermes/Qwen output) into calls. Entries
+// that are not a JSON object with a string "name" and an object "arguments" are skipped.
+std::vector<GeneratedToolCall> parse_tagged_tool_calls(std::string_view text, std::string_view open_tag,
+                                                       std::string_view close_tag);
+// Parses the generic envelope {"tool_calls":[{"name","arguments"}...]} or {"content":"..."}.
+// Returns false when text is not a complete envelope.
+bool parse_envelope(std::string_view text, std::vector<GeneratedToolCall>& calls,
+                    std::optional<std::string>& content);
+
+}  // namespace picolm

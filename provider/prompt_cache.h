@@ -1,0 +1,121 @@
+// Prompt cache: reuse the KV of token prefixes that were already evaluated, from the session
+// itself, from a RAM LRU of snapshots, or from files in a cache directory shared by processes.
+//
+// Identity: the prompt is cut in blocks of `block_tokens`; every block boundary n has a key, a
+// chained 64-bit hash over (model fingerprint, tokenizer fingerprint, KV dims, tokens[0, n)).
+// A key only finds candidates; a prefix is used only after its stored token ids compare equal to
+// the prompt's and (for files) its header and every KV block it contributes pass their checksums.
+// File format: docs/KV_CACHE_FORMAT.md.
+//
+// Thread-safety: a PromptCacheStore may be shared by any number of threads (one internal mutex
+// guards the RAM LRU and the file index; file I/O of restore/store runs outside it). Each
+// Session passed in must be used by the calling thread only, as usual. Any number of processes
+// may share one directory: files appear by atomic rename, temporary names are unique, eviction
+// holds an flock on "<dir>/.lock", and files vanishing under a reader are a cache miss.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "model.h"
+#include "result.h"
+
+namespace picolm {
+
+enum class PromptCacheLogLevel { Debug, Info, Warn };
+
+struct PromptCacheOptions {
+  // Cache directory; "" disables the disk tier. See PromptCacheStore::default_dir().
+  std::string dir;
+  uint64_t max_disk_bytes = uint64_t(4) << 30;  // all *.pkv files in `dir`, every model together
+  uint64_t max_ram_bytes = uint64_t(1) << 30;   // KV snapshots held in RAM by this store; 0 disables
+  int32_t block_tokens = 64;                    // prefixes are cached at multiples of this
+  // Temporary files of writers that died are removed once they are this old (or at once if their
+  // writer's pid no longer exists on this host).
+  int64_t stale_temp_seconds = 3600;
+  // Receives rejected files, evictions and I/O problems. Optional; called with no lock held.
+  std::function<void(PromptCacheLogLevel, std::string_view)> log;
+};
+
+struct PromptCacheStats {
+  uint64_t live_hits = 0;          // restore() kept the session's own prefix (longest available)
+  uint64_t ram_hits = 0;           // restore() copied a RAM snapshot
+  uint64_t disk_hits = 0;          // restore() loaded a file
+  uint64_t misses = 0;             // restore() found nothing to reuse
+  uint64_t tokens_restored = 0;    // tokens copied from RAM or disk (live hits not counted)
+  uint64_t ram_snapshots = 0;      // snapshots taken by store()
+  uint64_t files_written = 0;
+  uint64_t files_rejected = 0;     // ignored and deleted: bad magic/version/identity/checksum/size
+  uint64_t ram_evictions = 0;
+  uint64_t disk_evictions = 0;     // files this process removed to keep the budget
+  uint64_t ram_bytes = 0;          // current
+  uint64_t ram_entries = 0;        // current
+  uint64_t disk_bytes = 0;         // *.pkv bytes in the directory at the last scan
+  std::string last_rejection;      // why the last file was rejected ("" if none)
+};
+
+class PromptCacheStore {
+ public:
+  // Creates `opts.dir` if needed. Never fails: a directory that cannot be used disables the disk
+  // tier (logged), the RAM tier still works.
+  explicit PromptCacheStore(PromptCacheOptions opts);
+  ~PromptCacheStore();
+  PromptCacheStore(const PromptCacheStore&) = delete;
+  PromptCacheStore& operator=(const PromptCacheStore&) = delete;
+
+  // $XDG_CACHE_HOME/picolm, else $HOME/.cache/picolm, else "" (no disk tier).
+  static std::string default_dir();
+
+  // Makes `session` hold the longest reusable prefix of `prompt`: its own live prefix, a RAM
+  // snapshot or a file, whichever is longest (RAM before disk at equal length). At most
+  // prompt.size() - 1 tokens are restored so that evaluating the rest yields logits. The session
+  // is truncated to the restored length; returns that length. Never fails: anything unusable is
+  // a miss (and bad files are deleted).
+  size_t restore(Session& session, std::span<const int32_t> prompt);
+
+  // Saves the KV of the session's first n tokens, n = min(stable_len, n_past) rounded down to a
+  // block boundary, to RAM and disk (unless already cached; then only marked as recently used).
+  // Decoding never changes positions below n_past, so this may be called after generation.
+  // Returns n (0: nothing stored). Disk errors are logged, not returned.
+  size_t store(Session& session, size_t stable_len);
+
+  // Drops the RAM snapshots (the disk tier is untouched).
+  void clear_ram();
+
+  PromptCacheStats stats() const;
+  const PromptCacheOptions& options() const;
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+struct PrefillWithCacheResult {
+  size_t cached_tokens = 0;     // restored from the session, RAM or disk
+  size_t evaluated_tokens = 0;  // computed by session.eval
+  size_t stored_tokens = 0;     // prefix length saved by store() (0 if deferred or too short)
+};
+
+struct PrefillWithCacheOptions {
+  bool all_logits = false;  // passed to Session::eval for the evaluated tail
+  bool defer_store = false; // the caller calls store.store(session, stable_len) itself later
+  std::function<void(size_t done, size_t total)> progress;
+};
+
+// restore() + eval of the remaining tokens + store(stable_len). `store` may be null (plain
+// prefill, the session's own live prefix is still reused). Afterwards session.logits() belong to
+// the last prompt token, exactly as after a full prefill. Errors are Session::eval's.
+Result<PrefillWithCacheResult> prefill_with_cache(PromptCacheStore* store, Session& session,
+                                                  std::span<const int32_t> prompt, size_t stable_len,
+                                                  const PrefillWithCacheOptions& opts = {});
+
+// XXH64 (Yann Collet's xxHash, 64-bit variant), implemented from its published specification;
+// used for the file checksums. Exposed for tests and tools.
+uint64_t prompt_cache_xxh64(const void* data, size_t len, uint64_t seed);
+
+}  // namespace picolm

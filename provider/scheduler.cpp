@@ -1,0 +1,585 @@
+#include "scheduler.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <random>
+#include <thread>
+
+#include "grammar/grammar.h"
+#include "kernels/thread_pool.h"
+#include "metrics.h"
+#include "model.h"
+#include "prompt_cache.h"
+#include "tool_format.h"
+
+namespace picolm {
+
+using Clock = std::chrono::steady_clock;
+
+static double ms_between(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double, std::milli>(b - a).count();
+}
+
+// ---------------------------------------------------------------- Job
+
+bool Job::wait(std::chrono::milliseconds timeout, std::vector<std::string>& deltas) {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait_for(lock, timeout, [&] { return done_ || !deltas_.empty(); });
+  while (!deltas_.empty()) {
+    deltas.push_back(std::move(deltas_.front()));
+    deltas_.pop_front();
+  }
+  return done_;
+}
+
+void Job::push_delta(std::string text) {
+  if (text.empty()) return;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    deltas_.push_back(std::move(text));
+  }
+  cv_.notify_all();
+}
+
+void Job::finish(Completion c, std::string error) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    result_ = std::move(c);
+    error_ = std::move(error);
+    done_ = true;
+  }
+  cv_.notify_all();
+}
+
+// ---------------------------------------------------------------- Engine::Impl
+
+struct Engine::Impl {
+  EngineOptions opts;
+  Metrics& metrics;
+  std::shared_ptr<Model> model;
+  std::unique_ptr<ThreadPool> pool;
+  std::unique_ptr<Session> session;  // the one KV slot; worker thread only
+  std::unique_ptr<PromptCacheStore> cache;  // null when both tiers are off
+  std::shared_ptr<const grammar::Vocabulary> vocab;
+  grammar::GrammarCache grammars{128};
+  TemplateFamily family = TemplateFamily::ChatML;
+  std::string bos_text, eos_text;
+  std::string model_id;
+  int32_t n_vocab = 0;  // logits per position
+  int32_t n_ctx = 0;    // the session's context (immutable; read by HTTP threads)
+
+  mutable std::mutex mu;
+  std::condition_variable cv;
+  std::deque<std::shared_ptr<Job>> queue;
+  bool paused = false;
+  bool stopping = false;
+  std::shared_ptr<Job> running;  // guarded by mu
+  std::thread worker;
+  std::mt19937_64 id_rng{std::random_device{}()};  // worker thread only
+
+  Impl(const EngineOptions& o, Metrics& m) : opts(o), metrics(m) {}
+
+  void worker_loop();
+  void run(Job& job);
+  std::string new_call_id();
+};
+
+std::string Engine::Impl::new_call_id() {
+  static constexpr char kAlphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+  std::string id = "call_";
+  for (int i = 0; i < 24; ++i) id.push_back(kAlphabet[id_rng() % (sizeof(kAlphabet) - 1)]);
+  return id;
+}
+
+void Engine::Impl::worker_loop() {
+  for (;;) {
+    std::shared_ptr<Job> job;
+    {
+      std::unique_lock<std::mutex> lock(mu);
+      cv.wait(lock, [&] { return stopping || (!paused && !queue.empty()); });
+      if (stopping) return;
+      job = std::move(queue.front());
+      queue.pop_front();
+      running = job;
+    }
+    metrics.set_busy(true);
+    try {
+      run(*job);
+    } catch (const std::exception& e) {
+      // Tier 2/3 failures must not kill the worker: report them to this request only.
+      spdlog::error("generation failed: {}", e.what());
+      job->finish(Completion{}, std::string("internal error: ") + e.what());
+    }
+    metrics.set_busy(false);
+    std::lock_guard<std::mutex> lock(mu);
+    running.reset();
+  }
+}
+
+namespace {
+
+// Length of the longest suffix of `text` that is a proper prefix of one of `needles`.
+size_t partial_suffix(std::string_view text, const std::vector<std::string>& needles) {
+  size_t best = 0;
+  for (const auto& n : needles) {
+    size_t max = std::min(n.size() - 1, text.size());
+    for (size_t k = max; k > best; --k) {
+      if (text.compare(text.size() - k, k, n, 0, k) == 0) { best = k; break; }
+    }
+  }
+  return best;
+}
+
+bool all_space(std::string_view s) {
+  return std::all_of(s.begin(), s.end(), [](char c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r'; });
+}
+
+}  // namespace
+
+void Engine::Impl::run(Job& job) {
+  const Tokenizer& tok = model->tokenizer();
+  Completion out;
+  const auto started = Clock::now();
+  out.timings.queue_ms = ms_between(job.arrived, started);
+  out.prompt_tokens = static_cast<int64_t>(job.prompt.size());
+
+  // ---- prefill, reusing the longest prefix we have: the KV slot's own, or the prompt cache's ----
+  const auto& have = session->tokens();
+  size_t live = 0;
+  while (live < have.size() && live < job.prompt.size() && have[live] == job.prompt[live]) ++live;
+  metrics.count_kv_reuse(live > 0);
+  size_t common = 0;
+  if (cache) {
+    common = cache->restore(*session, job.prompt);
+    if (common > live) metrics.count_prompt_cache(true);
+    else if (common == 0) metrics.count_prompt_cache(false);
+  } else {
+    common = live;
+    if (common == job.prompt.size()) --common;  // re-evaluate the last token: we need its logits
+    session->truncate(static_cast<int32_t>(common));
+  }
+  out.cached_tokens = static_cast<int64_t>(common);
+  out.timings.cached_n = out.cached_tokens;
+
+  bool cancelled = false, timed_out = false;
+  // Slices so that a cancel or a timeout is noticed during a long prefill.
+  constexpr size_t kSlice = 128;
+  for (size_t pos = common; pos < job.prompt.size(); pos += kSlice) {
+    if (job.cancelled()) { cancelled = true; break; }
+    if (Clock::now() > job.deadline) { timed_out = true; break; }
+    size_t n = std::min(kSlice, job.prompt.size() - pos);
+    Status st = session->eval(std::span<const int32_t>(job.prompt.data() + pos, n));
+    if (!st.ok()) {
+      session->truncate(0);
+      job.finish(out, "prefill failed: " + st.error());
+      return;
+    }
+  }
+  const auto prefilled = Clock::now();
+  out.timings.prompt_n = static_cast<int64_t>(job.prompt.size() - common);
+  out.timings.prompt_ms = ms_between(started, prefilled);
+  metrics.add_prompt_tokens(out.timings.prompt_n, out.cached_tokens);
+  metrics.add_prefill_ms(out.timings.prompt_ms);
+
+  // ---- decode ----
+  Sampler sampler(job.sampling);
+  for (int32_t t : job.prompt) sampler.accept(t);
+  StreamDecoder decoder(tok, false);
+  std::unique_ptr<grammar::Matcher> matcher;
+  const bool constrained_from_start =
+      job.mode == OutputMode::Json || job.mode == OutputMode::ToolsForced || job.mode == OutputMode::Envelope;
+  if (constrained_from_start) matcher = std::make_unique<grammar::Matcher>(job.grammar, vocab);
+  std::vector<uint32_t> mask((static_cast<size_t>(n_vocab) + 31) / 32);
+  std::vector<float> logits(static_cast<size_t>(n_vocab));
+
+  // Stop strings (and, in ToolsTagged, the trigger) must never be streamed, not even in part:
+  // text that could be the start of one is held back until it is decided.
+  std::vector<std::string> holds = job.stop;
+  if (job.mode == OutputMode::ToolsTagged) holds.push_back(job.trigger);
+  const bool streams_content = job.mode == OutputMode::Plain || job.mode == OutputMode::Json ||
+                               job.mode == OutputMode::ToolsTagged;
+
+  std::string text;         // all generated text (Plain/Json/Tagged: the content part)
+  std::string call_text;    // ToolsTagged: from the trigger on
+  size_t emitted = 0;       // bytes of `text` sent as deltas
+  bool in_call = false;
+  std::string finish = "length";
+  int64_t generated = 0;
+
+  auto emit_safe = [&](bool final) {
+    if (!streams_content || emitted >= text.size()) return;
+    size_t safe = final ? text.size() : text.size() - partial_suffix(text, holds);
+    // ToolsTagged: whitespace before a call is not content, so hold text back until it has
+    // something else in it (the final answer's content then equals what was streamed).
+    if (job.mode == OutputMode::ToolsTagged && all_space(std::string_view(text).substr(0, safe))) return;
+    if (safe > emitted) {
+      job.push_delta(text.substr(emitted, safe - emitted));
+      emitted = safe;
+    }
+  };
+
+  while (true) {
+    if (generated >= job.max_tokens || cancelled || timed_out) break;
+    if (job.cancelled()) { cancelled = true; break; }
+    if (Clock::now() > job.deadline) { timed_out = true; break; }
+    if (session->n_past() >= session->n_ctx()) break;
+
+    auto l = session->logits();
+    std::copy(l.begin(), l.end(), logits.begin());
+    const uint32_t* m = nullptr;
+    if (matcher) {
+      matcher->fill_mask(mask.data());
+      m = mask.data();
+    }
+    int32_t id = sampler.sample(logits, m);
+    if (id < 0) { finish = "stop"; break; }  // the grammar allows nothing: treat as the end
+    if (matcher && !matcher->accept_token(id)) {
+      job.finish(out, "internal error: the grammar rejected a token it allowed");
+      session->truncate(0);
+      return;
+    }
+    sampler.accept(id);
+    if (tok.is_eog(id)) { finish = "stop"; break; }
+    ++generated;
+    std::string piece = decoder.push(id);
+    Status st = session->eval(std::span<const int32_t>(&id, 1));
+    if (!st.ok()) {
+      job.finish(out, "decode failed: " + st.error());
+      session->truncate(0);
+      return;
+    }
+
+    if (in_call) {
+      call_text += piece;
+    } else {
+      const size_t old = text.size();
+      text += piece;
+      if (job.mode == OutputMode::Plain || job.mode == OutputMode::ToolsTagged) {
+        // Look for a stop string (or the trigger) that ends inside the new piece.
+        size_t longest = 0;
+        for (const auto& s : holds) longest = std::max(longest, s.size());
+        size_t from = old > longest ? old - longest : 0;
+        size_t stop_at = std::string::npos;
+        bool is_trigger = false;
+        for (const auto& s : holds) {
+          size_t p = text.find(s, from);
+          if (p != std::string::npos && p < stop_at) {
+            stop_at = p;
+            is_trigger = job.mode == OutputMode::ToolsTagged && s == job.trigger;
+          }
+        }
+        if (stop_at != std::string::npos) {
+          if (!is_trigger) {
+            text.resize(stop_at);
+            finish = "stop";
+            break;
+          }
+          call_text = text.substr(stop_at);
+          text.resize(stop_at);
+          in_call = true;
+          matcher = std::make_unique<grammar::Matcher>(job.grammar, vocab);
+          // The call grammar starts with the trigger itself; feed it what was generated so far.
+          if (!matcher->accept_bytes(call_text)) {
+            matcher = std::make_unique<grammar::Matcher>(job.grammar, vocab);
+            (void)matcher->accept_bytes(job.trigger);
+            call_text = job.trigger;
+          }
+        }
+      }
+      emit_safe(false);
+    }
+    if (matcher && matcher->is_terminated()) { finish = "stop"; break; }
+  }
+  if (!in_call) text += decoder.flush();
+  // The prompt's KV is final; snapshot it (block-aligned) for later requests with this prefix.
+  if (cache && !cancelled) cache->store(*session, job.prompt.size());
+  const auto decoded = Clock::now();
+  out.completion_tokens = generated;
+  out.timings.predicted_n = generated;
+  out.timings.predicted_ms = ms_between(prefilled, decoded);
+  metrics.add_completion_tokens(generated);
+  metrics.add_decode_ms(out.timings.predicted_ms);
+  if (timed_out) metrics.count_timeout();
+  if (cancelled) metrics.count_cancelled();
+
+  // ---- read the reply back ----
+  spdlog::debug("raw output: {}{}", text, call_text);
+  switch (job.mode) {
+    case OutputMode::Plain:
+    case OutputMode::Json:
+      out.content = text;
+      break;
+    case OutputMode::ToolsTagged:
+      out.tool_calls = parse_tagged_tool_calls(call_text, job.trigger, job.close_tag);
+      if (!out.tool_calls.empty() && all_space(text)) out.content.reset();
+      else out.content = text;
+      break;
+    case OutputMode::ToolsForced:
+      out.tool_calls = parse_tagged_tool_calls(text, job.trigger, job.close_tag);
+      break;
+    case OutputMode::Envelope: {
+      std::optional<std::string> content;
+      if (!parse_envelope(text, out.tool_calls, content)) out.tool_calls.clear();
+      out.content = content;
+      break;
+    }
+  }
+  for (auto& c : out.tool_calls) c.id = new_call_id();
+  if (finish == "stop" && !out.tool_calls.empty()) finish = "tool_calls";
+  out.finish_reason = finish;
+  // Whatever was not streamed yet (the whole content for the modes that parse at the end).
+  if (out.content && out.content->size() > emitted) job.push_delta(out.content->substr(emitted));
+
+  spdlog::info("{} prompt={} cached={} gen={} prefill={:.1f}ms ({:.1f} t/s) decode={:.1f}ms ({:.1f} t/s) "
+               "queue={:.1f}ms calls={} finish={}{}{}",
+               job.endpoint, out.prompt_tokens, out.cached_tokens, generated, out.timings.prompt_ms,
+               out.timings.prompt_ms > 0 ? 1000.0 * double(out.timings.prompt_n) / out.timings.prompt_ms : 0.0,
+               out.timings.predicted_ms,
+               out.timings.predicted_ms > 0 ? 1000.0 * double(generated) / out.timings.predicted_ms : 0.0,
+               out.timings.queue_ms, out.tool_calls.size(), finish, cancelled ? " (client gone)" : "",
+               timed_out ? " (timeout)" : "");
+  job.finish(std::move(out));
+}
+
+// ---------------------------------------------------------------- Engine
+
+Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+Engine::~Engine() {
+  shutdown();
+  if (impl_->worker.joinable()) impl_->worker.join();
+}
+
+void Engine::shutdown() {
+  std::deque<std::shared_ptr<Job>> left;
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    impl_->stopping = true;
+    left.swap(impl_->queue);
+    if (impl_->running) impl_->running->cancel();
+  }
+  impl_->cv.notify_all();
+  for (auto& j : left) j->finish(Completion{}, "server shutting down");
+}
+
+Result<std::unique_ptr<Engine>> Engine::create(const EngineOptions& opts, Metrics& metrics) {
+  auto impl = std::make_unique<Impl>(opts, metrics);
+  auto loaded = Model::load(opts.model_path);
+  if (!loaded.ok()) return Error{loaded.error()};
+  impl->model = std::move(loaded.value());
+  const Tokenizer& tok = impl->model->tokenizer();
+  impl->n_vocab = impl->model->hparams().n_vocab;
+
+  // Chat template family: an explicit name wins, then detection from the GGUF; ChatML otherwise.
+  if (!opts.chat_template.empty()) {
+    auto f = family_from_name(opts.chat_template);
+    if (!f) return Error{"unknown chat template '" + opts.chat_template + "'"};
+    impl->family = *f;
+  } else {
+    auto tmpl = impl->model->gguf().get_string("tokenizer.chat_template");
+    TemplateFamily f = tmpl ? detect_template_family(*tmpl) : TemplateFamily::Unknown;
+    impl->family = f == TemplateFamily::Unknown ? TemplateFamily::ChatML : f;
+  }
+  if (tok.bos_id() >= 0) impl->bos_text = tok.token_to_piece(tok.bos_id(), true);
+  if (tok.eos_id() >= 0) impl->eos_text = tok.token_to_piece(tok.eos_id(), true);
+
+  // Grammar vocabulary: the exact bytes of every token; control and unused tokens are "" so the
+  // grammar never picks them inside constrained output.
+  std::vector<std::string> pieces(static_cast<size_t>(impl->n_vocab));
+  for (int32_t id = 0; id < impl->n_vocab && id < tok.n_vocab(); ++id) {
+    TokenType t = tok.token_type(id);
+    if (t == TokenType::Control || t == TokenType::Unused) continue;
+    pieces[static_cast<size_t>(id)] = tok.token_to_piece(id, false);
+  }
+  impl->vocab = grammar::Vocabulary::create(std::move(pieces), tok.eog_ids());
+
+  int threads = opts.threads > 0 ? opts.threads : ThreadPool::default_threads();
+  impl->pool = std::make_unique<ThreadPool>(threads);
+  SessionOptions so;
+  so.n_ctx = opts.n_ctx;
+  impl->session = std::make_unique<Session>(impl->model, *impl->pool, so);
+  impl->n_ctx = impl->session->n_ctx();
+  if (!opts.cache_dir.empty() || opts.cache_ram_mb > 0) {
+    PromptCacheOptions co;
+    co.dir = opts.cache_dir;
+    co.max_disk_bytes = uint64_t(opts.cache_max_mb) << 20;
+    co.max_ram_bytes = uint64_t(opts.cache_ram_mb) << 20;
+    co.log = [](PromptCacheLogLevel level, std::string_view msg) {
+      if (level == PromptCacheLogLevel::Warn) spdlog::warn("prompt cache: {}", msg);
+      else if (level == PromptCacheLogLevel::Info) spdlog::info("prompt cache: {}", msg);
+      else spdlog::debug("prompt cache: {}", msg);
+    };
+    impl->cache = std::make_unique<PromptCacheStore>(std::move(co));
+  }
+
+  impl->model_id = opts.model_id;
+  if (impl->model_id.empty()) {
+    impl->model_id = std::filesystem::path(opts.model_path).stem().string();
+  }
+  Impl* raw = impl.get();
+  metrics.set_queue_depth_source([raw] {
+    std::lock_guard<std::mutex> lock(raw->mu);
+    return raw->queue.size();
+  });
+  impl->worker = std::thread([raw] { raw->worker_loop(); });
+  return std::unique_ptr<Engine>(new Engine(std::move(impl)));
+}
+
+std::shared_ptr<Job> Engine::prepare(const ChatRequest& req, ApiError& err) {
+  Impl& s = *impl_;
+  const FamilyTraits& traits = family_traits(s.family);
+  auto job = std::make_shared<Job>();
+  job->arrived = Clock::now();
+  job->deadline = job->arrived + std::chrono::milliseconds(static_cast<int64_t>(s.opts.timeout_sec * 1000.0));
+
+  const bool tools_active = !req.tools.empty() && req.tool_choice != ToolChoice::None;
+  const bool native = traits.tool_call_style == ToolCallStyle::TaggedJson;
+  if (tools_active) {
+    job->mode = native ? (req.tool_choice == ToolChoice::Auto ? OutputMode::ToolsTagged : OutputMode::ToolsForced)
+                       : OutputMode::Envelope;
+  } else if (req.response_format != ResponseFormat::Text) {
+    job->mode = OutputMode::Json;
+  }
+
+  // ---- prompt ----
+  RenderOptions ro;
+  ro.bos_token = s.bos_text;
+  ro.eos_token = s.eos_text;
+  std::vector<ChatMessage> messages = req.messages;
+  if (tools_active && native) {
+    ro.tools_json = req.tools_json;
+  } else if (family_needs_tool_lowering(s.family)) {
+    // Tool list (if active) and tool history rewritten into plain turns asking for the envelope.
+    LoweredConversation low = lower_tool_conversation(s.family, messages, tools_active ? req.tools_json : "",
+                                                      LoweredToolSyntax::Envelope);
+    if (!low.ok) {
+      err = ApiError{400, low.error, "invalid_request_error", "messages", ""};
+      return nullptr;
+    }
+    messages = std::move(low.messages);
+  } else if (tools_active) {
+    ro.tools_json = req.tools_json;  // the template shows the tools; the envelope grammar still applies
+  }
+  ChatRenderResult rendered = render_chat(s.family, messages, ro);
+  if (!rendered.ok) {
+    err = ApiError{400, "the conversation cannot be rendered with the " + std::string(family_name(s.family)) +
+                            " chat template: " + rendered.error,
+                   "invalid_request_error", "messages", ""};
+    return nullptr;
+  }
+  const Tokenizer& tok = s.model->tokenizer();
+  job->prompt = tok.encode(rendered.text, false, true);
+  if (tok.add_bos() && tok.bos_id() >= 0 && (job->prompt.empty() || job->prompt[0] != tok.bos_id())) {
+    job->prompt.insert(job->prompt.begin(), tok.bos_id());
+  }
+  const int64_t n_ctx = s.n_ctx;
+  if (job->prompt.empty()) {
+    err = ApiError{400, "the prompt is empty", "invalid_request_error", "messages", ""};
+    return nullptr;
+  }
+  if (static_cast<int64_t>(job->prompt.size()) >= n_ctx) {
+    err = ApiError{400,
+                   "the prompt is " + std::to_string(job->prompt.size()) + " tokens; this server's context is " +
+                       std::to_string(n_ctx) + " tokens",
+                   "invalid_request_error", "messages", "context_length_exceeded"};
+    return nullptr;
+  }
+  const int64_t room = n_ctx - static_cast<int64_t>(job->prompt.size());
+  job->max_tokens = std::min<int64_t>(req.max_tokens.value_or(room), room);
+
+  // ---- grammar ----
+  grammar::CompileResult compiled;
+  if (job->mode == OutputMode::Json) {
+    std::string schema = req.response_format == ResponseFormat::JsonSchema ? req.response_schema_json
+                                                                           : std::string(R"({"type":"object"})");
+    compiled = s.grammars.schema(schema);
+    if (!compiled.ok()) {
+      err = ApiError{400, "response_format schema: " + compiled.error_text(), "invalid_request_error",
+                     "response_format.json_schema.schema", ""};
+      return nullptr;
+    }
+  } else if (job->mode != OutputMode::Plain) {
+    grammar::ToolListOptions to;
+    to.parallel = req.parallel_tool_calls;
+    if (req.tool_choice == ToolChoice::Named) to.forced_tool = req.tool_choice_name;
+    if (job->mode == OutputMode::Envelope) {
+      to.format = grammar::ToolCallFormat::Envelope;
+      to.allow_text = req.tool_choice == ToolChoice::Auto;
+    } else {
+      to.format = grammar::ToolCallFormat::Hermes;
+      job->trigger = std::string(traits.tool_call_start);
+      job->close_tag = std::string(traits.tool_call_end);
+    }
+    compiled = s.grammars.tools(req.tools_json, to);
+    if (!compiled.ok()) {
+      err = ApiError{400, "tools: " + compiled.error_text(), "invalid_request_error", "tools", ""};
+      return nullptr;
+    }
+  }
+  job->grammar = compiled.grammar;
+
+  // ---- stops and sampling ----
+  if (job->mode == OutputMode::Plain || job->mode == OutputMode::ToolsTagged) {
+    for (auto sv : traits.stop_strings) job->stop.emplace_back(sv);
+    for (const auto& st : req.stop) job->stop.push_back(st);
+  }
+  SamplerParams& sp = job->sampling;
+  sp.temperature = static_cast<float>(req.temperature.value_or(0.8));
+  sp.top_p = static_cast<float>(req.top_p.value_or(0.95));
+  sp.top_k = static_cast<int32_t>(req.top_k.value_or(40));
+  sp.min_p = static_cast<float>(req.min_p.value_or(0.05));
+  sp.repeat_penalty = static_cast<float>(req.repeat_penalty.value_or(1.0));
+  sp.presence_penalty = static_cast<float>(req.presence_penalty);
+  sp.frequency_penalty = static_cast<float>(req.frequency_penalty);
+  sp.seed = req.seed ? *req.seed : (static_cast<uint64_t>(std::random_device{}()) << 32 | std::random_device{}());
+  return job;
+}
+
+bool Engine::submit(std::shared_ptr<Job> job) {
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    if (impl_->stopping || impl_->queue.size() >= impl_->opts.max_queue) return false;
+    impl_->queue.push_back(std::move(job));
+  }
+  impl_->cv.notify_all();
+  return true;
+}
+
+size_t Engine::queue_depth() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->queue.size();
+}
+
+void Engine::set_paused(bool paused) {
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    impl_->paused = paused;
+  }
+  impl_->cv.notify_all();
+}
+
+Status Engine::warm(const ChatRequest& req) {
+  ApiError err;
+  auto job = prepare(req, err);
+  if (!job) return Error{err.message};
+  job->max_tokens = 0;
+  job->endpoint = "warm";
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    impl_->queue.push_back(job);  // not subject to the queue limit: start-up only
+  }
+  impl_->cv.notify_all();
+  std::vector<std::string> ignored;
+  while (!job->wait(std::chrono::milliseconds(1000), ignored)) ignored.clear();
+  if (job->failed()) return Error{job->error()};
+  return Ok{};
+}
+
+const std::string& Engine::model_id() const { return impl_->model_id; }
+int Engine::n_ctx() const { return impl_->n_ctx; }
+TemplateFamily Engine::family() const { return impl_->family; }
+std::string Engine::description() const { return impl_->model->description(); }
+
+}  // namespace picolm

@@ -1,0 +1,128 @@
+// The engine side of the provider: one loaded model, one KV slot (Session), a bounded queue of
+// generation jobs and one worker thread that runs them one at a time.
+//
+// HTTP threads call Engine::prepare (render the chat template, tokenize, compile the grammar: all
+// pure work on immutable shared state) and Engine::submit; the worker owns the Session, the thread
+// pool and the prompt cache. Results come back through the Job: a stream of content deltas and a
+// final Completion.
+//
+// Thread-safety: Engine's public methods may be called from any thread. A Job's inputs are
+// written by prepare() before submit() and never after; its outputs are guarded by its mutex.
+#pragma once
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "chat_template.h"
+#include "openai.h"
+#include "result.h"
+#include "sampler.h"
+
+namespace picolm {
+
+namespace grammar { class Grammar; }
+class Metrics;
+
+struct EngineOptions {
+  std::string model_path;
+  std::string model_id;        // "" = file name without .gguf
+  int threads = 0;             // 0 = physical cores
+  int n_ctx = 0;               // 0 = min(training context, 4096)
+  std::string chat_template;   // "" = detect from the GGUF; else a family name (family_from_name)
+  size_t max_queue = 16;       // jobs waiting (not counting the running one)
+  double timeout_sec = 300.0;  // per request, from arrival; then finish_reason "length"
+  std::string cache_dir;       // prompt cache on disk ("" = off)
+  size_t cache_max_mb = 1024;
+  size_t cache_ram_mb = 256;
+};
+
+// How the reply is produced and read back.
+enum class OutputMode {
+  Plain,        // free text (stop strings apply)
+  Json,         // response_format: the whole reply constrained by a schema
+  ToolsTagged,  // native <tool_call> format, tool_choice auto: free text; at the trigger the grammar takes over
+  ToolsForced,  // native format, tool_choice required/named: constrained from the first token
+  Envelope,     // no native format: {"tool_calls":[...]} or {"content":"..."} from the first token
+};
+
+class Job {
+ public:
+  // ---- inputs (set by Engine::prepare) ----
+  std::vector<int32_t> prompt;
+  SamplerParams sampling;
+  int64_t max_tokens = 0;
+  OutputMode mode = OutputMode::Plain;
+  std::shared_ptr<const grammar::Grammar> grammar;  // null for Plain
+  std::string trigger;     // ToolsTagged/ToolsForced: "<tool_call>"
+  std::string close_tag;   // "</tool_call>"
+  std::vector<std::string> stop;  // Plain/ToolsTagged: text that ends the reply
+  std::chrono::steady_clock::time_point arrived, deadline;
+  std::string endpoint;    // for the log line
+
+  // ---- control ----
+  void cancel() { cancelled_.store(true); }
+  bool cancelled() const { return cancelled_.load(); }
+
+  // ---- outputs ----
+  // Waits up to `timeout` for news; moves pending content deltas into `deltas`. Returns true once the
+  // job is finished (then result() is final and all deltas have been handed out).
+  bool wait(std::chrono::milliseconds timeout, std::vector<std::string>& deltas);
+  const Completion& result() const { return result_; }  // valid after wait() returned true
+  bool failed() const { return !error_.empty(); }
+  const std::string& error() const { return error_; }
+
+  // ---- worker side ----
+  void push_delta(std::string text);
+  void finish(Completion c, std::string error = {});
+
+ private:
+  std::atomic<bool> cancelled_{false};
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::string> deltas_;
+  bool done_ = false;
+  Completion result_;
+  std::string error_;
+};
+
+class Engine {
+ public:
+  static Result<std::unique_ptr<Engine>> create(const EngineOptions& opts, Metrics& metrics);
+  ~Engine();  // cancels queued jobs, joins the worker
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // Renders, tokenizes and compiles the request into a job. nullptr and err on bad input (400).
+  std::shared_ptr<Job> prepare(const ChatRequest& req, ApiError& err);
+  // Queues the job; false when the queue is full.
+  bool submit(std::shared_ptr<Job> job);
+  size_t queue_depth() const;
+  // Holds the worker before it takes the next job (tests; draining). Running jobs continue.
+  void set_paused(bool paused);
+  // Refuses new jobs, fails the queued ones and cancels the running one (HTTP threads waiting on
+  // them return promptly). Idempotent; the destructor calls it.
+  void shutdown();
+
+  // Evaluates the prompt of a conversation so its prefix is in the KV (and the prompt cache).
+  // Blocks until done.
+  Status warm(const ChatRequest& req);
+
+  const std::string& model_id() const;
+  int n_ctx() const;
+  TemplateFamily family() const;
+  std::string description() const;
+
+  struct Impl;
+
+ private:
+  explicit Engine(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace picolm

@@ -1,0 +1,421 @@
+#include "server.h"
+
+#include <dirent.h>
+#include <netdb.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <httplib.h>
+#include <spdlog/spdlog.h>
+
+#include <condition_variable>
+#include <ctime>
+#include <fstream>
+#include <iterator>
+#include <mutex>
+#include <random>
+#include <thread>
+
+#include "metrics.h"
+#include "openai.h"
+
+namespace picolm {
+
+namespace {
+
+// httplib 0.11 (Debian 12) cannot tell a handler whether its client is still connected
+// (Request::is_connection_closed arrived in later versions), so we find the connection's socket by
+// its address pair among our open descriptors and peek at it. The descriptor belongs to the httplib
+// thread that is running our handler, so it stays open while we watch it.
+class ConnectionWatch {
+ public:
+  explicit ConnectionWatch(const httplib::Request& req) { fd_ = find_socket(req); }
+
+  // True once the peer has closed or reset the connection. A client that half-closes its sending
+  // side after the request (rare for HTTP clients) reads as gone too.
+  bool closed() const {
+    if (fd_ < 0) return false;
+    pollfd p{fd_, POLLIN | POLLRDHUP, 0};
+    if (::poll(&p, 1, 0) <= 0) return false;
+    if (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) return true;
+    if (p.revents & POLLIN) {
+      char c;
+      ssize_t n = ::recv(fd_, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+      return n == 0;
+    }
+    return false;
+  }
+
+ private:
+  static std::string numeric_host(const sockaddr_storage& ss, socklen_t len, int& port) {
+    char host[NI_MAXHOST], serv[NI_MAXSERV];
+    if (getnameinfo(reinterpret_cast<const sockaddr*>(&ss), len, host, sizeof host, serv, sizeof serv,
+                    NI_NUMERICHOST | NI_NUMERICSERV) != 0) {
+      return {};
+    }
+    port = std::atoi(serv);
+    return host;
+  }
+
+  static int find_socket(const httplib::Request& req) {
+    DIR* dir = opendir("/proc/self/fd");
+    if (!dir) return -1;
+    int found = -1;
+    while (dirent* e = readdir(dir)) {
+      char* end = nullptr;
+      long fd = std::strtol(e->d_name, &end, 10);
+      if (!end || *end != '\0' || fd < 0) continue;
+      struct stat st;
+      if (fstat(static_cast<int>(fd), &st) != 0 || !S_ISSOCK(st.st_mode)) continue;
+      sockaddr_storage peer{}, local{};
+      socklen_t pl = sizeof peer, ll = sizeof local;
+      if (getpeername(static_cast<int>(fd), reinterpret_cast<sockaddr*>(&peer), &pl) != 0) continue;
+      if (getsockname(static_cast<int>(fd), reinterpret_cast<sockaddr*>(&local), &ll) != 0) continue;
+      int pport = -1, lport = -1;
+      std::string phost = numeric_host(peer, pl, pport);
+      numeric_host(local, ll, lport);
+      if (pport == req.remote_port && lport == req.local_port && phost == req.remote_addr) {
+        found = static_cast<int>(fd);
+        break;
+      }
+    }
+    closedir(dir);
+    return found;
+  }
+
+  int fd_ = -1;
+};
+
+void send_json(httplib::Response& res, int status, const std::string& body) {
+  res.status = status;
+  res.set_content(body, "application/json");
+}
+
+void send_error(httplib::Response& res, const ApiError& e) { send_json(res, e.status, error_json(e)); }
+
+ApiError server_error(std::string message, std::string code = "") {
+  return ApiError{500, std::move(message), "server_error", "", std::move(code)};
+}
+
+}  // namespace
+
+struct Server::Impl {
+  ServerOptions opts;
+  Metrics metrics;
+  httplib::Server http;
+  std::thread listener, loader;
+  std::string model_id;
+  int64_t started_unix = std::time(nullptr);
+
+  mutable std::mutex mu;
+  std::condition_variable cv;
+  std::shared_ptr<Engine> engine;  // null until loaded
+  bool load_done = false;
+  std::string load_error;
+  bool stopped = false;
+
+  std::mutex rng_mu;
+  std::mt19937_64 rng{std::random_device{}()};
+
+  explicit Impl(ServerOptions o) : opts(std::move(o)) {}
+
+  std::shared_ptr<Engine> get_engine() const {
+    std::lock_guard<std::mutex> lock(mu);
+    return engine;
+  }
+  std::string new_completion_id() {
+    static constexpr char kAlphabet[] = "abcdefghijklmnopqrstuvwxyz0123456789";
+    std::lock_guard<std::mutex> lock(rng_mu);
+    std::string id = "chatcmpl-";
+    for (int i = 0; i < 24; ++i) id.push_back(kAlphabet[rng() % (sizeof(kAlphabet) - 1)]);
+    return id;
+  }
+
+  void setup_routes();
+  void load_model();
+  void handle_generation(const httplib::Request& req, httplib::Response& res, bool tool_call_api);
+  // Returns the engine, or answers 503 and returns null.
+  std::shared_ptr<Engine> ready_engine(httplib::Response& res);
+};
+
+std::shared_ptr<Engine> Server::Impl::ready_engine(httplib::Response& res) {
+  std::lock_guard<std::mutex> lock(mu);
+  if (engine) return engine;
+  ApiError e{503, load_error.empty() ? "the model is still loading" : "the model failed to load: " + load_error,
+             "server_error", "", "model_not_ready"};
+  res.set_header("Retry-After", "1");
+  send_error(res, e);
+  return nullptr;
+}
+
+void Server::Impl::load_model() {
+  auto t0 = std::chrono::steady_clock::now();
+  auto created = Engine::create(opts.engine, metrics);
+  std::shared_ptr<Engine> eng;
+  std::string error;
+  if (created.ok()) {
+    eng = std::shared_ptr<Engine>(std::move(created.value()));
+    double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    spdlog::info("loaded {} ({}) in {:.0f} ms: ctx {}, chat template {}", opts.engine.model_path, eng->description(),
+                 ms, eng->n_ctx(), family_name(eng->family()));
+    if (!opts.warm_file.empty()) {
+      std::ifstream in(opts.warm_file, std::ios::binary);
+      std::string body((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      ChatRequest req;
+      ApiError err;
+      if (!in) {
+        spdlog::warn("--warm: cannot read {}", opts.warm_file);
+      } else if (!parse_chat_request(body, req, err)) {
+        spdlog::warn("--warm: {}: {}", opts.warm_file, err.message);
+      } else {
+        Status st = eng->warm(req);
+        if (st.ok()) spdlog::info("--warm: prefilled the prompt of {}", opts.warm_file);
+        else spdlog::warn("--warm: {}", st.error());
+      }
+    }
+  } else {
+    error = created.error();
+    spdlog::error("cannot load the model: {}", error);
+  }
+  bool discard = false;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (!stopped) engine = eng;
+    else discard = eng != nullptr;
+    load_done = true;
+    load_error = error;
+  }
+  cv.notify_all();
+  if (discard) eng->shutdown();
+}
+
+void Server::Impl::handle_generation(const httplib::Request& req, httplib::Response& res, bool tool_call_api) {
+  ChatRequest r;
+  ApiError err;
+  bool parsed = tool_call_api ? parse_tool_call_request(req.body, r, err) : parse_chat_request(req.body, r, err);
+  if (!parsed) return send_error(res, err);
+  if (tool_call_api) r.stream = false;
+  std::shared_ptr<Engine> eng = ready_engine(res);
+  if (!eng) return;
+  std::shared_ptr<Job> job = eng->prepare(r, err);
+  if (!job) return send_error(res, err);
+  job->endpoint = tool_call_api ? "tool_call" : (r.stream ? "chat stream" : "chat");
+  if (!eng->submit(job)) {
+    metrics.count_rejected();
+    res.set_header("Retry-After", "2");
+    return send_error(res, ApiError{429, "the server is busy: the request queue is full", "rate_limit_error", "",
+                                    "queue_full"});
+  }
+  ResponseIds ids{new_completion_id(), static_cast<int64_t>(std::time(nullptr)), eng->model_id()};
+  auto watch = std::make_shared<ConnectionWatch>(req);
+
+  if (r.stream) {
+    struct StreamState {
+      bool sent_role = false;
+      bool finished = false;
+    };
+    auto state = std::make_shared<StreamState>();
+    const bool include_usage = r.include_usage;
+    res.set_header("Cache-Control", "no-cache");
+    res.set_header("X-Accel-Buffering", "no");
+    res.set_chunked_content_provider(
+        "text/event-stream",
+        [job, ids, include_usage, state, watch, eng](size_t, httplib::DataSink& sink) -> bool {
+          try {
+            auto write_event = [&](const std::string& data) {
+              std::string line = "data: " + data + "\n\n";
+              return sink.write(line.data(), line.size());
+            };
+            if (state->finished) return false;
+            if (!state->sent_role) {
+              state->sent_role = true;
+              if (!write_event(chunk_role_json(ids))) { job->cancel(); return false; }
+            }
+            std::vector<std::string> deltas;
+            bool done = job->wait(std::chrono::milliseconds(100), deltas);
+            for (const auto& d : deltas) {
+              if (!write_event(chunk_content_json(ids, d))) { job->cancel(); return false; }
+            }
+            if (!done) {
+              if (watch->closed()) { job->cancel(); return false; }
+              return true;
+            }
+            state->finished = true;
+            if (job->failed()) {
+              write_event(error_json(server_error(job->error())));
+            } else {
+              const Completion& c = job->result();
+              for (size_t i = 0; i < c.tool_calls.size(); ++i) {
+                if (!write_event(chunk_tool_call_json(ids, i, c.tool_calls[i]))) return false;
+              }
+              if (!write_event(chunk_finish_json(ids, c.finish_reason))) return false;
+              if (include_usage && !write_event(chunk_usage_json(ids, c))) return false;
+            }
+            write_event("[DONE]");
+            sink.done();
+            return true;
+          } catch (const std::exception& e) {
+            spdlog::error("stream: {}", e.what());
+            job->cancel();
+            return false;
+          }
+        });
+    return;
+  }
+
+  std::vector<std::string> ignored;
+  while (!job->wait(std::chrono::milliseconds(100), ignored)) {
+    ignored.clear();
+    if (!job->cancelled() && watch->closed()) job->cancel();
+  }
+  if (job->failed()) return send_error(res, server_error(job->error()));
+  if (tool_call_api) send_json(res, 200, tool_call_response_json(job->result()));
+  else send_json(res, 200, chat_completion_json(ids, job->result()));
+}
+
+void Server::Impl::setup_routes() {
+  // Every handler goes through this edge: authentication, metrics, and no exception escapes.
+  auto edge = [this](std::string endpoint, bool needs_auth, auto fn) {
+    return [this, endpoint, needs_auth, fn](const httplib::Request& req, httplib::Response& res) {
+      try {
+        if (needs_auth && !opts.api_key.empty()) {
+          const std::string auth = req.get_header_value("Authorization");
+          if (auth != "Bearer " + opts.api_key) {
+            send_error(res, ApiError{401, "invalid or missing API key (Authorization: Bearer ...)",
+                                     "invalid_request_error", "", "invalid_api_key"});
+            metrics.count_request(endpoint, res.status);
+            return;
+          }
+        }
+        fn(req, res);
+      } catch (const std::exception& e) {
+        spdlog::error("{} {}: {}", req.method, req.path, e.what());
+        send_error(res, server_error(std::string("internal error: ") + e.what()));
+      } catch (...) {
+        send_error(res, server_error("internal error"));
+      }
+      metrics.count_request(endpoint, res.status);
+    };
+  };
+
+  auto chat = edge("chat_completions", true,
+                   [this](const httplib::Request& q, httplib::Response& s) { handle_generation(q, s, false); });
+  http.Post("/v1/chat/completions", chat);
+  http.Post("/chat/completions", chat);
+  auto tool_call = edge("tool_call", true,
+                        [this](const httplib::Request& q, httplib::Response& s) { handle_generation(q, s, true); });
+  http.Post("/tool_call", tool_call);
+  http.Post("/v1/tool_call", tool_call);
+
+  auto models = edge("models", true, [this](const httplib::Request&, httplib::Response& res) {
+    auto eng = get_engine();
+    send_json(res, 200, models_json(model_id, started_unix, eng ? eng->n_ctx() : 0));
+  });
+  http.Get("/v1/models", models);
+  http.Get("/models", models);
+
+  http.Get("/health", edge("health", false, [this](const httplib::Request&, httplib::Response& res) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (engine) send_json(res, 200, R"({"status":"ok"})");
+    else if (!load_done) send_json(res, 503, R"({"status":"loading"})");
+    else send_json(res, 503, R"({"status":"error","message":"the model failed to load"})");
+  }));
+  http.Get("/metrics", edge("metrics", true, [this](const httplib::Request&, httplib::Response& res) {
+    res.set_content(metrics.render(), "text/plain; version=0.0.4");
+  }));
+
+  http.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr) {
+    send_error(res, server_error("internal error"));
+  });
+  // Errors httplib produces itself (unknown route, body too large, bad request line) get an
+  // OpenAI-style body too.
+  http.set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
+    if (!res.body.empty()) return;
+    ApiError e{res.status, "HTTP error " + std::to_string(res.status), "invalid_request_error", "", ""};
+    if (res.status == 404) {
+      e.message = "no such endpoint: " + req.method + " " + req.path;
+      e.code = "not_found";
+    } else if (res.status == 413) {
+      e.message = "the request body is larger than " + std::to_string(opts.max_body_bytes) + " bytes";
+      e.code = "request_too_large";
+    }
+    send_error(res, e);
+    metrics.count_request("other", res.status);
+  });
+  http.set_logger([](const httplib::Request& req, const httplib::Response& res) {
+    // Generations that ran log their own line (tokens, timings) from the engine.
+    bool generation = req.method == "POST" && res.status == 200;
+    if (!generation) spdlog::info("{} {} -> {}", req.method, req.path, res.status);
+  });
+}
+
+Server::Server(ServerOptions opts) : impl_(std::make_unique<Impl>(std::move(opts))) {}
+
+Server::~Server() { stop(); }
+
+Result<int> Server::start() {
+  Impl& s = *impl_;
+  s.model_id = s.opts.engine.model_id;
+  if (s.model_id.empty()) {
+    std::string path = s.opts.engine.model_path;
+    size_t slash = path.find_last_of('/');
+    s.model_id = slash == std::string::npos ? path : path.substr(slash + 1);
+    if (s.model_id.size() > 5 && s.model_id.ends_with(".gguf")) s.model_id.resize(s.model_id.size() - 5);
+    s.opts.engine.model_id = s.model_id;
+  }
+  s.setup_routes();
+  s.http.set_payload_max_length(s.opts.max_body_bytes);
+  size_t threads = s.opts.http_threads > 0 ? static_cast<size_t>(s.opts.http_threads)
+                                           : std::max<size_t>(8, s.opts.engine.max_queue + 4);
+  s.http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  s.http.set_keep_alive_timeout(30);
+  s.http.set_read_timeout(60);
+  // Long generations stream slowly; a write must not time out while the client is reading.
+  s.http.set_write_timeout(600);
+
+  int port = s.opts.port;
+  if (port == 0) {
+    port = s.http.bind_to_any_port(s.opts.host);
+    if (port <= 0) return Error{"cannot bind to " + s.opts.host};
+  } else if (!s.http.bind_to_port(s.opts.host, port)) {
+    return Error{"cannot bind to " + s.opts.host + ":" + std::to_string(port)};
+  }
+  s.listener = std::thread([&s] { s.http.listen_after_bind(); });
+  s.loader = std::thread([&s] { s.load_model(); });
+  return port;
+}
+
+Status Server::wait_loaded(std::chrono::milliseconds timeout) {
+  Impl& s = *impl_;
+  std::unique_lock<std::mutex> lock(s.mu);
+  if (!s.cv.wait_for(lock, timeout, [&] { return s.load_done; })) return Error{"the model is still loading"};
+  if (!s.engine) return Error{s.load_error.empty() ? "stopped" : s.load_error};
+  return Ok{};
+}
+
+void Server::wait() {
+  if (impl_->listener.joinable()) impl_->listener.join();
+}
+
+void Server::stop() {
+  Impl& s = *impl_;
+  std::shared_ptr<Engine> eng;
+  {
+    std::lock_guard<std::mutex> lock(s.mu);
+    if (s.stopped) return;
+    s.stopped = true;
+    eng = s.engine;
+  }
+  if (eng) eng->shutdown();  // waiting handlers return promptly
+  s.http.stop();
+  if (s.listener.joinable()) s.listener.join();
+  if (s.loader.joinable()) s.loader.join();
+  std::lock_guard<std::mutex> lock(s.mu);
+  s.engine.reset();
+}
+
+std::shared_ptr<Engine> Server::engine() const { return impl_->get_engine(); }
+
+}  // namespace picolm

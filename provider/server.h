@@ -1,0 +1,54 @@
+// The HTTP front of picolm-provider: OpenAI-compatible endpoints over cpp-httplib.
+//
+//   POST /v1/chat/completions, /chat/completions   (stream: SSE)
+//   POST /tool_call, /v1/tool_call                 (plain tool-call API, schemas/tool_call.*.json)
+//   GET  /v1/models, /models, /health, /metrics
+//
+// HTTP threads parse, validate and enqueue; the Engine's single worker generates. The model loads
+// in the background after start(): /health answers 503 until it is ready.
+// Thread-safety: start/stop/wait_loaded from one controlling thread; everything else is internal.
+#pragma once
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "result.h"
+#include "scheduler.h"
+
+namespace picolm {
+
+struct ServerOptions {
+  EngineOptions engine;
+  std::string host = "127.0.0.1";
+  int port = 8080;                        // 0 = any free port (start() returns it)
+  std::string api_key;                    // "" = no authentication
+  size_t max_body_bytes = 8u << 20;       // larger bodies get 413
+  std::string warm_file;                  // a chat request (JSON) whose prompt is prefilled at start-up
+  int http_threads = 0;                   // 0 = max_queue + 4 (at least 8)
+};
+
+class Server {
+ public:
+  explicit Server(ServerOptions opts);
+  ~Server();  // stop()
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+
+  // Binds and starts serving in a background thread; starts loading the model. Returns the port.
+  Result<int> start();
+  // Blocks until the model is loaded (Ok) or failed to load (the error), or the timeout passes.
+  Status wait_loaded(std::chrono::milliseconds timeout = std::chrono::hours(24));
+  // Blocks until stop() is called or the listener fails.
+  void wait();
+  void stop();
+
+  // The engine once loaded, else null (tests use it to pause the worker).
+  std::shared_ptr<Engine> engine() const;
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace picolm

@@ -1,0 +1,115 @@
+#!/usr/bin/python3
+"""Reference renderer for chat templates: the oracle for tests/test_chat_template.cpp.
+
+Renders each case with python3-jinja2 configured the way Hugging Face transformers renders
+`tokenizer.chat_template` (transformers/utils/chat_template_utils.py), because that is how the
+prompts the models were trained and evaluated on were produced:
+  - ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True) + loopcontrols;
+  - `tojson` replaced by json.dumps(ensure_ascii=False, sort_keys=False): jinja2's own tojson sorts
+    keys and HTML-escapes <, >, &, ' (as \\u003c ...), which no chat runtime does (HF overrides
+    it; llama.cpp's minja keeps key order and escapes nothing);
+  - globals raise_exception(msg) and strftime_now(fmt); bos_token / eos_token as plain strings.
+
+Input (stdin): a JSON list of cases
+  {"template_file": path | "template": text,
+   "messages": [...],                # OpenAI-style dicts, passed to the template as they are,
+                                     # except tool_calls[].function.arguments (below)
+   "tools": [...] | null,            # passed only when a non-empty list; otherwise undefined
+   "arguments_as_string": false,     # true: keep tool-call arguments as JSON text (DeepSeek R1
+                                     # concatenates them); false: json.loads them into a dict, as
+                                     # HF and llama.cpp give them to templates that apply tojson
+   "add_generation_prompt": true, "bos_token": "...", "eos_token": "...",
+   "date_string": "26 Jul 2024" | absent}
+Output (stdout, binary-safe, no JSON re-escaping): for each case, in order,
+  "OK <n>\\n" + n bytes of UTF-8 text + "\\n"   or   "ERR <n>\\n" + n bytes of message + "\\n".
+"""
+import datetime
+import json
+import sys
+
+import jinja2
+import jinja2.ext
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+
+def raise_exception(message):
+    raise jinja2.exceptions.TemplateError(message)
+
+
+def tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
+    return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators,
+                      sort_keys=sort_keys)
+
+
+def strftime_now(fmt):
+    return datetime.datetime.now().strftime(fmt)
+
+
+def make_env():
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
+                                        extensions=[jinja2.ext.loopcontrols])
+    env.filters["tojson"] = tojson
+    env.globals["raise_exception"] = raise_exception
+    env.globals["strftime_now"] = strftime_now
+    return env
+
+
+def prepare_messages(messages, arguments_as_string):
+    out = []
+    for m in messages:
+        m = dict(m)
+        if "tool_calls" in m:
+            calls = []
+            for tc in m["tool_calls"]:
+                tc = dict(tc)
+                fn = dict(tc["function"])
+                if not arguments_as_string and isinstance(fn.get("arguments"), str):
+                    fn["arguments"] = json.loads(fn["arguments"])
+                tc["function"] = fn
+                calls.append(tc)
+            m["tool_calls"] = calls
+        out.append(m)
+    return out
+
+
+def render(env, case, compiled):
+    if "template_file" in case:
+        with open(case["template_file"], encoding="utf-8") as f:
+            text = f.read()
+    else:
+        text = case["template"]
+    template = compiled.get(text)
+    if template is None:
+        template = compiled[text] = env.from_string(text)
+    ctx = {
+        "messages": prepare_messages(case["messages"], case.get("arguments_as_string", False)),
+        "add_generation_prompt": case.get("add_generation_prompt", True),
+        "bos_token": case.get("bos_token", ""),
+        "eos_token": case.get("eos_token", ""),
+    }
+    tools = case.get("tools")
+    if tools:
+        ctx["tools"] = tools
+    if "date_string" in case:
+        ctx["date_string"] = case["date_string"]
+    return template.render(**ctx)
+
+
+def main():
+    cases = json.loads(sys.stdin.buffer.read().decode("utf-8"))
+    env = make_env()
+    out = sys.stdout.buffer
+    compiled = {}  # template text -> compiled template
+    for case in cases:
+        try:
+            data = render(env, case, compiled).encode("utf-8", "surrogatepass")
+            tag = b"OK"
+        except Exception as e:  # every failure of the template is an answer, not a crash
+            data = ("%s: %s" % (type(e).__name__, e)).encode("utf-8", "replace")
+            tag = b"ERR"
+        out.write(tag + b" " + str(len(data)).encode() + b"\n" + data + b"\n")
+    out.flush()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,119 @@
+// GGUF reader: reads every shared model, and refuses truncated or corrupted copies cleanly.
+#include <catch2/catch.hpp>
+
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <random>
+
+#include "gguf.h"
+
+using namespace picolm;
+
+namespace {
+std::string model_path(const std::string& name) { return std::string(PICOLM_SHARED_DIR) + "/models/" + name; }
+
+std::vector<uint8_t> read_all(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  REQUIRE(in.good());
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+}  // namespace
+
+TEST_CASE("gguf: every shared model opens with sane metadata", "[gguf]") {
+  for (const char* name : {"stories260K.gguf", "zoo-Q4_K.gguf", "zoo-BF16.gguf", "llama-spm32k-q4km.gguf",
+                           "qwen2-bpe-q4km.gguf"}) {
+    INFO(name);
+    auto f = GgufFile::open(model_path(name));
+    REQUIRE(f.ok());
+    GgufFile& g = **f;
+    CHECK(g.version() == 3);
+    auto arch = g.get_string("general.architecture");
+    REQUIRE(arch);
+    CHECK((*arch == "llama" || *arch == "qwen2"));
+    CHECK(g.tensor("token_embd.weight") != nullptr);
+    CHECK(!g.get_string_array("tokenizer.ggml.tokens").empty());
+    for (const GgufTensor& t : g.tensors()) {
+      CHECK(t.data >= g.bytes().data() + g.data_offset());
+      CHECK(t.data + t.n_bytes <= g.bytes().data() + g.bytes().size());
+    }
+  }
+}
+
+TEST_CASE("gguf: stories260K hyper-parameters", "[gguf]") {
+  auto f = GgufFile::open(model_path("stories260K.gguf"));
+  REQUIRE(f.ok());
+  CHECK((*f)->get_int("llama.block_count") == 5);
+  CHECK((*f)->get_int("llama.embedding_length") == 64);
+  CHECK((*f)->get_string_array("tokenizer.ggml.tokens").size() == 512);
+  const GgufTensor* emb = (*f)->tensor("token_embd.weight");
+  REQUIRE(emb);
+  CHECK(emb->ne[0] == 64);
+  CHECK(emb->ne[1] == 512);
+  CHECK(emb->type == GgmlType::F32);
+}
+
+TEST_CASE("gguf: missing and non-GGUF files give errors", "[gguf]") {
+  auto f = GgufFile::open("/nonexistent/model.gguf");
+  REQUIRE(!f.ok());
+  CHECK(f.error().find("cannot open") != std::string::npos);
+  std::vector<uint8_t> junk(100, 'x');
+  auto g = GgufFile::parse(junk.data(), junk.size());
+  REQUIRE(!g.ok());
+  CHECK(g.error().find("bad magic") != std::string::npos);
+}
+
+TEST_CASE("gguf: truncation at many offsets is refused with an error", "[gguf]") {
+  for (const char* name : {"stories260K.gguf", "zoo-Q6_K.gguf"}) {
+    std::vector<uint8_t> bytes = read_all(model_path(name));
+    // Every offset in the header/metadata region (the part a parser walks), then strided offsets
+    // through the tensor data. Each copy is exactly `cut` bytes so ASan sees any over-read.
+    std::vector<size_t> cuts;
+    auto full = GgufFile::parse(bytes.data(), bytes.size());
+    REQUIRE(full.ok());
+    size_t header_end = (*full)->data_offset();
+    for (size_t cut = 0; cut < header_end; cut += (cut < 4096 ? 1 : 97)) cuts.push_back(cut);
+    for (size_t cut = header_end; cut < bytes.size(); cut += bytes.size() / 50 + 1) cuts.push_back(cut);
+    cuts.push_back(bytes.size() - 1);
+    for (size_t cut : cuts) {
+      std::vector<uint8_t> part(bytes.begin(), bytes.begin() + static_cast<std::ptrdiff_t>(cut));
+      auto r = GgufFile::parse(part.data(), part.size(), "cut");
+      INFO(name << " cut at " << cut);
+      REQUIRE(!r.ok());
+      CHECK(!r.error().empty());
+    }
+  }
+}
+
+TEST_CASE("gguf: corrupted bytes never crash and out-of-range values are named", "[gguf]") {
+  std::vector<uint8_t> bytes = read_all(model_path("stories260K.gguf"));
+  auto full = GgufFile::parse(bytes.data(), bytes.size());
+  REQUIRE(full.ok());
+  size_t header_end = (*full)->data_offset();
+  std::mt19937 rng(1234);
+  int refused = 0;
+  for (int trial = 0; trial < 3000; ++trial) {
+    std::vector<uint8_t> copy = bytes;
+    size_t off = rng() % header_end;
+    copy[off] ^= static_cast<uint8_t>(1u + rng() % 255);
+    if (trial % 3 == 0) copy[(off + 1) % header_end] = 0xff;  // make lengths/counts huge sometimes
+    auto r = GgufFile::parse(copy.data(), copy.size(), "corrupt");
+    if (!r.ok()) {
+      ++refused;
+      CHECK(!r.error().empty());
+      continue;
+    }
+    // If it parses, every tensor must still lie inside the buffer.
+    for (const GgufTensor& t : (*r)->tensors()) {
+      CHECK(t.data + t.n_bytes <= copy.data() + copy.size());
+    }
+  }
+  CHECK(refused > 100);
+  // A huge string length inside the tokenizer vocabulary is refused.
+  std::vector<uint8_t> copy = bytes;
+  uint32_t bad = 0xffffffffu;
+  std::memcpy(copy.data() + 28, &bad, 4);  // high half of the first key's 64-bit length (header is 24 bytes)
+  auto r = GgufFile::parse(copy.data(), copy.size(), "corrupt");
+  REQUIRE(!r.ok());
+  CHECK(r.error().find("truncated") != std::string::npos);
+}

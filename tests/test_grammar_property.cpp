@@ -1,0 +1,245 @@
+// Property test: whatever a model picks under the grammar's mask is a valid instance.
+//
+// Random walks (tools/grammar_walk.h: random logits over the allowed tokens, steered towards
+// closing tokens after a random soft length) under the masks of
+//   - a deterministic selection of JSON-Schema-Test-Suite schemas the compiler accepts, and
+//   - the PicoClaw-like tool list in every tool-call format, single and parallel,
+// with the 32k Llama SentencePiece vocabulary and the 152k Qwen2.5 byte-level BPE vocabulary.
+// Every walk must end with end-of-generation within its token budget (a walk that gets stuck or
+// cannot finish is a grammar bug), its bytes must be accepted again by a fresh matcher, and the
+// instance must validate with an independent validator: Python's jsonschema
+// (tests/validate_instances.py, one process for all instances).
+#include <catch2/catch.hpp>
+
+#include <simdjson.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "grammar/grammar.h"
+#include "grammar_walk.h"
+#include "schema_suite.h"
+#include "vocab_loader.h"
+
+namespace {
+
+using namespace picolm;
+
+constexpr int kMaxSuiteSchemas = 60;  // x 2 vocabularies = 120 walks
+constexpr int kToolSeeds = 3;         // x 8 tool configurations x 2 vocabularies = 48 walks
+
+struct WalkCase {
+  std::string label;       // for messages
+  std::string record;      // validator record on one line, without id and text_hex: {"kind":"schema","schema":...}
+  std::shared_ptr<const grammar::Grammar> grammar;
+};
+
+std::string read_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  REQUIRE(f.good());
+  std::ostringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+std::string hex(const std::string& s) {
+  static const char* digits = "0123456789abcdef";
+  std::string out;
+  for (unsigned char c : s) {
+    out += digits[c >> 4];
+    out += digits[c & 15];
+  }
+  return out;
+}
+
+// Suite schemas the compiler accepts and for which at least one valid test instance is accepted
+// (so the schema is satisfiable and the grammar agrees), evenly thinned to kMaxSuiteSchemas.
+std::vector<WalkCase> suite_cases() {
+  const auto bytes = tools::byte_vocabulary();
+  const auto files =
+      grammar_tests::list_suite_files(std::string(PICOLM_SHARED_DIR) + "/json-schema-test-suite/tests/draft2020-12");
+  REQUIRE(files.size() > 10);
+  std::vector<WalkCase> all;
+  for (const auto& path : files) {
+    std::vector<grammar_tests::SuiteGroup> groups;
+    std::string err;
+    REQUIRE(grammar_tests::load_suite_file(path, groups, err));
+    const std::string stem = std::filesystem::path(path).stem().string();
+    for (const auto& g : groups) {
+      grammar::CompileOptions opts;
+      opts.whitespace = all.size() % 2 ? grammar::Whitespace::Flexible : grammar::Whitespace::Compact;
+      auto r = grammar::compile_json_schema(g.schema, opts);
+      if (!r.ok()) continue;
+      bool satisfiable = false;
+      for (const auto& t : g.tests) {
+        if (!t.valid) continue;
+        grammar::Matcher m(r.grammar, bytes);
+        const std::string text = opts.whitespace == grammar::Whitespace::Compact
+                                     ? grammar_tests::json_compact(t.data)
+                                     : grammar_tests::json_pretty(t.data, opts.max_whitespace_run);
+        if (m.accept_bytes(text) && m.is_complete()) satisfiable = true;
+      }
+      if (!satisfiable) continue;
+      all.push_back({stem + "/" + g.description, "{\"kind\":\"schema\",\"schema\":" + grammar_tests::json_compact(g.schema) + "}", r.grammar});
+    }
+  }
+  INFO("compilable, satisfiable suite schemas: " << all.size());
+  REQUIRE(all.size() >= 20);
+  std::vector<WalkCase> picked;
+  const size_t n = std::min<size_t>(all.size(), kMaxSuiteSchemas);
+  for (size_t i = 0; i < n; ++i) picked.push_back(all[i * all.size() / n]);
+  return picked;
+}
+
+std::vector<WalkCase> tool_cases() {
+  const std::string tools_json = read_file(std::string(PICOLM_SHARED_DIR) + "/tool-lists/picoclaw-like-tools.json");
+  struct Config {
+    const char* name;
+    grammar::ToolCallFormat format;
+    bool parallel;
+    grammar::Whitespace ws;
+  };
+  const Config configs[] = {
+      {"object", grammar::ToolCallFormat::JsonObject, false, grammar::Whitespace::Compact},
+      {"object", grammar::ToolCallFormat::JsonObject, true, grammar::Whitespace::Flexible},
+      {"array", grammar::ToolCallFormat::JsonArray, false, grammar::Whitespace::Flexible},
+      {"array", grammar::ToolCallFormat::JsonArray, true, grammar::Whitespace::Compact},
+      {"hermes", grammar::ToolCallFormat::Hermes, false, grammar::Whitespace::Compact},
+      {"hermes", grammar::ToolCallFormat::Hermes, true, grammar::Whitespace::Flexible},
+      {"envelope", grammar::ToolCallFormat::Envelope, false, grammar::Whitespace::Flexible},
+      {"envelope", grammar::ToolCallFormat::Envelope, true, grammar::Whitespace::Compact},
+  };
+  std::vector<WalkCase> cases;
+  for (const Config& c : configs) {
+    grammar::ToolListOptions opts;
+    opts.format = c.format;
+    opts.parallel = c.parallel;
+    opts.schema.whitespace = c.ws;
+    auto r = grammar::compile_tool_list(tools_json, opts);
+    const std::string label = std::string("tools/") + c.name + (c.parallel ? "/parallel" : "") +
+                              (c.ws == grammar::Whitespace::Compact ? "/compact" : "/flexible");
+    INFO(label << ": " << r.error_text());
+    REQUIRE(r.ok());
+    cases.push_back({label,
+                     std::string("{\"kind\":\"tools\",\"format\":\"") + c.name + "\",\"parallel\":" +
+                         (c.parallel ? "true" : "false") + ",\"tools\":" + grammar_tests::json_compact(tools_json) + "}",
+                     r.grammar});
+  }
+  return cases;
+}
+
+struct Outcome {
+  std::string label, vocab, text;
+  tools::WalkStatus status;
+  std::string detail;
+  int n_tokens = 0;
+};
+
+}  // namespace
+
+TEST_CASE("random walks under the mask produce valid instances", "[grammar]") {
+  const std::string shared = PICOLM_SHARED_DIR;
+  std::vector<std::pair<std::string, std::shared_ptr<const grammar::Vocabulary>>> vocabs;
+  for (const auto& [name, path] : {std::pair{"llama-spm-32k", shared + "/vocab/ggml-vocab-llama-spm.gguf"},
+                                   std::pair{"qwen2-152k", shared + "/models/qwen2-bpe-q4km.gguf"}}) {
+    auto v = tools::load_grammar_vocab(path);
+    INFO(path << ": " << (v ? "" : v.error()));
+    REQUIRE(v.ok());
+    REQUIRE((*v)->eog_ids().size() > 0);
+    vocabs.emplace_back(name, *v);
+  }
+
+  std::vector<std::pair<WalkCase, int>> plan;  // case, seeds
+  for (auto& c : suite_cases()) plan.emplace_back(std::move(c), 1);
+  for (auto& c : tool_cases()) plan.emplace_back(std::move(c), kToolSeeds);
+
+  const auto bytes = tools::byte_vocabulary();
+  std::vector<Outcome> outcomes;
+  std::ostringstream jsonl;
+  std::vector<size_t> record_outcome;  // validator id -> outcomes index
+  std::map<std::string, int> status_count;
+  long total_tokens = 0;
+  uint64_t seed = 1;
+  for (const auto& [c, n_seeds] : plan) {
+    for (const auto& [vname, vocab] : vocabs) {
+      for (int s = 0; s < n_seeds; ++s) {
+        tools::WalkOptions wo;
+        wo.seed = seed++;
+        wo.rollback_check = 0.1;
+        const tools::WalkResult w = tools::random_walk(c.grammar, vocab, wo);
+        Outcome o{c.label, vname, w.text, w.status, w.detail, w.n_tokens};
+        status_count[tools::walk_status_name(w.status)]++;
+        total_tokens += w.n_tokens;
+        if (w.status == tools::WalkStatus::Finished) {
+          grammar::Matcher again(c.grammar, bytes);
+          if (!again.accept_bytes(w.text) || !again.is_complete()) {
+            o.status = tools::WalkStatus::Inconsistent;
+            o.detail = "a fresh matcher does not accept the walk's bytes as a complete instance";
+          } else {
+            jsonl << c.record.substr(0, c.record.size() - 1) << ",\"id\":" << record_outcome.size() << ",\"text_hex\":\""
+                  << hex(w.text) << "\"}\n";
+            record_outcome.push_back(outcomes.size());
+          }
+        }
+        outcomes.push_back(std::move(o));
+      }
+    }
+  }
+
+  // One validator process for every instance.
+  const auto dir = std::filesystem::temp_directory_path();
+  const std::string in_path = (dir / ("picolm_grammar_property_" + std::to_string(getpid()) + ".jsonl")).string();
+  const std::string out_path = in_path + ".out";
+  {
+    std::ofstream f(in_path, std::ios::binary);
+    f << jsonl.str();
+  }
+  const std::string cmd = "/usr/bin/python3 '" + std::string(PICOLM_SOURCE_DIR) + "/tests/validate_instances.py' '" +
+                          in_path + "' > '" + out_path + "'";
+  const int rc = std::system(cmd.c_str());
+  REQUIRE(rc == 0);
+  std::vector<std::string> verdicts(record_outcome.size());
+  {
+    std::ifstream f(out_path);
+    std::string line;
+    simdjson::dom::parser parser;
+    while (std::getline(f, line)) {
+      simdjson::dom::element e = parser.parse(line);
+      const auto id = static_cast<size_t>(int64_t(e["id"]));
+      REQUIRE(id < verdicts.size());
+      verdicts[id] = bool(e["ok"]) ? "ok" : std::string(std::string_view(e["error"]));
+    }
+  }
+  std::filesystem::remove(in_path);
+  std::filesystem::remove(out_path);
+
+  int n_invalid = 0, n_unfinished = 0;
+  std::vector<std::string> problems;
+  for (size_t id = 0; id < verdicts.size(); ++id) {
+    REQUIRE(!verdicts[id].empty());  // the validator answered for every instance
+    if (verdicts[id] == "ok") continue;
+    const Outcome& o = outcomes[record_outcome[id]];
+    ++n_invalid;
+    problems.push_back("INVALID " + o.label + " [" + o.vocab + "]: " + verdicts[id] + "\n    instance: " + o.text);
+  }
+  for (const Outcome& o : outcomes) {
+    if (o.status == tools::WalkStatus::Finished) continue;
+    ++n_unfinished;
+    problems.push_back(std::string(tools::walk_status_name(o.status)) + " " + o.label + " [" + o.vocab + "] after " +
+                       std::to_string(o.n_tokens) + " tokens: " + o.detail + "\n    text: " + o.text);
+  }
+  for (size_t i = 0; i < problems.size() && i < 40; ++i) std::printf("%s\n", problems[i].c_str());
+  std::printf("grammar property: %zu walks, %ld tokens; ", outcomes.size(), total_tokens);
+  for (const auto& [k, v] : status_count) std::printf("%s %d; ", k.c_str(), v);
+  std::printf("%zu validated, %d invalid\n", verdicts.size(), n_invalid);
+  CHECK(n_unfinished == 0);
+  CHECK(n_invalid == 0);
+  CHECK(outcomes.size() >= 150);
+}

@@ -1,0 +1,381 @@
+// Unit tests for the grammar engine: accept/reject lists per schema feature, rollback, mask
+// consistency against brute force, end-of-generation rules, error reporting.
+#include <catch2/catch.hpp>
+
+#include <random>
+#include <set>
+
+#include "grammar/grammar.h"
+
+using namespace picolm::grammar;
+
+namespace {
+
+// Token i < 256 is the single byte i; then a few multi-byte tokens; the last id is EOG.
+std::shared_ptr<const Vocabulary> byte_vocab(std::vector<std::string> extra = {}) {
+  std::vector<std::string> toks;
+  for (int b = 0; b < 256; ++b) toks.push_back(std::string(1, char(b)));
+  for (auto& e : extra) toks.push_back(e);
+  toks.push_back("");  // EOG
+  int32_t eog = int32_t(toks.size() - 1);
+  return Vocabulary::create(std::move(toks), {eog});
+}
+
+std::shared_ptr<const Grammar> compile_ok(const std::string& schema, CompileOptions o = {}) {
+  auto r = compile_json_schema(schema, o);
+  INFO(schema << "\n" << r.error_text());
+  REQUIRE(r.ok());
+  return r.grammar;
+}
+
+bool matches(const std::shared_ptr<const Grammar>& g, const std::string& text) {
+  static auto vocab = byte_vocab();
+  Matcher m(g, vocab);
+  return m.accept_bytes(text) && m.is_complete();
+}
+
+void check(const std::string& schema, const std::vector<std::string>& good, const std::vector<std::string>& bad,
+           CompileOptions o = {}) {
+  auto g = compile_ok(schema, o);
+  for (const auto& s : good) {
+    INFO("schema " << schema << " should accept " << s);
+    CHECK(matches(g, s));
+  }
+  for (const auto& s : bad) {
+    INFO("schema " << schema << " should reject " << s);
+    CHECK_FALSE(matches(g, s));
+  }
+}
+
+std::vector<CompileError> errors_of(const std::string& schema) {
+  auto r = compile_json_schema(schema);
+  CHECK_FALSE(r.ok());
+  return r.errors;
+}
+
+bool has_error(const std::vector<CompileError>& errs, const std::string& ptr, const std::string& kw) {
+  for (const auto& e : errs)
+    if (e.pointer == ptr && e.keyword == kw) return true;
+  return false;
+}
+
+}  // namespace
+
+TEST_CASE("primitive types", "[grammar]") {
+  check(R"({"type":"null"})", {"null"}, {"nul", "nulll", "0", "\"null\""});
+  check(R"({"type":"boolean"})", {"true", "false"}, {"tru", "1", "null"});
+  check(R"({"type":["integer","null"]})", {"0", "-5", "123", "null"}, {"1.5", "01", "-0", "true", ""});
+  check(R"({"type":"number"})", {"0", "-1.5", "1e10", "2.5E-3", "10"}, {"01", "1.", ".5", "--1", "1e"});
+  check(R"({})", {"1", "\"x\"", "{\"a\":[1,{}]}", "null", "[]"}, {"", "{", "[1,]", "{\"a\"}"});
+  check(R"(true)", {"1", "[true]"}, {"tru"});
+}
+
+TEST_CASE("strings: escapes, UTF-8, lengths in code points", "[grammar]") {
+  check(R"({"type":"string"})",
+        {"\"\"", "\"abc\"", "\"a\\\"b\"", "\"\\u00e9\"", "\"\\ud83d\\ude00\"", "\"\xc3\xa9\"", "\"\xf0\x9f\x98\x80\"",
+         "\"\\n\\t\\/\""},
+        {"\"abc", "abc", "\"\x01\"", "\"\\x\"", "\"\\ude00\"", "\"\\ud83d\"", "\"\xc3\"", "\"\xed\xa0\x80\"",
+         "\"\xc0\xaf\"", "\"\\u12\""});
+  check(R"({"type":"string","minLength":2,"maxLength":3})",
+        {"\"ab\"", "\"abc\"", "\"\xc3\xa9\xc3\xa9\"", "\"\\u00e9x\"", "\"\xf0\x9f\x98\x80\xf0\x9f\x98\x80\""},
+        {"\"a\"", "\"abcd\"", "\"\"", "\"\xc3\xa9\""});
+  check(R"({"type":"string","minLength":1})", {"\"a\"", "\"abcdefgh\""}, {"\"\""});
+}
+
+TEST_CASE("enum and const", "[grammar]") {
+  check(R"({"enum":["a","b",1,null,{"x":1}]})", {"\"a\"", "\"b\"", "1", "null", "{\"x\":1}"},
+        {"\"c\"", "2", "\"ab\""});
+  check(R"({"const":"run"})", {"\"run\""}, {"\"ru\"", "\"runs\""});
+  check(R"({"type":"string","enum":["a",1]})", {"\"a\""}, {"1"});
+}
+
+TEST_CASE("objects", "[grammar]") {
+  const std::string s =
+      R"({"type":"object","properties":{"a":{"type":"integer"},"b":{"type":"string"}},"required":["a"]})";
+  check(s, {"{\"a\":1}", "{\"a\":1,\"b\":\"x\"}", "{\"a\":1,\"zz\":true}"},
+        {"{}", "{\"b\":\"x\"}", "{\"a\":\"1\"}", "{\"a\":1,\"a\":2}", "{\"a\":1,\"b\":2}"});
+  CompileOptions strict;
+  strict.additional_properties_default = false;
+  check(s, {"{\"a\":1}", "{\"a\":1,\"b\":\"x\"}"}, {"{\"a\":1,\"zz\":true}"}, strict);
+  check(R"({"type":"object","properties":{"a":{}},"additionalProperties":false})", {"{}", "{\"a\":[1]}"},
+        {"{\"b\":1}", "{\"a\":1,\"b\":1}"});
+  check(R"({"type":"object","additionalProperties":{"type":"integer"}})", {"{}", "{\"x\":1,\"y\":2}"},
+        {"{\"x\":\"s\"}"});
+  check(R"({"type":"object","properties":{"a":{"type":"integer"}},"additionalProperties":{"type":"string"}})",
+        {"{\"a\":1,\"b\":\"x\"}"}, {"{\"a\":1,\"b\":2}", "{\"a\":1,\"a\":\"x\"}", "{\"a\":1,\"\\u0061\":\"x\"}"});
+}
+
+TEST_CASE("unsatisfiable schema is refused", "[grammar]") {
+  auto r = compile_json_schema(R"({"type":"object","required":["x"],"additionalProperties":false})");
+  CHECK_FALSE(r.ok());
+  CHECK_FALSE(compile_json_schema("false").ok());
+}
+
+TEST_CASE("arrays", "[grammar]") {
+  check(R"({"type":"array","items":{"type":"integer"},"minItems":1,"maxItems":3})", {"[1]", "[1,2,3]"},
+        {"[]", "[1,2,3,4]", "[\"a\"]", "[1,]"});
+  check(R"({"type":"array","prefixItems":[{"type":"string"},{"type":"integer"}],"items":false})",
+        {"[]", "[\"a\"]", "[\"a\",1]"}, {"[\"a\",1,2]", "[1]"});
+  check(R"({"type":"array","items":[{"type":"string"}],"additionalItems":{"type":"boolean"}})",
+        {"[\"a\",true,false]"}, {"[\"a\",1]"});
+  check(R"({"type":"array"})", {"[]", "[1,\"a\",[]]"}, {"[", "[1 2]"});
+}
+
+TEST_CASE("integer bounds are exact", "[grammar]") {
+  auto g = compile_ok(R"({"type":"integer","minimum":-15,"maximum":123})");
+  for (int v = -200; v <= 300; ++v) {
+    INFO(v);
+    CHECK(matches(g, std::to_string(v)) == (v >= -15 && v <= 123));
+  }
+  auto g2 = compile_ok(R"({"type":"integer","exclusiveMinimum":0,"exclusiveMaximum":10.5})");
+  for (int v = -20; v <= 30; ++v) CHECK(matches(g2, std::to_string(v)) == (v >= 1 && v <= 10));
+  auto g3 = compile_ok(R"({"type":"integer","minimum":1})");
+  CHECK(matches(g3, "1"));
+  CHECK(matches(g3, "99999999999999999999"));
+  CHECK_FALSE(matches(g3, "0"));
+  CHECK_FALSE(matches(g3, "-1"));
+  auto g4 = compile_ok(R"({"type":"integer","multipleOf":3,"minimum":-10,"maximum":20})");
+  for (int v = -30; v <= 30; ++v) CHECK(matches(g4, std::to_string(v)) == (v >= -10 && v <= 20 && v % 3 == 0));
+}
+
+TEST_CASE("number bounds never accept out-of-range values", "[grammar]") {
+  auto g = compile_ok(R"({"type":"number","minimum":-2.5,"exclusiveMaximum":3})");
+  std::vector<std::pair<std::string, double>> cases;
+  for (int i = -40; i <= 40; ++i) {
+    for (const char* frac : {"", ".5", ".25", ".9", ".05"}) {
+      std::string s = (i < 0 ? "-" : "") + std::to_string(std::abs(i) / 10) + frac;
+      cases.push_back({s, std::stod(s)});
+    }
+  }
+  int accepted = 0;
+  for (auto& [s, v] : cases) {
+    bool ok = matches(g, s);
+    if (ok) {
+      ++accepted;
+      INFO(s);
+      CHECK((v >= -2.5 && v < 3));
+    }
+  }
+  CHECK(accepted > 10);
+  CHECK(matches(g, "2.999"));
+  CHECK(matches(g, "-2"));
+  CHECK(matches(g, "-1.5"));
+  CHECK_FALSE(matches(g, "3"));
+  CHECK_FALSE(matches(g, "-3"));
+}
+
+TEST_CASE("pattern and format", "[grammar]") {
+  check(R"({"type":"string","pattern":"^[a-z]+[0-9]{2}$"})", {"\"ab12\"", "\"z00\""},
+        {"\"12\"", "\"ab1\"", "\"Ab12\"", "\"ab123\""});
+  check(R"({"type":"string","pattern":"foo"})", {"\"foo\"", "\"xfooy\"", "\"a\\\"foo\""}, {"\"fo\"", "\"\""});
+  check(R"({"type":"string","pattern":"^a\\d?$","maxLength":1})", {"\"a\""}, {"\"a1\""});
+  check(R"({"type":"string","format":"date"})", {"\"2024-02-28\"", "\"1999-12-31\""},
+        {"\"2024-13-01\"", "\"2024-02-30\"", "\"24-01-01\""});
+  check(R"({"type":"string","format":"date-time"})", {"\"2024-01-02T03:04:05Z\"", "\"2024-01-02T03:04:05.123+05:30\""},
+        {"\"2024-01-02 03:04:05Z\"", "\"2024-01-02T25:04:05Z\""});
+  check(R"({"type":"string","format":"uuid"})", {"\"123e4567-e89b-12d3-a456-426614174000\""}, {"\"123e4567\""});
+  check(R"({"type":"string","format":"ipv4"})", {"\"192.168.0.1\""}, {"\"256.1.1.1\"", "\"01.1.1.1\""});
+  check(R"({"type":"string","format":"email"})", {"\"a.b@example.com\""}, {"\"ab\"", "\"a@\""});
+  check(R"({"type":"string","format":"hostname"})", {"\"example.com\"", "\"localhost\""}, {"\"-a.com\""});
+}
+
+TEST_CASE("anyOf, allOf, oneOf, $ref", "[grammar]") {
+  check(R"({"anyOf":[{"type":"string"},{"type":"null"}]})", {"\"x\"", "null"}, {"1"});
+  check(R"({"allOf":[{"type":"object","properties":{"a":{"type":"integer"}},"required":["a"]},
+                    {"properties":{"b":{"type":"string"}},"required":["b"]}]})",
+        {"{\"a\":1,\"b\":\"x\"}"}, {"{\"a\":1}", "{\"b\":\"x\"}"});
+  check(R"({"allOf":[{"type":"integer","minimum":0},{"maximum":5}]})", {"0", "5"}, {"6", "-1"});
+  check(R"({"oneOf":[{"type":"string"},{"type":"integer"}]})", {"\"a\"", "1"}, {"null"});
+  check(R"({"oneOf":[{"type":"object","properties":{"k":{"const":"a"},"x":{"type":"integer"}},"required":["k"]},
+                    {"type":"object","properties":{"k":{"const":"b"},"y":{"type":"string"}},"required":["k"]}]})",
+        {"{\"k\":\"a\",\"x\":1}", "{\"k\":\"b\",\"y\":\"s\"}"}, {"{\"k\":\"c\"}"});
+  check(R"({"$defs":{"node":{"type":"object","properties":{"v":{"type":"integer"},"next":{"$ref":"#/$defs/node"}},
+           "required":["v"],"additionalProperties":false}},"$ref":"#/$defs/node"})",
+        {"{\"v\":1}", "{\"v\":1,\"next\":{\"v\":2,\"next\":{\"v\":3}}}"}, {"{\"v\":1,\"next\":{}}"});
+  check(R"({"definitions":{"s":{"type":"string"}},"type":"array","items":{"$ref":"#/definitions/s"}})",
+        {"[\"a\"]"}, {"[1]"});
+  auto errs = errors_of(R"({"oneOf":[{"type":"integer"},{"type":"number"}]})");
+  CHECK(has_error(errs, "/oneOf", "oneOf"));
+}
+
+TEST_CASE("unsupported keywords: every one is named with its pointer", "[grammar]") {
+  auto errs = errors_of(R"({"type":"object","properties":{"a":{"not":{"type":"string"}},
+      "b":{"type":"array","uniqueItems":true}},"patternProperties":{"x":{}},"if":{},"then":{}})");
+  CHECK(has_error(errs, "/properties/a/not", "not"));
+  CHECK(has_error(errs, "/properties/b/uniqueItems", "uniqueItems"));
+  CHECK(has_error(errs, "/patternProperties", "patternProperties"));
+  CHECK(has_error(errs, "/if", "if"));
+  CHECK(has_error(errs, "/then", "then"));
+  CHECK(errs.size() == 5);
+  auto r = compile_json_schema(R"({"properties":{"a/b":{"minProperties":1}}})");
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.errors[0].pointer == "/properties/a~1b/minProperties");
+  CHECK(r.error_text().find("minProperties") != std::string::npos);
+  CHECK(has_error(errors_of(R"({"$ref":"http://example.com/s.json"})"), "/$ref", "$ref"));
+  CHECK(has_error(errors_of(R"({"type":"string","format":"color"})"), "/format", "format"));
+  CHECK(has_error(errors_of(R"({"type":"string","pattern":"(a)\\1"})"), "/pattern", "pattern"));
+  // Annotations are ignored.
+  CHECK(compile_json_schema(R"({"title":"t","description":"d","default":1,"examples":[1],"$comment":"c",
+      "deprecated":true,"readOnly":true,"$schema":"https://json-schema.org/draft/2020-12/schema","type":"integer"})")
+            .ok());
+}
+
+TEST_CASE("whitespace policy", "[grammar]") {
+  const std::string s = R"({"type":"object","properties":{"a":{"type":"array","items":{"type":"integer"}}}})";
+  check(s, {"{\"a\":[1,2]}"}, {"{ \"a\":[1,2]}", "{\"a\": [1,2]}"});
+  CompileOptions flex;
+  flex.whitespace = Whitespace::Flexible;
+  check(s, {"{\"a\":[1,2]}", "{ \"a\" : [ 1 , 2 ] }", "{\n  \"a\": [1,\n 2]\n}"}, {"{\"a\":[1 2]}"}, flex);
+}
+
+TEST_CASE("matcher: EOG only when complete, rollback restores state", "[grammar]") {
+  auto g = compile_ok(R"({"type":"object","properties":{"n":{"type":"integer"}},"required":["n"]})");
+  auto vocab = byte_vocab({"{\"n\":", "12", "}"});
+  int32_t eog = int32_t(vocab->size() - 1);
+  int32_t open = 256, num = 257, close = 258;
+  Matcher m(g, vocab);
+  CHECK_FALSE(m.accept_token(eog));
+  CHECK(m.accept_token(open));
+  CHECK_FALSE(m.is_complete());
+  CHECK(m.accept_token(num));
+  CHECK_FALSE(m.accept_token(eog));
+  CHECK_FALSE(m.accept_token('x'));
+  CHECK(m.text() == "{\"n\":12");
+  CHECK(m.accept_token(close));
+  CHECK(m.is_complete());
+  CHECK(m.is_terminated());
+  CHECK_FALSE(m.accept_token('1'));
+  CHECK(m.accept_token(eog));
+  CHECK(m.is_terminated());
+  m.rollback(2);
+  CHECK(m.text() == "{\"n\":12");
+  CHECK_FALSE(m.is_complete());
+  CHECK(m.accept_token('3'));
+  CHECK(m.accept_token(close));
+  CHECK(m.text() == "{\"n\":123}");
+  m.rollback(100);
+  CHECK(m.text().empty());
+  CHECK(m.accept_token(open));
+}
+
+namespace {
+// Brute force: token allowed iff accept_token succeeds (which requires a live continuation: every
+// rule of a built grammar is productive); EOG iff complete; empty tokens never.
+void check_mask_consistency(const std::shared_ptr<const Grammar>& g, const std::shared_ptr<const Vocabulary>& vocab,
+                            const std::string& path) {
+  Matcher m(g, vocab);
+  size_t n = vocab->size();
+  std::vector<uint32_t> mask((n + 31) / 32);
+  for (size_t step = 0; step <= path.size(); ++step) {
+    m.fill_mask(mask.data());
+    for (size_t id = 0; id < n; ++id) {
+      bool in_mask = (mask[id / 32] >> (id % 32)) & 1;
+      Matcher probe(g, vocab);
+      REQUIRE(probe.accept_bytes(m.text()));
+      bool ok = probe.accept_token(int32_t(id));
+      INFO("prefix '" << m.text() << "' token " << id << " '" << vocab->token(int32_t(id)) << "'");
+      CHECK(in_mask == ok);
+      if (vocab->token(int32_t(id)).empty() && std::find(vocab->eog_ids().begin(), vocab->eog_ids().end(), int32_t(id)) == vocab->eog_ids().end())
+        CHECK_FALSE(in_mask);
+    }
+    if (step < path.size()) REQUIRE(m.accept_bytes(path.substr(step, 1)));
+  }
+}
+}  // namespace
+
+TEST_CASE("mask equals brute force on a synthetic vocabulary", "[grammar]") {
+  std::vector<std::string> extra = {"\"", "\",", "\":", "{\"", "\"}", "ab", "a\"", "\\", "\\n", "\\u00",
+                                    "\xc3", "\xa9", "\xc3\xa9", "\xe2\x82", "12", "-1", "true", "null",
+                                    "}", "]", ",\"", "[1", "\"a", "xyz\"", "", "\x01", "\xff", ": ", " "};
+  auto vocab = byte_vocab(extra);
+  auto g = compile_ok(R"({"type":"object","properties":{"a":{"type":"string"},"b":{"type":"array","items":
+      {"type":"integer","minimum":-3,"maximum":40}},"c":{"type":"string","maxLength":2},"d":{"enum":["x\"y",true]}},
+      "required":["a"],"additionalProperties":false})");
+  check_mask_consistency(g, vocab, "{\"a\":\"h\xc3\xa9\\n\\u00e9\",\"b\":[1,-3,40],\"c\":\"ab\",\"d\":\"x\\\"y\"}");
+  auto g2 = compile_ok(R"({"type":"string","pattern":"^a+b?$"})");
+  check_mask_consistency(g2, vocab, "\"aab\"");
+}
+
+TEST_CASE("tool lists", "[grammar]") {
+  const std::string tools = R"([
+    {"type":"function","function":{"name":"get_time","parameters":{"type":"object","properties":{}}}},
+    {"type":"function","function":{"name":"get_weather","parameters":{"type":"object",
+      "properties":{"city":{"type":"string"},"unit":{"enum":["c","f"]}},"required":["city"]}}}])";
+  auto ok = [&](const ToolListOptions& o, const std::vector<std::string>& good, const std::vector<std::string>& bad) {
+    auto r = compile_tool_list(tools, o);
+    INFO(r.error_text());
+    REQUIRE(r.ok());
+    for (auto& s : good) { INFO(s); CHECK(matches(r.grammar, s)); }
+    for (auto& s : bad) { INFO(s); CHECK_FALSE(matches(r.grammar, s)); }
+  };
+  const std::string c1 = R"({"name":"get_time","arguments":{}})";
+  const std::string c2 = R"({"name":"get_weather","arguments":{"city":"Oslo","unit":"c"}})";
+  ToolListOptions o;
+  ok(o, {c1, c2}, {R"({"name":"get_time","arguments":{"city":"x"}})", R"({"name":"get_weather","arguments":{}})",
+                   R"({"name":"nope","arguments":{}})", "[" + c1 + "]",
+                   R"({"name":"get_weather","arguments":{"city":"Oslo","x":1}})"});
+  o.parallel = true;
+  ok(o, {c1, "[" + c1 + "," + c2 + "]"}, {"[]"});
+  o.format = ToolCallFormat::JsonArray;
+  o.parallel = false;
+  ok(o, {"[" + c2 + "]"}, {c2, "[" + c1 + "," + c2 + "]"});
+  o.format = ToolCallFormat::Hermes;
+  o.parallel = true;
+  ok(o, {"<tool_call>\n" + c1 + "\n</tool_call>", "<tool_call>\n" + c1 + "\n</tool_call>\n<tool_call>\n" + c2 + "\n</tool_call>"},
+     {c1});
+  o.format = ToolCallFormat::TriggeredText;
+  o.trigger = "<tool_call>";
+  o.allow_text = true;
+  o.parallel = false;
+  ok(o, {"Sure. <tool_call>" + c1, "just text", "a < b <tool_call>" + c2, "<tool_call" + c1},
+     {"x <tool_call>{}", "<tool_call>" + c1 + "<tool_call>" + c1});
+  o.allow_text = false;
+  ok(o, {"<tool_call>" + c1}, {"x<tool_call>" + c1, "<tool_call" + c1});
+  o.allow_text = true;
+  o.format = ToolCallFormat::Envelope;
+  ok(o, {"{\"tool_calls\":[" + c1 + "]}", "{\"content\":\"hi\"}"}, {"{\"tool_calls\":[]}"});
+  o.format = ToolCallFormat::JsonObject;
+  o.forced_tool = "get_weather";
+  ok(o, {c2}, {c1});
+  o.forced_tool = "missing";
+  CHECK_FALSE(compile_tool_list(tools, o).ok());
+}
+
+TEST_CASE("picoclaw tool list compiles and a random walk under the mask stays valid", "[grammar]") {
+  std::string path = std::string(PICOLM_SHARED_DIR) + "/tool-lists/picoclaw-like-tools.json";
+  FILE* f = std::fopen(path.c_str(), "rb");
+  REQUIRE(f != nullptr);
+  std::string text;
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) text.append(buf, n);
+  std::fclose(f);
+  ToolListOptions o;
+  o.parallel = true;
+  GrammarCache cache;
+  auto r = cache.tools(text, o);
+  INFO(r.error_text());
+  REQUIRE(r.ok());
+  CHECK(cache.tools(text, o).grammar == r.grammar);
+  auto vocab = byte_vocab({"\"", "\",\"", "\":", "{\"name\":\"", "abc", "\\n", "123", "true", "\"}}"});
+  std::mt19937 rng(42);
+  size_t words = (vocab->size() + 31) / 32;
+  for (int run = 0; run < 20; ++run) {
+    Matcher m(r.grammar, vocab);
+    std::vector<uint32_t> mask(words);
+    for (int step = 0; step < 400 && !m.is_terminated(); ++step) {
+      m.fill_mask(mask.data());
+      std::vector<int32_t> allowed;
+      for (size_t id = 0; id < vocab->size(); ++id)
+        if ((mask[id / 32] >> (id % 32)) & 1) allowed.push_back(int32_t(id));
+      REQUIRE(!allowed.empty());
+      // Prefer closing structure late in the run so that walks finish.
+      int32_t pick = allowed[rng() % allowed.size()];
+      if (step > 200) {
+        for (int32_t id : allowed)
+          if (vocab->token(id) == "\"" || vocab->token(id) == "}" || vocab->token(id) == "]") pick = id;
+      }
+      REQUIRE(m.accept_token(pick));
+    }
+  }
+}

@@ -1,0 +1,756 @@
+// Kernel tests: fp16/bf16 conversion, block layouts, activation quantizers, every fused dot product
+// of every available KernelTable against a double-precision oracle built on dequantize_row, matmul
+// against naive loops, and the thread pool.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "kernels/kernels.h"
+#include "kernels/quant_blocks.h"
+#include "kernels/thread_pool.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+using namespace picolm;
+
+namespace {
+
+const GgmlType kWeightTypes[] = {GgmlType::F32,  GgmlType::F16,  GgmlType::BF16, GgmlType::Q4_0, GgmlType::Q4_1,
+                                 GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q8_0, GgmlType::Q2_K, GgmlType::Q3_K,
+                                 GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K};
+
+int ti(GgmlType t) { return static_cast<int>(t); }
+const char* tname(GgmlType t) { return ggml_type_traits(t)->name; }
+int64_t block_of(GgmlType t) { return ggml_type_traits(t)->block_elems; }
+// Row length granule used in tests: the block, or 32 for the plain float types so odd
+// multiples still exercise SIMD tails.
+int64_t granule(GgmlType t) { return block_of(t) == 1 ? 37 : block_of(t); }
+
+std::vector<const KernelTable*> all_tables() {
+  const KernelTable* out[8];
+  const int n = available_kernels(out, 8);
+  return {out, out + n};
+}
+
+std::vector<float> random_floats(std::mt19937& rng, int64_t n, float scale = 1.0f) {
+  std::normal_distribution<float> dist(0.0f, scale);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (auto& x : v) x = dist(rng);
+  return v;
+}
+
+uint16_t h(float f) { return fp32_to_fp16(f); }
+
+// Random but valid weight data: every quant bit pattern is random, scales are finite and modest so
+// that sums stay well inside float range. For float types, random normal values.
+std::vector<uint8_t> random_weights(std::mt19937& rng, GgmlType t, int64_t n) {
+  std::vector<uint8_t> buf(row_bytes(t, n));
+  std::uniform_int_distribution<int> byte(0, 255);
+  for (auto& b : buf) b = static_cast<uint8_t>(byte(rng));
+  std::uniform_real_distribution<float> sc(0.002f, 0.02f);
+  std::uniform_real_distribution<float> mn(-0.1f, 0.1f);
+  const int64_t nb = n / block_of(t);
+  using namespace picolm::kq;
+  switch (t) {
+    case GgmlType::F32: {
+      auto v = random_floats(rng, n);
+      std::memcpy(buf.data(), v.data(), buf.size());
+      break;
+    }
+    case GgmlType::F16:
+    case GgmlType::BF16: {
+      auto v = random_floats(rng, n);
+      auto* o = reinterpret_cast<uint16_t*>(buf.data());
+      for (int64_t i = 0; i < n; ++i) o[i] = t == GgmlType::F16 ? fp32_to_fp16(v[i]) : fp32_to_bf16(v[i]);
+      break;
+    }
+    case GgmlType::Q4_0: for (int64_t i = 0; i < nb; ++i) reinterpret_cast<BlockQ4_0*>(buf.data())[i].d = h(sc(rng)); break;
+    case GgmlType::Q5_0: for (int64_t i = 0; i < nb; ++i) reinterpret_cast<BlockQ5_0*>(buf.data())[i].d = h(sc(rng)); break;
+    case GgmlType::Q8_0: for (int64_t i = 0; i < nb; ++i) reinterpret_cast<BlockQ8_0*>(buf.data())[i].d = h(sc(rng)); break;
+    case GgmlType::Q4_1:
+      for (int64_t i = 0; i < nb; ++i) {
+        auto& b = reinterpret_cast<BlockQ4_1*>(buf.data())[i];
+        b.d = h(sc(rng));
+        b.m = h(mn(rng));
+      }
+      break;
+    case GgmlType::Q5_1:
+      for (int64_t i = 0; i < nb; ++i) {
+        auto& b = reinterpret_cast<BlockQ5_1*>(buf.data())[i];
+        b.d = h(sc(rng));
+        b.m = h(mn(rng));
+      }
+      break;
+    case GgmlType::Q2_K:
+      for (int64_t i = 0; i < nb; ++i) {
+        auto& b = reinterpret_cast<BlockQ2_K*>(buf.data())[i];
+        b.d = h(sc(rng));
+        b.dmin = h(sc(rng));
+      }
+      break;
+    case GgmlType::Q3_K: for (int64_t i = 0; i < nb; ++i) reinterpret_cast<BlockQ3_K*>(buf.data())[i].d = h(sc(rng)); break;
+    case GgmlType::Q4_K:
+      for (int64_t i = 0; i < nb; ++i) {
+        auto& b = reinterpret_cast<BlockQ4_K*>(buf.data())[i];
+        b.d = h(sc(rng));
+        b.dmin = h(sc(rng));
+      }
+      break;
+    case GgmlType::Q5_K:
+      for (int64_t i = 0; i < nb; ++i) {
+        auto& b = reinterpret_cast<BlockQ5_K*>(buf.data())[i];
+        b.d = h(sc(rng));
+        b.dmin = h(sc(rng));
+      }
+      break;
+    case GgmlType::Q6_K: for (int64_t i = 0; i < nb; ++i) reinterpret_cast<BlockQ6_K*>(buf.data())[i].d = h(sc(rng)); break;
+    default: FAIL("no random generator for type");
+  }
+  return buf;
+}
+
+// Extra absolute error the activation format carries beyond its dequantized values: Q8_1 keeps
+// s = fp16(d * sum(qs)), so the m*s term of Q4_1/Q5_1 is off by up to |m*s| * 2^-11 per block.
+double q8_1_sum_slack(GgmlType wt, const uint8_t* w, const uint8_t* act, int64_t n) {
+  if (wt != GgmlType::Q4_1 && wt != GgmlType::Q5_1) return 0.0;
+  using namespace picolm::kq;
+  double slack = 0.0;
+  for (int64_t b = 0; b < n / 32; ++b) {
+    const uint16_t m = wt == GgmlType::Q4_1 ? reinterpret_cast<const BlockQ4_1*>(w)[b].m
+                                            : reinterpret_cast<const BlockQ5_1*>(w)[b].m;
+    const float s = fp16_to_fp32(reinterpret_cast<const BlockQ8_1*>(act)[b].s);
+    slack += std::fabs(static_cast<double>(fp16_to_fp32(m)) * s) * (1.0 / 2048.0) * 1.01;
+  }
+  return slack;
+}
+
+struct DotOracle {
+  double exact;    // sum of dequant(w)_i * dequant(a)_i in double
+  double abs_sum;  // sum of |dequant(w)_i * dequant(a)_i|
+};
+
+DotOracle oracle(GgmlType wt, const void* w, GgmlType at, const void* a, int64_t n) {
+  std::vector<float> wf(static_cast<size_t>(n)), af(static_cast<size_t>(n));
+  dequantize_row_ref(wt, w, wf.data(), n);
+  dequantize_row_ref(at, a, af.data(), n);
+  DotOracle o{0.0, 0.0};
+  for (int64_t i = 0; i < n; ++i) {
+    const double p = static_cast<double>(wf[i]) * af[i];
+    o.exact += p;
+    o.abs_sum += std::fabs(p);
+  }
+  return o;
+}
+
+}  // namespace
+
+// ------------------------------------------------------------------------------------------------
+
+TEST_CASE("fp16 round trip is exact for all 65536 halves", "[kernels][fp16]") {
+  for (uint32_t i = 0; i < 65536; ++i) {
+    const uint16_t hv = static_cast<uint16_t>(i);
+    const float f = fp16_to_fp32(hv);
+    const uint16_t back = fp32_to_fp16(f);
+    const bool is_nan = (hv & 0x7c00) == 0x7c00 && (hv & 0x3ff) != 0;
+    if (is_nan) {
+      REQUIRE(std::isnan(f));
+      REQUIRE(back == (hv | 0x200));  // quieted, payload kept
+    } else {
+      if (back != hv) FAIL("half " << i << " -> " << f << " -> " << back);
+    }
+  }
+}
+
+TEST_CASE("fp32_to_fp16 rounds to nearest even, overflows to inf, underflows gradually", "[kernels][fp16]") {
+  CHECK(fp32_to_fp16(1.0f) == 0x3c00);
+  CHECK(fp32_to_fp16(1.0f + 0x1p-11f) == 0x3c00);         // tie -> even
+  CHECK(fp32_to_fp16(1.0f + 3 * 0x1p-11f) == 0x3c02);     // tie -> even (up)
+  CHECK(fp32_to_fp16(1.0f + 0x1p-11f + 0x1p-20f) == 0x3c01);
+  CHECK(fp32_to_fp16(65504.0f) == 0x7bff);
+  CHECK(fp32_to_fp16(65519.99f) == 0x7bff);
+  CHECK(fp32_to_fp16(65520.0f) == 0x7c00);  // tie between max and 2^16 rounds to even = inf
+  CHECK(fp32_to_fp16(-1e10f) == 0xfc00);
+  CHECK(fp32_to_fp16(0x1p-24f) == 0x0001);
+  CHECK(fp32_to_fp16(0x1p-25f) == 0x0000);                  // tie -> even (0)
+  CHECK(fp32_to_fp16(0x1p-25f + 0x1p-40f) == 0x0001);
+  CHECK(fp32_to_fp16(3 * 0x1p-25f) == 0x0002);              // tie -> even (2)
+  CHECK(fp32_to_fp16(0x1p-14f - 0x1p-30f) == 0x0400);       // rounds up into the normals
+  CHECK(fp32_to_fp16(-0.0f) == 0x8000);
+  CHECK(fp32_to_fp16(1e-30f) == 0x0000);
+}
+
+#if defined(__x86_64__)
+__attribute__((target("f16c"))) static uint16_t hw_fp32_to_fp16(float f) {
+  return static_cast<uint16_t>(_cvtss_sh(f, 0));
+}
+__attribute__((target("f16c"))) static float hw_fp16_to_fp32(uint16_t x) { return _cvtsh_ss(x); }
+
+TEST_CASE("fp16 conversion matches F16C hardware", "[kernels][fp16]") {
+  if (!detect_cpu_features().f16c) {
+    WARN("no F16C on this CPU; hardware comparison not run");
+    return;
+  }
+  for (uint32_t i = 0; i < 65536; ++i) {
+    const float a = fp16_to_fp32(static_cast<uint16_t>(i)), b = hw_fp16_to_fp32(static_cast<uint16_t>(i));
+    REQUIRE(std::memcmp(&a, &b, 4) == 0);
+  }
+  // Every float whose exponent is near the half range, low mantissa bits random (covers ties, the
+  // subnormal range and overflow), plus random bit patterns everywhere.
+  std::mt19937 rng(7);
+  std::uniform_int_distribution<uint32_t> any;
+  for (int i = 0; i < 400000; ++i) {
+    uint32_t bits = any(rng);
+    if (i % 2 == 0) bits = (bits & 0x80000000u) | ((100u + (bits % 45u)) << 23) | (bits & 0x7fe000u) | ((i % 3 == 0) ? 0x1000u : (bits & 0x1fffu));
+    float f;
+    std::memcpy(&f, &bits, 4);
+    if (std::isnan(f)) continue;
+    const uint16_t ours = fp32_to_fp16(f), hw = hw_fp32_to_fp16(f);
+    if (ours != hw) FAIL("bits 0x" << std::hex << bits << " ours 0x" << ours << " hw 0x" << hw);
+  }
+}
+#endif
+
+TEST_CASE("bf16 conversion", "[kernels][fp16]") {
+  for (uint32_t i = 0; i < 65536; ++i) {
+    const float f = bf16_to_fp32(static_cast<uint16_t>(i));
+    if (std::isnan(f)) {
+      REQUIRE(std::isnan(bf16_to_fp32(fp32_to_bf16(f))));
+    } else {
+      REQUIRE(fp32_to_bf16(f) == i);
+    }
+  }
+  CHECK(fp32_to_bf16(1.0f + 0x1p-8f) == 0x3f80);             // tie -> even
+  CHECK(fp32_to_bf16(1.0f + 3 * 0x1p-8f) == 0x3f82);         // tie -> even (up)
+  CHECK(fp32_to_bf16(1.0f + 0x1p-8f + 0x1p-20f) == 0x3f81);
+}
+
+TEST_CASE("row_bytes and block geometry", "[kernels]") {
+  CHECK(row_bytes(GgmlType::Q4_K, 4096) == 16 * 144);
+  CHECK(row_bytes(GgmlType::Q8_0, 64) == 68);
+  CHECK(row_bytes(GgmlType::F16, 3) == 6);
+  CHECK(row_bytes(GgmlType::Q8_K, 256) == 292);
+  CHECK(vec_dot_type(GgmlType::Q4_1) == GgmlType::Q8_1);
+  CHECK(vec_dot_type(GgmlType::Q6_K) == GgmlType::Q8_K);
+  CHECK(vec_dot_type(GgmlType::BF16) == GgmlType::BF16);
+}
+
+TEST_CASE("Q8_0 quantizer: ggml rounding and bounds", "[kernels][quant]") {
+  // A block whose max is 127 gives d = 1 exactly, so qs = roundf(x): ties away from zero.
+  std::vector<float> x(32, 0.0f);
+  x[0] = 127.0f;
+  x[1] = 2.5f;
+  x[2] = -2.5f;
+  x[3] = 0.49f;
+  x[4] = -126.5f;
+  kq::BlockQ8_0 b;
+  quantize_row_weights_ref(GgmlType::Q8_0, x.data(), &b, 32);
+  CHECK(fp16_to_fp32(b.d) == 1.0f);
+  CHECK(b.qs[0] == 127);
+  CHECK(b.qs[1] == 3);
+  CHECK(b.qs[2] == -3);
+  CHECK(b.qs[3] == 0);
+  CHECK(b.qs[4] == -127);
+  // Zero block.
+  std::vector<float> z(32, 0.0f);
+  quantize_row_weights_ref(GgmlType::Q8_0, z.data(), &b, 32);
+  CHECK(b.d == 0);
+  for (int j = 0; j < 32; ++j) CHECK(b.qs[j] == 0);
+  // Random: the largest magnitude maps to +-127 and every code is within half a step.
+  std::mt19937 rng(1);
+  for (const KernelTable* k : all_tables()) {
+    INFO("table " << k->name);
+    for (int rep = 0; rep < 50; ++rep) {
+      auto v = random_floats(rng, 32 * 7, rep % 2 ? 3.0f : 0.01f);
+      std::vector<kq::BlockQ8_0> q(7), ref(7);
+      k->quantize_row[ti(GgmlType::Q8_0)](v.data(), q.data(), 7 * 32);
+      kq::quantize_row_q8_0_ref(v.data(), ref.data(), 7 * 32);
+      REQUIRE(std::memcmp(q.data(), ref.data(), sizeof(kq::BlockQ8_0) * 7) == 0);
+      for (int bi = 0; bi < 7; ++bi) {
+        float amax = 0;
+        for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(v[bi * 32 + j]));
+        const float id = 127.0f / amax;
+        int maxq = 0;
+        for (int j = 0; j < 32; ++j) {
+          maxq = std::max(maxq, std::abs(static_cast<int>(q[bi].qs[j])));
+          REQUIRE(std::fabs(v[bi * 32 + j] * id - q[bi].qs[j]) <= 0.5f + 1e-4f);
+        }
+        REQUIRE(maxq == 127);
+      }
+    }
+  }
+}
+
+TEST_CASE("Q8_1 quantizer keeps s = d * sum(qs)", "[kernels][quant]") {
+  std::mt19937 rng(2);
+  for (const KernelTable* k : all_tables()) {
+    INFO("table " << k->name);
+    auto v = random_floats(rng, 32 * 5);
+    std::vector<kq::BlockQ8_1> q(5), ref(5);
+    k->quantize_row[ti(GgmlType::Q8_1)](v.data(), q.data(), 5 * 32);
+    kq::quantize_row_q8_1_ref(v.data(), ref.data(), 5 * 32);
+    REQUIRE(std::memcmp(q.data(), ref.data(), sizeof(kq::BlockQ8_1) * 5) == 0);
+    for (int b = 0; b < 5; ++b) {
+      int sum = 0;
+      for (int j = 0; j < 32; ++j) sum += q[b].qs[j];
+      // s is computed from the unrounded d (amax/127), as ggml does.
+      float amax = 0;
+      for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(v[b * 32 + j]));
+      CHECK(q[b].s == fp32_to_fp16(static_cast<float>(sum) * (amax / 127.0f)));
+    }
+  }
+}
+
+TEST_CASE("Q8_K quantizer: -127/max scale, round half to even, bsums", "[kernels][quant]") {
+  std::vector<float> x(256, 0.0f);
+  x[0] = -127.0f;  // max by magnitude is negative: iscale = 1, d = 1
+  x[1] = 2.5f;     // tie -> 2 (even)
+  x[2] = 3.5f;     // tie -> 4
+  x[3] = -0.5f;    // tie -> 0
+  kq::BlockQ8_K b;
+  kq::quantize_row_q8_K_ref(x.data(), &b, 256);
+  CHECK(b.d == 1.0f);
+  CHECK(b.qs[0] == -127);
+  CHECK(b.qs[1] == 2);
+  CHECK(b.qs[2] == 4);
+  CHECK(b.qs[3] == 0);
+  std::mt19937 rng(3);
+  for (const KernelTable* k : all_tables()) {
+    INFO("table " << k->name);
+    for (int rep = 0; rep < 20; ++rep) {
+      auto v = random_floats(rng, 256 * 3, rep % 2 ? 5.0f : 0.02f);
+      std::vector<kq::BlockQ8_K> q(3), ref(3);
+      k->quantize_row[ti(GgmlType::Q8_K)](v.data(), q.data(), 3 * 256);
+      kq::quantize_row_q8_K_ref(v.data(), ref.data(), 3 * 256);
+      REQUIRE(std::memcmp(q.data(), ref.data(), sizeof(kq::BlockQ8_K) * 3) == 0);
+      for (int bi = 0; bi < 3; ++bi) {
+        int maxq = 0;
+        for (int s = 0; s < 16; ++s) {
+          int sum = 0;
+          for (int j = 0; j < 16; ++j) sum += q[bi].qs[s * 16 + j];
+          REQUIRE(q[bi].bsums[s] == sum);
+        }
+        for (int j = 0; j < 256; ++j) {
+          maxq = std::max(maxq, std::abs(static_cast<int>(q[bi].qs[j])));
+          REQUIRE(std::fabs(v[bi * 256 + j] / q[bi].d - q[bi].qs[j]) <= 0.5f + 1e-3f);
+        }
+        REQUIRE(maxq == 127);
+      }
+    }
+  }
+  // Zero block.
+  std::vector<float> z(256, 0.0f);
+  kq::quantize_row_q8_K_ref(z.data(), &b, 256);
+  CHECK(b.d == 0.0f);
+}
+
+TEST_CASE("weight quantizers produce blocks that dequantize close to the input", "[kernels][quant]") {
+  // Relative RMS error bounds for plain round-to-nearest on Gaussian data (bits per weight: Q2_K
+  // ~2.6, Q3_K ~3.4, Q4 ~4.5, Q5 ~5.5, Q6_K ~6.6, Q8 ~8.5). They are loose upper limits that a
+  // layout bug (a misplaced bit or scale) would exceed by far.
+  struct Bound {
+    GgmlType t;
+    double rel_rms;
+  };
+  const Bound bounds[] = {{GgmlType::Q4_0, 0.15}, {GgmlType::Q4_1, 0.12}, {GgmlType::Q5_0, 0.07},
+                          {GgmlType::Q5_1, 0.06}, {GgmlType::Q8_0, 0.01}, {GgmlType::Q2_K, 0.45},
+                          {GgmlType::Q3_K, 0.25}, {GgmlType::Q4_K, 0.12}, {GgmlType::Q5_K, 0.06},
+                          {GgmlType::Q6_K, 0.03}, {GgmlType::F16, 1e-3},  {GgmlType::BF16, 8e-3},
+                          {GgmlType::F32, 0.0}};
+  std::mt19937 rng(4);
+  for (const Bound& bd : bounds) {
+    INFO("type " << tname(bd.t));
+    const int64_t n = 256 * 4;
+    auto x = random_floats(rng, n, 0.05f);
+    std::vector<uint8_t> q(row_bytes(bd.t, n));
+    quantize_row_weights_ref(bd.t, x.data(), q.data(), n);
+    std::vector<float> y(static_cast<size_t>(n));
+    dequantize_row_ref(bd.t, q.data(), y.data(), n);
+    double err = 0, ref = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      err += (x[i] - y[i]) * static_cast<double>(x[i] - y[i]);
+      ref += x[i] * static_cast<double>(x[i]);
+    }
+    const double rel = std::sqrt(err / ref);
+    INFO("relative rms error " << rel);
+    CHECK(rel <= bd.rel_rms);
+  }
+}
+
+TEST_CASE("Q4_K dequantization of a hand-built block", "[kernels][quant]") {
+  // Sub-block 0: scale 1, min 2 (packed in bytes 0 and 4); sub-block 5: scale 0x2a, min 0x31
+  // (low nibbles in byte 9, high bits in bits 6-7 of bytes 1 and 5).
+  kq::BlockQ4_K b{};
+  b.d = fp32_to_fp16(0.5f);
+  b.dmin = fp32_to_fp16(0.25f);
+  b.scales[0] = 1;
+  b.scales[4] = 2;
+  b.scales[9] = static_cast<uint8_t>((0x2a & 0xF) | ((0x31 & 0xF) << 4));
+  b.scales[1] |= static_cast<uint8_t>((0x2a >> 4) << 6);
+  b.scales[5] |= static_cast<uint8_t>((0x31 >> 4) << 6);
+  b.qs[0] = 0x3 | (0x7 << 4);   // element 0 (low nibble, sub-block 0) and element 32 (sub-block 1)
+  b.qs[64 + 5] = 0x9 << 4;      // element 128+32+5 = 165: high nibble of the third 32-byte group = sub-block 5
+  std::vector<float> y(256);
+  dequantize_row_ref(GgmlType::Q4_K, &b, y.data(), 256);
+  CHECK(y[0] == 0.5f * 1 * 3 - 0.25f * 2);
+  CHECK(y[32] == 0.0f * 7);  // sub-block 1 has scale 0 and min 0
+  CHECK(y[165] == 0.5f * 0x2a * 9 - 0.25f * 0x31);
+}
+
+TEST_CASE("fused dot products match the double-precision oracle, every table", "[kernels][dot]") {
+  // Tolerance: the oracle is sum(dequant(w)_i * dequant(act)_i) in double. Integer block sums are
+  // exact in every kernel, so the only error is float rounding of per-block scale products and of
+  // the running sum (or SIMD lane sums): bounded by 2e-6 * sum|w_i a_i| for these lengths
+  // (<= 7 blocks / 259 floats, a few roundings each at 2^-24). Q4_1/Q5_1 add the fp16 rounding of
+  // Q8_1's s field (see q8_1_sum_slack). F16/BF16 products of two halves are exact in float.
+  std::mt19937 rng(5);
+  const auto tables = all_tables();
+  for (GgmlType wt : kWeightTypes) {
+    const GgmlType at = vec_dot_type(wt);
+    for (int nblk : {1, 3, 7}) {
+      const int64_t n = granule(wt) * nblk;
+      for (int rep = 0; rep < 8; ++rep) {
+        auto w = random_weights(rng, wt, n);
+        auto x = random_floats(rng, n, rep % 2 ? 1.0f : 30.0f);
+        std::vector<uint8_t> a(row_bytes(at, n));
+        scalar_kernels().quantize_row[ti(at)](x.data(), a.data(), n);
+        const DotOracle o = oracle(wt, w.data(), at, a.data(), n);
+        const double tol = 2e-6 * o.abs_sum + q8_1_sum_slack(wt, w.data(), a.data(), n) + 1e-30;
+        const float ref_scalar = scalar_kernels().vec_dot[ti(wt)](n, w.data(), a.data());
+        for (const KernelTable* k : tables) {
+          INFO("type " << tname(wt) << " table " << k->name << " n " << n);
+          REQUIRE(k->vec_dot[ti(wt)] != nullptr);
+          const float got = k->vec_dot[ti(wt)](n, w.data(), a.data());
+          INFO("got " << got << " oracle " << o.exact << " tol " << tol << " scalar " << ref_scalar);
+          REQUIRE(std::fabs(got - o.exact) <= tol);
+          // Twins against the scalar reference: both within tol of the oracle.
+          REQUIRE(std::fabs(got - ref_scalar) <= 2 * tol);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("tile dots are bit-identical to single dots", "[kernels][dot]") {
+  std::mt19937 rng(10);
+  for (const KernelTable* k : all_tables()) {
+    for (GgmlType wt : kWeightTypes) {
+      if (k->vec_dot_tile[ti(wt)] == nullptr) continue;
+      const GgmlType at = vec_dot_type(wt);
+      for (int nblk : {1, 3, 7}) {
+        const int64_t n = granule(wt) * nblk;
+        const size_t arow = row_bytes(at, n) + 40;  // a stride that is not the row size
+        auto w = random_weights(rng, wt, n);
+        std::vector<uint8_t> acts(arow * kMaxDotTile);
+        for (int t = 0; t < kMaxDotTile; ++t) {
+          auto x = random_floats(rng, n);
+          k->quantize_row[ti(at)](x.data(), acts.data() + t * arow, n);
+        }
+        for (int n_act = 1; n_act <= kMaxDotTile; ++n_act) {
+          INFO("type " << tname(wt) << " table " << k->name << " n " << n << " n_act " << n_act);
+          std::vector<float> out(static_cast<size_t>(3 * kMaxDotTile), -7.0f);
+          k->vec_dot_tile[ti(wt)](n, w.data(), acts.data(), arow, n_act, out.data(), 3);
+          for (int t = 0; t < kMaxDotTile; ++t) {
+            if (t < n_act) {
+              REQUIRE(out[3 * t] == k->vec_dot[ti(wt)](n, w.data(), acts.data() + t * arow));
+            } else {
+              REQUIRE(out[3 * t] == -7.0f);
+            }
+            REQUIRE(out[3 * t + 1] == -7.0f);  // nothing written between strided outputs
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("every table's dequantize and quantize agree with scalar", "[kernels][dot]") {
+  std::mt19937 rng(6);
+  const KernelTable& s = scalar_kernels();
+  for (const KernelTable* k : all_tables()) {
+    for (GgmlType wt : kWeightTypes) {
+      INFO("type " << tname(wt) << " table " << k->name);
+      const int64_t n = granule(wt) * 3;
+      auto w = random_weights(rng, wt, n);
+      std::vector<float> a(static_cast<size_t>(n)), b(static_cast<size_t>(n));
+      REQUIRE(k->dequantize_row[ti(wt)] != nullptr);
+      k->dequantize_row[ti(wt)](w.data(), a.data(), n);
+      s.dequantize_row[ti(wt)](w.data(), b.data(), n);
+      // Dequantization is a product of at most three float factors per element, rounded once or
+      // twice: twins may fuse a multiply-add, so allow 2 ulp-scale relative error.
+      for (int64_t i = 0; i < n; ++i) REQUIRE(std::fabs(a[i] - b[i]) <= 2.5e-7f * std::fabs(b[i]) + 1e-30f);
+    }
+    for (GgmlType at : {GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0, GgmlType::Q8_1, GgmlType::Q8_K}) {
+      INFO("activation type " << tname(at) << " table " << k->name);
+      const int64_t n = granule(at) * 5;
+      auto x = random_floats(rng, n);
+      std::vector<uint8_t> qa(row_bytes(at, n)), qb(row_bytes(at, n));
+      REQUIRE(k->quantize_row[ti(at)] != nullptr);
+      k->quantize_row[ti(at)](x.data(), qa.data(), n);
+      s.quantize_row[ti(at)](x.data(), qb.data(), n);
+      REQUIRE(qa == qb);  // activation quantization is bit-exact across tables
+    }
+  }
+}
+
+TEST_CASE("matmul matches naive loops, both modes, 1-3 threads", "[kernels][matmul]") {
+  std::mt19937 rng(8);
+  for (int nt = 1; nt <= 3; ++nt) {
+    ThreadPool pool(nt);
+    for (const KernelTable* k : all_tables()) {
+      for (GgmlType wt : kWeightTypes) {
+        const GgmlType at = vec_dot_type(wt);
+        for (int64_t rows : {1, 7, 33}) {
+          for (int64_t n_tok : {1, 3, 9, 70}) {
+            const int64_t cols = granule(wt) * (rows == 7 ? 3 : 1);
+            INFO("type " << tname(wt) << " table " << k->name << " threads " << nt << " rows " << rows << " tokens "
+                         << n_tok << " cols " << cols);
+            std::vector<uint8_t> W;
+            for (int64_t r = 0; r < rows; ++r) {
+              auto wr = random_weights(rng, wt, cols);
+              W.insert(W.end(), wr.begin(), wr.end());
+            }
+            auto X = random_floats(rng, cols * n_tok);
+            std::vector<float> Yq(static_cast<size_t>(rows * n_tok), -1.0f), Ye(Yq.size(), -1.0f);
+            matmul(*k, pool, ActivationMode::Quantized, wt, W.data(), rows, cols, X.data(), n_tok, Yq.data());
+            matmul(*k, pool, ActivationMode::Exact, wt, W.data(), rows, cols, X.data(), n_tok, Ye.data());
+            const size_t wrow = row_bytes(wt, cols), arow = row_bytes(at, cols);
+            std::vector<uint8_t> act(arow);
+            std::vector<float> wf(static_cast<size_t>(cols));
+            for (int64_t t = 0; t < n_tok; ++t) {
+              k->quantize_row[ti(at)](X.data() + t * cols, act.data(), cols);
+              for (int64_t r = 0; r < rows; ++r) {
+                const uint8_t* wr = W.data() + r * wrow;
+                // Quantized mode is exactly the table's own fused dot on the quantized activation.
+                const float expect = k->vec_dot[ti(wt)](cols, wr, act.data());
+                REQUIRE(Yq[t * rows + r] == expect);
+                // Exact mode: dequantized weights times F32 activations; float sum vs double.
+                dequantize_row_ref(wt, wr, wf.data(), cols);
+                double ex = 0, ab = 0;
+                for (int64_t c = 0; c < cols; ++c) {
+                  ex += static_cast<double>(wf[c]) * X[t * cols + c];
+                  ab += std::fabs(static_cast<double>(wf[c]) * X[t * cols + c]);
+                }
+                REQUIRE(std::fabs(Ye[t * rows + r] - ex) <= 1e-5 * ab + 1e-30);
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("thread pool runs every task exactly once", "[kernels][threads]") {
+  for (int nt = 1; nt <= 4; ++nt) {
+    ThreadPool pool(nt);
+    REQUIRE(pool.size() == nt);
+    for (int rep = 0; rep < 200; ++rep) {
+      const int n_tasks = (rep * 37) % 97;
+      std::vector<std::atomic<int>> hits(static_cast<size_t>(n_tasks));
+      std::atomic<bool> bad_worker{false};
+      pool.parallel_for(n_tasks, [&](int task, int worker) {
+        if (worker < 0 || worker >= nt) bad_worker = true;
+        hits[static_cast<size_t>(task)].fetch_add(1);
+      });
+      REQUIRE_FALSE(bad_worker.load());
+      for (int t = 0; t < n_tasks; ++t) REQUIRE(hits[static_cast<size_t>(t)].load() == 1);
+    }
+  }
+  REQUIRE(ThreadPool::default_threads() >= 1);
+}
+
+TEST_CASE("thread pool propagates an exception and stays usable", "[kernels][threads]") {
+  ThreadPool pool(3);
+  REQUIRE_THROWS_AS(pool.parallel_for(50,
+                                      [&](int task, int) {
+                                        if (task == 17) throw std::runtime_error("boom");
+                                      }),
+                    std::runtime_error);
+  std::atomic<int> count{0};
+  pool.parallel_for(50, [&](int, int) { count.fetch_add(1); });
+  REQUIRE(count.load() == 50);
+}
+
+TEST_CASE("dispatch: scalar first, best honours PICOLM_KERNELS", "[kernels]") {
+  const auto tables = all_tables();
+  REQUIRE(!tables.empty());
+  REQUIRE(std::string(tables.front()->name) == "scalar");
+  REQUIRE(&best_kernels() == tables.back());
+  const CpuFeatures f = detect_cpu_features();
+  INFO("avx2 " << f.avx2 << " avx512f " << f.avx512f << " vnni " << f.avx512vnni);
+  for (const KernelTable* k : tables) {
+    for (GgmlType wt : kWeightTypes) {
+      CHECK(k->vec_dot[ti(wt)] != nullptr);
+      CHECK(k->dequantize_row[ti(wt)] != nullptr);
+    }
+  }
+}
+
+// ------------------------------------------------------------------------------------------------
+// Real data: the zoo models were all quantized by llama-quantize from one F32 master, so every
+// type's dequantized tensors must be close to the F16 file's. This checks our block layouts against
+// ggml's own quantizer output, independently of our quantizers.
+
+#include <fstream>
+#include <map>
+
+namespace {
+
+struct MiniTensor {
+  uint32_t type;
+  std::vector<uint64_t> dims;
+  uint64_t offset;
+};
+
+struct MiniGguf {
+  std::vector<uint8_t> bytes;
+  std::map<std::string, MiniTensor> tensors;
+  size_t data_start = 0;
+};
+
+// Just enough GGUF v3 parsing for this test (the engine's reader is separate and not a dependency
+// of the kernels).
+MiniGguf read_gguf(const std::string& path) {
+  MiniGguf g;
+  std::ifstream f(path, std::ios::binary);
+  if (!f) throw std::runtime_error("cannot open " + path);
+  g.bytes.assign(std::istreambuf_iterator<char>(f), {});
+  size_t pos = 0;
+  auto need = [&](size_t n) {
+    if (pos + n > g.bytes.size()) throw std::runtime_error("truncated gguf " + path);
+  };
+  auto rd = [&](auto& v) {
+    need(sizeof(v));
+    std::memcpy(&v, g.bytes.data() + pos, sizeof(v));
+    pos += sizeof(v);
+  };
+  auto rd_str = [&]() {
+    uint64_t len;
+    rd(len);
+    need(len);
+    std::string s(reinterpret_cast<const char*>(g.bytes.data() + pos), len);
+    pos += len;
+    return s;
+  };
+  uint32_t magic, version;
+  uint64_t n_tensors, n_kv;
+  rd(magic);
+  rd(version);
+  rd(n_tensors);
+  rd(n_kv);
+  if (magic != 0x46554747u) throw std::runtime_error("not gguf " + path);
+  uint64_t alignment = 32;
+  const size_t scalar_size[] = {1, 1, 2, 2, 4, 4, 4, 1, 0, 0, 8, 8, 8};
+  for (uint64_t i = 0; i < n_kv; ++i) {
+    const std::string key = rd_str();
+    uint32_t type;
+    rd(type);
+    if (type == 8) {
+      rd_str();
+    } else if (type == 9) {
+      uint32_t et;
+      uint64_t cnt;
+      rd(et);
+      rd(cnt);
+      for (uint64_t j = 0; j < cnt; ++j) {
+        if (et == 8) rd_str();
+        else if (et < 13 && scalar_size[et] > 0) need(scalar_size[et]), pos += scalar_size[et];
+        else throw std::runtime_error("unsupported nested array");
+      }
+    } else if (type < 13) {
+      if (key == "general.alignment" && type == 4) {
+        uint32_t a;
+        rd(a);
+        alignment = a;
+      } else {
+        need(scalar_size[type]);
+        pos += scalar_size[type];
+      }
+    } else {
+      throw std::runtime_error("bad kv type");
+    }
+  }
+  for (uint64_t i = 0; i < n_tensors; ++i) {
+    MiniTensor t;
+    const std::string name = rd_str();
+    uint32_t nd;
+    rd(nd);
+    t.dims.resize(nd);
+    for (auto& d : t.dims) rd(d);
+    rd(t.type);
+    rd(t.offset);
+    g.tensors[name] = t;
+  }
+  g.data_start = (pos + alignment - 1) / alignment * alignment;
+  return g;
+}
+
+}  // namespace
+
+TEST_CASE("zoo models: every type dequantizes close to the F16 master, and dots agree", "[kernels][zoo]") {
+  const std::string dir = std::string(PICOLM_SHARED_DIR) + "/models/";
+  const MiniGguf f16 = read_gguf(dir + "zoo-F16.gguf");
+  // Relative RMS error of llama-quantize's output vs the master (plus F16 rounding of the master).
+  // Measured (max over tensors): BF16 0.0017, Q8_0 0.0054, Q4_0 0.086, Q4_1 0.079, Q5_0 0.043,
+  // Q5_1 0.038, Q2_K 0.30, Q3_K 0.152, Q4_K 0.072, Q5_K 0.036, Q6_K 0.018; bounds are ~1.3x that.
+  // A misread bit or scale gives errors of order 1.
+  const std::pair<const char*, double> files[] = {
+      {"BF16", 3e-3}, {"Q8_0", 0.008}, {"Q4_0", 0.11}, {"Q4_1", 0.10}, {"Q5_0", 0.055}, {"Q5_1", 0.05},
+      {"Q2_K", 0.38}, {"Q3_K", 0.2},   {"Q4_K", 0.095}, {"Q5_K", 0.048}, {"Q6_K", 0.024}};
+  std::mt19937 rng(9);
+  const auto tables = all_tables();
+  for (const auto& [tn, bound] : files) {
+    const MiniGguf q = read_gguf(dir + "zoo-" + tn + ".gguf");
+    int checked = 0;
+    for (const auto& [name, tq] : q.tensors) {
+      if (tq.dims.size() != 2) continue;
+      const MiniTensor& tf = f16.tensors.at(name);
+      REQUIRE(tf.type == static_cast<uint32_t>(GgmlType::F16));
+      const GgmlType wt = static_cast<GgmlType>(tq.type);
+      REQUIRE(std::string(tname(wt)) == tn);
+      const int64_t cols = static_cast<int64_t>(tq.dims[0]), rows = static_cast<int64_t>(tq.dims[1]);
+      const uint8_t* qdata = q.bytes.data() + q.data_start + tq.offset;
+      const uint8_t* fdata = f16.bytes.data() + f16.data_start + tf.offset;
+      REQUIRE(q.data_start + tq.offset + row_bytes(wt, cols) * rows <= q.bytes.size());
+      std::vector<float> a(static_cast<size_t>(cols)), b(static_cast<size_t>(cols));
+      double err = 0, ref = 0;
+      for (int64_t r = 0; r < rows; ++r) {
+        dequantize_row_ref(wt, qdata + r * row_bytes(wt, cols), a.data(), cols);
+        dequantize_row_ref(GgmlType::F16, fdata + r * row_bytes(GgmlType::F16, cols), b.data(), cols);
+        for (int64_t c = 0; c < cols; ++c) {
+          err += (a[c] - b[c]) * static_cast<double>(a[c] - b[c]);
+          ref += b[c] * static_cast<double>(b[c]);
+        }
+      }
+      const double rel = std::sqrt(err / ref);
+      INFO("file zoo-" << tn << " tensor " << name << " relative rms " << rel);
+      CHECK(rel <= bound);
+      // Fused dots on real blocks, a few rows, every table, against the oracle.
+      const GgmlType at = vec_dot_type(wt);
+      auto x = random_floats(rng, cols);
+      std::vector<uint8_t> act(row_bytes(at, cols));
+      scalar_kernels().quantize_row[ti(at)](x.data(), act.data(), cols);
+      for (int64_t r = 0; r < std::min<int64_t>(rows, 4); ++r) {
+        const uint8_t* wr = qdata + r * row_bytes(wt, cols);
+        const DotOracle o = oracle(wt, wr, at, act.data(), cols);
+        const double tol = 2e-6 * o.abs_sum + q8_1_sum_slack(wt, wr, act.data(), cols) + 1e-30;
+        for (const KernelTable* k : tables) {
+          INFO("table " << k->name << " row " << r);
+          REQUIRE(std::fabs(k->vec_dot[ti(wt)](cols, wr, act.data()) - o.exact) <= tol);
+        }
+      }
+      ++checked;
+    }
+    INFO("zoo-" << tn);
+    CHECK(checked >= 15);  // 2 layers x 7 + token_embd + output
+  }
+}

@@ -1,0 +1,511 @@
+// Prompt cache: exactness of restored prefixes (bit-identical logits), rejection of every kind of
+// bad file, eviction, two writers, RAM alternation.
+//
+// Why tolerance 0 holds: restored K/V are the very fp16 bytes the same model computed for the same
+// tokens, and every row of a prefill (quantized activations, matmul, attention, norms) is computed
+// from its own row and the cache only, so splitting a prompt into "cached prefix + evaluated tail"
+// instead of one batch changes no arithmetic.
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "kernels/thread_pool.h"
+#include "model.h"
+#include "prompt_cache.h"
+
+using namespace picolm;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::shared_ptr<const Model> load_model(const char* file) {
+  const std::string path = std::string(PICOLM_SHARED_DIR) + "/models/" + file;
+  auto m = Model::load(path);
+  INFO(path << ": " << (m ? "" : m.error()));
+  REQUIRE(m.ok());  // a missing test model fails the test
+  return m.value();
+}
+
+std::vector<int32_t> random_tokens(size_t n, uint32_t seed, int32_t n_vocab) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int32_t> d(3, n_vocab - 1);
+  std::vector<int32_t> t(n);
+  for (auto& x : t) x = d(rng);
+  return t;
+}
+
+std::vector<int32_t> concat(std::vector<int32_t> a, const std::vector<int32_t>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+struct TempDir {
+  std::string path;
+  TempDir() {
+    std::string tmpl = (fs::temp_directory_path() / "picolm-pc-XXXXXX").string();
+    REQUIRE(::mkdtemp(tmpl.data()) != nullptr);
+    path = tmpl;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+  std::vector<std::string> files(const std::string& ext) const {
+    std::vector<std::string> out;
+    for (auto& e : fs::directory_iterator(path)) {
+      const std::string n = e.path().filename().string();
+      if (n.size() >= ext.size() && n.compare(n.size() - ext.size(), ext.size(), ext) == 0) out.push_back(e.path().string());
+    }
+    return out;
+  }
+  uint64_t pkv_bytes() const {
+    uint64_t s = 0;
+    for (auto& f : files(".pkv")) s += fs::file_size(f);
+    return s;
+  }
+};
+
+std::vector<float> full_prefill_logits(const std::shared_ptr<const Model>& m, ThreadPool& pool,
+                                       const std::vector<int32_t>& prompt, bool all = false) {
+  Session s(m, pool);
+  REQUIRE(s.eval(prompt, all).ok());
+  if (!all) return {s.logits().begin(), s.logits().end()};
+  std::vector<float> out;
+  for (size_t i = 0; i < prompt.size(); ++i) out.insert(out.end(), s.logits_at(i).begin(), s.logits_at(i).end());
+  return out;
+}
+
+bool same_bits(std::span<const float> a, std::span<const float> b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+PromptCacheOptions opts_for(const std::string& dir, int32_t block, uint64_t ram = uint64_t(1) << 28) {
+  PromptCacheOptions o;
+  o.dir = dir;
+  o.block_tokens = block;
+  o.max_ram_bytes = ram;
+  return o;
+}
+
+std::vector<uint8_t> read_bytes(const std::string& p) {
+  std::ifstream in(p, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+void write_bytes(const std::string& p, const std::vector<uint8_t>& b, size_t n) {
+  std::ofstream out(p, std::ios::binary | std::ios::trunc);
+  out.write(reinterpret_cast<const char*>(b.data()), std::streamsize(n));
+}
+
+// Re-seals a file's header checksum after an edit, so that only the edited field is wrong.
+void reseal(std::vector<uint8_t>& b) {
+  uint32_t n_tokens, block;
+  std::memcpy(&n_tokens, b.data() + 48, 4);
+  std::memcpy(&block, b.data() + 52, 4);
+  const size_t meta = 80 + 4 * size_t(n_tokens) + 8 * size_t(n_tokens / block) + 8;
+  const uint64_t h = prompt_cache_xxh64(b.data(), meta - 8, 0);
+  std::memcpy(b.data() + meta - 8, &h, 8);
+}
+
+}  // namespace
+
+TEST_CASE("xxh64 matches the published test vectors", "[prompt_cache]") {
+  CHECK(prompt_cache_xxh64("", 0, 0) == 0xEF46DB3751D8E999ull);
+  CHECK(prompt_cache_xxh64("a", 1, 0) == 0xD24EC4F1A98C6E5Bull);
+  CHECK(prompt_cache_xxh64("abc", 3, 0) == 0x44BC2CF5AD770999ull);
+  const char* s = "Nobody inspects the spammish repetition";  // 39 bytes: stripes + 4 + 3 tail
+  CHECK(prompt_cache_xxh64(s, std::strlen(s), 0) == 0xFBCEA83C8A378BF1ull);
+  CHECK(prompt_cache_xxh64("xxhash", 6, 20141025) == 0xB559B98D844E0635ull);
+}
+
+TEST_CASE("cached prefixes give bit-identical logits (RAM, disk, prefix + new tail)", "[prompt_cache]") {
+  for (const char* file : {"stories260K.gguf", "llama-spm32k-q4km.gguf"}) {
+    DYNAMIC_SECTION(file) {
+      auto m = load_model(file);
+      ThreadPool pool(2);
+      TempDir dir;
+      const bool small = m->hparams().n_ctx_train <= 128;
+      const int32_t block = small ? 16 : 64;
+      const size_t n_sys = small ? 90 : 200, n_tail = small ? 9 : 20;
+      const auto sys = random_tokens(n_sys, 1, m->hparams().n_vocab);
+      const auto prompt = concat(sys, random_tokens(n_tail, 2, m->hparams().n_vocab));
+      const auto ref = full_prefill_logits(m, pool, prompt);
+      const size_t stored_len = n_sys / size_t(block) * size_t(block);
+
+      PromptCacheStore store(opts_for(dir.path, block));
+      {
+        Session s(m, pool);
+        auto r = prefill_with_cache(&store, s, prompt, n_sys);
+        REQUIRE(r.ok());
+        CHECK(r->cached_tokens == 0);
+        CHECK(r->evaluated_tokens == prompt.size());
+        CHECK(r->stored_tokens == stored_len);
+        CHECK(same_bits(s.logits(), ref));
+        CHECK(dir.files(".pkv").size() == 1);
+      }
+      {  // RAM hit
+        Session s(m, pool);
+        auto r = prefill_with_cache(&store, s, prompt, n_sys);
+        REQUIRE(r.ok());
+        CHECK(r->cached_tokens == stored_len);
+        CHECK(r->evaluated_tokens == prompt.size() - stored_len);
+        CHECK(store.stats().ram_hits == 1);
+        CHECK(same_bits(s.logits(), ref));
+      }
+      {  // disk hit after a restart
+        PromptCacheStore fresh(opts_for(dir.path, block));
+        Session s(m, pool);
+        auto r = prefill_with_cache(&fresh, s, prompt, n_sys);
+        REQUIRE(r.ok());
+        CHECK(r->cached_tokens == stored_len);
+        CHECK(fresh.stats().disk_hits == 1);
+        CHECK(fresh.stats().files_rejected == 0);
+        CHECK(same_bits(s.logits(), ref));
+      }
+      {  // prefix hit + different tail == full prefill, at every evaluated position
+        const size_t keep = stored_len - size_t(block);  // a block boundary inside the cached prefix
+        const auto other = concat(std::vector<int32_t>(sys.begin(), sys.begin() + long(keep)),
+                                  random_tokens(n_tail + 5, 3, m->hparams().n_vocab));
+        const auto ref_all = full_prefill_logits(m, pool, other, /*all=*/true);
+        for (int restart = 0; restart < 2; ++restart) {
+          PromptCacheStore fresh(opts_for(dir.path, block));
+          PromptCacheStore& st = restart ? fresh : store;
+          Session s(m, pool);
+          PrefillWithCacheOptions po;
+          po.all_logits = true;
+          po.defer_store = true;
+          auto r = prefill_with_cache(&st, s, other, other.size(), po);
+          REQUIRE(r.ok());
+          CHECK(r->cached_tokens == keep);
+          const size_t nv = size_t(m->hparams().n_vocab);
+          for (size_t i = 0; i < r->evaluated_tokens; ++i)
+            REQUIRE(same_bits(s.logits_at(i), std::span<const float>(ref_all).subspan((keep + i) * nv, nv)));
+        }
+      }
+      {  // the session's own longer live prefix wins and is not reloaded
+        Session s(m, pool);
+        REQUIRE(s.eval(prompt).ok());
+        const auto longer = concat(prompt, random_tokens(4, 4, m->hparams().n_vocab));
+        auto r = prefill_with_cache(&store, s, longer, 0);
+        REQUIRE(r.ok());
+        CHECK(r->cached_tokens == prompt.size());
+        CHECK(r->evaluated_tokens == 4);
+        CHECK(store.stats().live_hits == 1);
+        CHECK(same_bits(s.logits(), full_prefill_logits(m, pool, longer)));
+      }
+    }
+  }
+}
+
+TEST_CASE("bad cache files are never used and are deleted", "[prompt_cache]") {
+  auto m = load_model("stories260K.gguf");
+  ThreadPool pool(2);
+  TempDir dir;
+  const int32_t block = 16;
+  const auto prompt = random_tokens(70, 5, m->hparams().n_vocab);
+  const auto ref = full_prefill_logits(m, pool, prompt);
+  std::string good_path;
+  std::vector<uint8_t> good;
+  {
+    PromptCacheStore st(opts_for(dir.path, block, 0));
+    Session s(m, pool);
+    REQUIRE(prefill_with_cache(&st, s, prompt, prompt.size()).ok());
+    auto f = dir.files(".pkv");
+    REQUIRE(f.size() == 1);
+    good_path = f[0];
+    good = read_bytes(good_path);
+  }
+  REQUIRE(good.size() > 1000);
+
+  // Puts `bytes` (first n) in place of the good file and checks that a fresh store ignores it,
+  // deletes it, counts it, and that the answer is still the exact full prefill.
+  auto expect_rejected = [&](const std::vector<uint8_t>& bytes, size_t n, const std::string& why_part) {
+    write_bytes(good_path, bytes, n);
+    std::vector<std::string> logged;
+    PromptCacheOptions o = opts_for(dir.path, block, 0);
+    o.log = [&](PromptCacheLogLevel, std::string_view msg) { logged.emplace_back(msg); };
+    PromptCacheStore st(o);
+    Session s(m, pool);
+    PrefillWithCacheOptions po;
+    po.defer_store = true;  // keep the directory empty so that deletion is observable
+    auto r = prefill_with_cache(&st, s, prompt, prompt.size(), po);
+    REQUIRE(r.ok());
+    CHECK(r->cached_tokens == 0);
+    CHECK(same_bits(s.logits(), ref));
+    CHECK(!fs::exists(good_path));
+    CHECK(st.stats().files_rejected == 1);
+    CHECK(st.stats().disk_hits == 0);
+    CHECK(logged.size() >= 1);
+    if (!why_part.empty()) CHECK_THAT(st.stats().last_rejection, Catch::Contains(why_part));
+  };
+
+  SECTION("the good file itself loads") {
+    PromptCacheStore st(opts_for(dir.path, block, 0));
+    Session s(m, pool);
+    CHECK(st.restore(s, prompt) == 64);
+    CHECK(st.stats().disk_hits == 1);
+  }
+  SECTION("truncated at many offsets") {
+    std::vector<size_t> cuts = {0, 1, 7, 8, 12, 16, 48, 79, 80, 81, 80 + 4 * 64, good.size() / 2,
+                                good.size() - 8, good.size() - 1};
+    for (size_t i = 0; i < 24; ++i) cuts.push_back(good.size() * (2 * i + 1) / 50);
+    for (size_t c : cuts) {
+      INFO("cut at " << c << " of " << good.size());
+      expect_rejected(good, c, "");
+    }
+  }
+  SECTION("one flipped byte anywhere") {
+    std::vector<size_t> offs = {0, 8, 12, 16, 24, 32, 36, 40, 44, 48, 52, 56, 64, 72, 79, 80, 81, 80 + 4 * 64 + 3,
+                                good.size() - 1};
+    for (size_t i = 0; i < 40; ++i) offs.push_back(good.size() * (2 * i + 1) / 80);
+    for (size_t off : offs) {
+      INFO("flip at " << off << " of " << good.size());
+      auto bad = good;
+      bad[off] ^= 0x20;
+      expect_rejected(bad, bad.size(), "");
+    }
+  }
+  SECTION("identity fields that differ, with a valid checksum") {
+    struct Case {
+      size_t off;
+      const char* why;
+    };
+    for (Case c : {Case{8, "version"}, Case{16, "model fingerprint"}, Case{24, "tokenizer fingerprint"},
+                   Case{32, "dimensions"}, Case{36, "dimensions"}, Case{40, "dimensions"}, Case{44, "dimensions"}}) {
+      INFO(c.why);
+      auto bad = good;
+      bad[c.off] ^= 1;
+      reseal(bad);
+      expect_rejected(bad, bad.size(), c.why);
+    }
+    // Token ids that do not match the name/key (e.g. a file copied under another name).
+    auto bad = good;
+    bad[80] ^= 1;
+    reseal(bad);
+    expect_rejected(bad, bad.size(), "");
+  }
+  SECTION("a file of another model under this model's name is deleted; under its own name it is left alone") {
+    auto zoo = load_model("zoo-Q4_K.gguf");  // same tokenizer as stories260K, other weights
+    REQUIRE(zoo->tokenizer().fingerprint() == m->tokenizer().fingerprint());
+    TempDir other;
+    {
+      PromptCacheStore st(opts_for(other.path, block, 0));
+      Session s(zoo, pool);
+      REQUIRE(prefill_with_cache(&st, s, prompt, prompt.size()).ok());
+    }
+    auto f = other.files(".pkv");
+    REQUIRE(f.size() == 1);
+    const auto zoo_bytes = read_bytes(f[0]);
+    expect_rejected(zoo_bytes, zoo_bytes.size(), "model fingerprint");
+    // Under its own name in our directory: another provider's file, not ours to judge.
+    const std::string own = dir.path + "/" + fs::path(f[0]).filename().string();
+    write_bytes(own, zoo_bytes, zoo_bytes.size());
+    PromptCacheStore st(opts_for(dir.path, block, 0));
+    Session s(m, pool);
+    CHECK(st.restore(s, prompt) == 0);
+    CHECK(fs::exists(own));
+    CHECK(st.stats().files_rejected == 0);
+  }
+  SECTION("half-written files") {
+    fs::remove(good_path);
+    // A writer that dies mid-write leaves its temporary file; it is never read, and removed.
+    const std::string tmp_name = "." + fs::path(good_path).stem().string();
+    pid_t child = ::fork();
+    REQUIRE(child >= 0);
+    if (child == 0) {
+      const std::string t = dir.path + "/" + tmp_name + "." + std::to_string(::getpid()) + ".1.tmp";
+      int fd = ::open(t.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0644);
+      if (fd < 0 || ::write(fd, good.data(), good.size() / 2) < 0) ::_exit(1);
+      ::_exit(0);  // dies without finishing, renaming or cleaning up
+    }
+    int status = 0;
+    REQUIRE(::waitpid(child, &status, 0) == child);
+    REQUIRE(WIFEXITED(status));
+    REQUIRE(WEXITSTATUS(status) == 0);
+    REQUIRE(dir.files(".tmp").size() == 1);
+    {
+      PromptCacheStore st(opts_for(dir.path, block, 0));  // start-up sweep: the writer is gone
+      CHECK(dir.files(".tmp").empty());
+      Session s(m, pool);
+      CHECK(st.restore(s, prompt) == 0);
+      CHECK(st.stats().misses == 1);
+    }
+    // A partial file that somehow got the final name (e.g. copied by hand) fails the size check.
+    expect_rejected(good, good.size() / 2, "truncated");
+  }
+}
+
+TEST_CASE("eviction keeps the directory under its budget, least recently used first", "[prompt_cache]") {
+  auto m = load_model("stories260K.gguf");
+  ThreadPool pool(2);
+  TempDir dir;
+  const int32_t block = 16;
+  std::vector<std::vector<int32_t>> prompts;
+  for (uint32_t i = 0; i < 6; ++i) prompts.push_back(random_tokens(50, 100 + i, m->hparams().n_vocab));
+  uint64_t one = 0;
+  {
+    PromptCacheStore st(opts_for(dir.path, block, 0));
+    Session s(m, pool);
+    REQUIRE(prefill_with_cache(&st, s, prompts[0], 50).ok());
+    one = dir.pkv_bytes();
+    REQUIRE(one > 0);
+  }
+  PromptCacheOptions o = opts_for(dir.path, block, 0);
+  o.max_disk_bytes = one * 3 + one / 2;  // room for three files
+  PromptCacheStore st(o);
+  auto pause = [] { std::this_thread::sleep_for(std::chrono::milliseconds(20)); };  // distinct mtimes
+  for (size_t i = 1; i < 6; ++i) {
+    pause();
+    if (i == 4) {  // use prompt 1 again: it becomes the most recently used file
+      Session s(m, pool);
+      CHECK(st.restore(s, prompts[1]) == 48);
+      pause();
+    }
+    Session s(m, pool);
+    REQUIRE(prefill_with_cache(&st, s, prompts[i], 50).ok());
+    CHECK(dir.pkv_bytes() <= o.max_disk_bytes);
+  }
+  CHECK(dir.files(".pkv").size() == 3);
+  CHECK(st.stats().disk_evictions == 3);
+  // Survivors: 1 (used at step 4), 4, 5. Evicted: 0, 2, 3.
+  for (size_t i = 0; i < 6; ++i) {
+    PromptCacheStore probe(opts_for(dir.path, block, 0));
+    Session s(m, pool);
+    INFO("prompt " << i);
+    CHECK(probe.restore(s, prompts[i]) == ((i == 1 || i == 4 || i == 5) ? 48u : 0u));
+  }
+}
+
+TEST_CASE("a longer file serves its prefixes and replaces the shorter file it covers", "[prompt_cache]") {
+  auto m = load_model("stories260K.gguf");
+  ThreadPool pool(2);
+  TempDir dir;
+  const auto sys = random_tokens(40, 7, m->hparams().n_vocab);
+  const auto turn2 = concat(sys, random_tokens(40, 8, m->hparams().n_vocab));
+  PromptCacheStore st(opts_for(dir.path, 16, 0));
+  {
+    Session s(m, pool);
+    REQUIRE(prefill_with_cache(&st, s, sys, sys.size()).ok());  // stores 32
+    REQUIRE(prefill_with_cache(&st, s, turn2, turn2.size()).ok());  // stores 80, deletes the 32-token file
+  }
+  CHECK(dir.files(".pkv").size() == 1);
+  PromptCacheStore fresh(opts_for(dir.path, 16, 0));
+  Session s(m, pool);
+  const auto new_chat = concat(sys, random_tokens(5, 9, m->hparams().n_vocab));
+  auto r = prefill_with_cache(&fresh, s, new_chat, 0);
+  REQUIRE(r.ok());
+  CHECK(r->cached_tokens == 32);
+  CHECK(same_bits(s.logits(), full_prefill_logits(m, pool, new_chat)));
+}
+
+TEST_CASE("two processes writing the same prefix at once leave one valid file", "[prompt_cache]") {
+  auto m = load_model("llama-spm32k-q4km.gguf");
+  TempDir dir;
+  const auto prompt = random_tokens(200, 11, m->hparams().n_vocab);
+  int ready[2], go[2];
+  REQUIRE(::pipe(ready) == 0);
+  REQUIRE(::pipe(go) == 0);
+  pid_t kids[2];
+  for (pid_t& k : kids) {
+    k = ::fork();
+    REQUIRE(k >= 0);
+    if (k == 0) {
+      // Child: own pool (threads do not survive fork), prefill, wait for the common start, store.
+      ThreadPool pool(1);
+      Session s(m, pool);
+      if (!s.eval(prompt).ok()) ::_exit(2);
+      PromptCacheStore st(opts_for(dir.path, 64, 0));
+      char c = 'r';
+      if (::write(ready[1], &c, 1) != 1 || ::read(go[0], &c, 1) != 1) ::_exit(3);
+      const size_t n = st.store(s, prompt.size());
+      ::_exit(n == 192 ? 0 : 4);  // whether this child wrote or found the other's file is a race
+    }
+  }
+  char buf[2];
+  REQUIRE(::read(ready[0], buf, 1) == 1);
+  REQUIRE(::read(ready[0], buf + 1, 1) == 1);
+  REQUIRE(::write(go[1], "gg", 2) == 2);
+  for (pid_t k : kids) {
+    int status = 0;
+    REQUIRE(::waitpid(k, &status, 0) == k);
+    CHECK(WIFEXITED(status));
+    CHECK(WEXITSTATUS(status) == 0);
+  }
+  for (int fd : {ready[0], ready[1], go[0], go[1]}) ::close(fd);
+  CHECK(dir.files(".pkv").size() == 1);
+  CHECK(dir.files(".tmp").empty());
+  ThreadPool pool(2);
+  PromptCacheStore st(opts_for(dir.path, 64, 0));
+  Session s(m, pool);
+  auto r = prefill_with_cache(&st, s, prompt, 0);
+  REQUIRE(r.ok());
+  CHECK(r->cached_tokens == 192);
+  CHECK(st.stats().disk_hits == 1);
+  CHECK(st.stats().files_rejected == 0);
+  CHECK(same_bits(s.logits(), full_prefill_logits(m, pool, prompt)));
+}
+
+TEST_CASE("alternating between two system prompts never re-prefills either (RAM LRU)", "[prompt_cache]") {
+  auto m = load_model("llama-spm32k-q4km.gguf");
+  ThreadPool pool(2);
+  const int32_t nv = m->hparams().n_vocab;
+  const auto chat_sys = random_tokens(200, 21, nv);
+  const auto summary_sys = random_tokens(150, 22, nv);
+  PromptCacheStore st(opts_for("", 64));  // RAM only
+  Session s(m, pool);  // one session, as in the provider
+  for (int turn = 0; turn < 6; ++turn) {
+    const auto& sys = turn % 2 ? summary_sys : chat_sys;
+    const auto prompt = concat(sys, random_tokens(10, 100 + uint32_t(turn), nv));
+    auto r = prefill_with_cache(&st, s, prompt, sys.size());
+    REQUIRE(r.ok());
+    INFO("turn " << turn);
+    if (turn >= 2) {
+      CHECK(r->cached_tokens == sys.size() / 64 * 64);
+      CHECK(r->evaluated_tokens == prompt.size() - sys.size() / 64 * 64);
+    }
+    if (turn == 2 || turn == 3) CHECK(same_bits(s.logits(), full_prefill_logits(m, pool, prompt)));
+  }
+  CHECK(st.stats().ram_hits == 4);
+  CHECK(st.stats().ram_entries == 2);
+  CHECK(st.stats().misses == 2);
+}
+
+TEST_CASE("a RAM budget for one snapshot evicts the least recently used one", "[prompt_cache]") {
+  auto m = load_model("stories260K.gguf");
+  ThreadPool pool(2);
+  const int32_t nv = m->hparams().n_vocab;
+  const auto a = random_tokens(60, 31, nv), b = random_tokens(50, 32, nv);
+  Session s(m, pool);
+  uint64_t one = 0;
+  {
+    PromptCacheStore probe(opts_for("", 16));
+    REQUIRE(prefill_with_cache(&probe, s, a, a.size()).ok());
+    one = probe.stats().ram_bytes;
+    REQUIRE(one > 0);
+  }
+  PromptCacheOptions o = opts_for("", 16);
+  o.max_ram_bytes = one + one / 2;  // a's snapshot (48 tokens) fits, a and b's (48 + 48) do not
+  PromptCacheStore small(o);
+  s.truncate(0);  // forget the live prefix of the probe run
+  for (int turn = 0; turn < 4; ++turn) {
+    const auto& sys = turn % 2 ? b : a;
+    auto r = prefill_with_cache(&small, s, concat(sys, random_tokens(5, 200 + uint32_t(turn), nv)), sys.size());
+    REQUIRE(r.ok());
+    INFO("turn " << turn);
+    CHECK(r->cached_tokens == 0);  // the other prompt's snapshot pushed ours out
+    CHECK(small.stats().ram_entries == 1);
+  }
+  CHECK(small.stats().ram_evictions == 3);
+  CHECK(small.stats().ram_bytes <= o.max_ram_bytes);
+}

@@ -1,0 +1,711 @@
+// Black-box tests of the provider over loopback: the server runs in-process on an ephemeral port,
+// a real HTTP client (httplib::Client) talks to it. Tool-call arguments and /tool_call bodies are
+// checked by an independent validator (python3-jsonschema), not by the grammar engine that made them.
+#include <signal.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <httplib.h>
+#include <simdjson.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "server.h"
+
+using namespace picolm;
+namespace dom = simdjson::dom;
+namespace fs = std::filesystem;
+
+namespace {
+
+const std::string kShared = PICOLM_SHARED_DIR;
+const std::string kSource = PICOLM_SOURCE_DIR;
+const std::string kStories = kShared + "/models/stories260K.gguf";
+const std::string kQwen = kShared + "/models/qwen2-bpe-q4km.gguf";
+
+// Tools whose arguments are finite by construction (enums, booleans, bounded integers, short
+// strings), so that even a random-weight model completes a call in a few dozen tokens.
+const std::string kTools = R"([
+ {"type":"function","function":{"name":"set_light","description":"Switch a light","parameters":{"type":"object","properties":{"room":{"type":"string","enum":["kitchen","bedroom","hall"]},"on":{"type":"boolean"}},"required":["room","on"]}}},
+ {"type":"function","function":{"name":"set_volume","description":"Set the volume","parameters":{"type":"object","properties":{"level":{"type":"integer","minimum":0,"maximum":10}},"required":["level"]}}},
+ {"type":"function","function":{"name":"note","parameters":{"type":"object","properties":{"tag":{"type":"string","maxLength":3,"pattern":"^[a-z]*$"}},"required":["tag"],"additionalProperties":false}}}
+])";
+
+struct Started {
+  std::unique_ptr<Server> server;
+  int port = 0;
+};
+
+Started start_server(const std::string& model, int n_ctx, size_t max_queue = 8, size_t max_body = 1 << 20,
+                     const std::string& api_key = "") {
+  REQUIRE(fs::exists(model));  // a missing input file fails the test
+  ServerOptions o;
+  o.engine.model_path = model;
+  o.engine.threads = 1;
+  o.engine.n_ctx = n_ctx;
+  o.engine.max_queue = max_queue;
+  o.engine.cache_ram_mb = 64;
+  o.host = "127.0.0.1";
+  o.port = 0;
+  o.max_body_bytes = max_body;
+  o.api_key = api_key;
+  Started s;
+  s.server = std::make_unique<Server>(o);
+  auto port = s.server->start();
+  REQUIRE(port.ok());
+  s.port = port.value();
+  Status st = s.server->wait_loaded(std::chrono::seconds(120));
+  INFO(st.ok() ? "" : st.error());
+  REQUIRE(st.ok());
+  return s;
+}
+
+// One server per model for the whole binary (loading qwen2 takes a moment).
+Started& stories() {
+  static Started s = start_server(kStories, 2048);
+  return s;
+}
+Started& qwen() {
+  static Started s = start_server(kQwen, 2048);
+  return s;
+}
+
+std::unique_ptr<httplib::Client> client(int port) {
+  auto c = std::make_unique<httplib::Client>("127.0.0.1", port);
+  c->set_read_timeout(120, 0);
+  c->set_write_timeout(30, 0);
+  return c;
+}
+
+struct Json {
+  dom::parser parser;
+  dom::element root;
+  explicit Json(const std::string& text) {
+    auto err = parser.parse(text).get(root);
+    INFO(text);
+    REQUIRE(!err);
+  }
+};
+
+std::string str(dom::element e) { return std::string(std::string_view(e)); }
+
+std::string chat_body(const std::string& extra, const std::string& user = "Turn on the kitchen light") {
+  return R"({"model":"x","messages":[{"role":"system","content":"You control a house."},{"role":"user","content":")" +
+         user + R"("}])" + (extra.empty() ? "" : "," + extra) + "}";
+}
+
+// Collects (schema, instance) pairs and validates them all with python3-jsonschema.
+class Validator {
+ public:
+  void add(const std::string& schema, const std::string& instance_json) {
+    lines_ += R"({"schema":)" + schema + R"(,"instance":)" + instance_json + "}\n";
+    ++count_;
+  }
+  void add_tool_call(const std::string& tools_json, const std::string& name, const std::string& arguments_text) {
+    // The tool's parameters, looked up by the validator; arguments_text must be a JSON object.
+    lines_ += R"({"tools":)" + tools_json + R"(,"name":)" + quote(name) + R"(,"arguments_text":)" +
+              quote(arguments_text) + "}\n";
+    ++count_;
+  }
+  int count() const { return count_; }
+  // Runs the batch; REQUIREs every record to be valid.
+  void check() {
+    if (count_ == 0) return;
+    fs::path dir = fs::temp_directory_path() / ("picolm_test_server_" + std::to_string(getpid()));
+    fs::create_directories(dir);
+    fs::path in = dir / "batch.jsonl", script = dir / "validate.py", out = dir / "out.txt";
+    std::ofstream(in) << lines_;
+    std::ofstream(script) << R"PY(
+import json, sys
+from jsonschema import Draft202012Validator
+bad = 0
+for n, line in enumerate(open(sys.argv[1], encoding="utf-8")):
+    rec = json.loads(line)
+    try:
+        if "tools" in rec:
+            params = None
+            for t in rec["tools"]:
+                if t["function"]["name"] == rec["name"]:
+                    params = t["function"].get("parameters", {})
+            if params is None:
+                raise ValueError("unknown tool " + rec["name"])
+            args = json.loads(rec["arguments_text"])
+            if not isinstance(args, dict):
+                raise ValueError("arguments are not an object")
+            # Tool parameters are closed: the provider compiles them with additionalProperties false.
+            params = dict(params)
+            params.setdefault("additionalProperties", False)
+            Draft202012Validator(params).validate(args)
+        else:
+            Draft202012Validator(rec["schema"]).validate(rec["instance"])
+    except Exception as e:
+        bad += 1
+        print("record %d invalid: %s\n  %s" % (n, e, line.strip()[:400]))
+print("checked", n + 1, "bad", bad)
+sys.exit(1 if bad else 0)
+)PY";
+    std::string cmd = "/usr/bin/python3 " + script.string() + " " + in.string() + " > " + out.string() + " 2>&1";
+    int rc = std::system(cmd.c_str());
+    std::stringstream ss;
+    ss << std::ifstream(out).rdbuf();
+    INFO(ss.str());
+    CHECK(rc == 0);
+    fs::remove_all(dir);
+    lines_.clear();
+    count_ = 0;
+  }
+
+  static std::string quote(const std::string& s) {
+    std::string out = "\"";
+    for (char c : s) {
+      if (c == '"' || c == '\\') { out += '\\'; out += c; }
+      else if (static_cast<unsigned char>(c) < 0x20) {
+        char buf[8];
+        std::snprintf(buf, sizeof buf, "\\u%04x", c);
+        out += buf;
+      } else out += c;
+    }
+    return out + "\"";
+  }
+
+ private:
+  std::string lines_;
+  int count_ = 0;
+};
+
+struct CallSeen {
+  std::string name, arguments;
+};
+
+// Checks the OpenAI shape of a chat.completion and returns its tool calls.
+std::vector<CallSeen> check_completion(const std::string& body, std::string* content = nullptr,
+                                       std::string* finish = nullptr) {
+  Json j(body);
+  dom::element r = j.root;
+  CHECK(str(r["object"]) == "chat.completion");
+  CHECK(str(r["id"]).rfind("chatcmpl-", 0) == 0);
+  CHECK(r["created"].is_int64());
+  dom::element choice = r["choices"].at(0);
+  dom::element msg = choice["message"];
+  CHECK(str(msg["role"]) == "assistant");
+  std::string fr = str(choice["finish_reason"]);
+  CHECK((fr == "stop" || fr == "length" || fr == "tool_calls"));
+  if (finish) *finish = fr;
+  if (content) *content = msg["content"].is_null() ? std::string("<null>") : str(msg["content"]);
+  dom::element usage = r["usage"];
+  CHECK(int64_t(usage["total_tokens"]) == int64_t(usage["prompt_tokens"]) + int64_t(usage["completion_tokens"]));
+  CHECK(int64_t(usage["prompt_tokens_details"]["cached_tokens"]) >= 0);
+  CHECK(r["timings"]["prompt_ms"].is_number());
+  std::vector<CallSeen> calls;
+  dom::element tcs;
+  if (!msg["tool_calls"].get(tcs)) {
+    for (dom::element tc : dom::array(tcs)) {
+      CHECK(str(tc["id"]).rfind("call_", 0) == 0);
+      CHECK(str(tc["type"]) == "function");
+      CHECK(tc["function"]["arguments"].is_string());  // a JSON string, as OpenAI sends it
+      calls.push_back({str(tc["function"]["name"]), str(tc["function"]["arguments"])});
+    }
+    CHECK(fr != "stop");
+  }
+  if (fr == "tool_calls") CHECK(!calls.empty());
+  return calls;
+}
+
+// Reassembles an SSE stream into content, tool calls and finish reason.
+struct StreamResult {
+  std::string content;
+  std::vector<CallSeen> calls;
+  std::string finish;
+  bool done = false;
+  bool usage = false;
+  int chunks = 0;
+};
+
+StreamResult parse_stream(const std::string& sse) {
+  StreamResult r;
+  std::istringstream in(sse);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.empty()) continue;
+    REQUIRE(line.rfind("data: ", 0) == 0);
+    std::string data = line.substr(6);
+    if (data == "[DONE]") { r.done = true; continue; }
+    Json j(data);
+    ++r.chunks;
+    CHECK(str(j.root["object"]) == "chat.completion.chunk");
+    dom::element usage;
+    if (!j.root["usage"].get(usage) && !usage.is_null()) r.usage = true;
+    dom::array choices = j.root["choices"];
+    if (choices.size() == 0) continue;
+    dom::element c = choices.at(0);
+    dom::element delta = c["delta"], v;
+    if (!delta["content"].get(v) && v.is_string()) r.content += str(v);
+    if (!delta["tool_calls"].get(v)) {
+      for (dom::element tc : dom::array(v)) {
+        size_t idx = size_t(int64_t(tc["index"]));
+        if (r.calls.size() <= idx) r.calls.resize(idx + 1);
+        dom::element f = tc["function"], x;
+        if (!f["name"].get(x)) r.calls[idx].name += str(x);
+        if (!f["arguments"].get(x)) r.calls[idx].arguments += str(x);
+      }
+    }
+    if (!c["finish_reason"].is_null()) r.finish = str(c["finish_reason"]);
+  }
+  return r;
+}
+
+std::string metric_line(const std::string& text, const std::string& name) {
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind(name + " ", 0) == 0) return line.substr(name.size() + 1);
+  }
+  return "";
+}
+
+double metric(int port, const std::string& name) {
+  auto c = client(port);
+  auto res = c->Get("/metrics");
+  REQUIRE(res);
+  std::string v = metric_line(res->body, name);
+  return v.empty() ? -1.0 : std::stod(v);
+}
+
+}  // namespace
+
+TEST_CASE("plain chat, models, health, metrics (stories260K)", "[server]") {
+  signal(SIGPIPE, SIG_IGN);
+  auto& s = stories();
+  auto c = client(s.port);
+  auto health = c->Get("/health");
+  REQUIRE(health);
+  CHECK(health->status == 200);
+
+  for (const char* path : {"/v1/models", "/models"}) {
+    auto res = c->Get(path);
+    REQUIRE(res);
+    CHECK(res->status == 200);
+    Json j(res->body);
+    CHECK(str(j.root["data"].at(0)["id"]) == "stories260K");
+  }
+
+  for (const char* path : {"/v1/chat/completions", "/chat/completions"}) {
+    auto res = c->Post(path, chat_body(R"("max_tokens":24,"temperature":0)", "Once upon a time"), "application/json");
+    REQUIRE(res);
+    REQUIRE(res->status == 200);
+    std::string content;
+    auto calls = check_completion(res->body, &content);
+    CHECK(calls.empty());
+    CHECK(!content.empty());
+    Json j(res->body);
+    CHECK(int64_t(j.root["usage"]["completion_tokens"]) <= 24);
+  }
+  // Content as an array of text parts; unknown fields are ignored.
+  auto res = c->Post("/v1/chat/completions",
+                     R"({"messages":[{"role":"user","content":[{"type":"text","text":"Once upon"},{"type":"text","text":" a time"}]}],"max_tokens":8,"logit_bias":{},"user":"u1","whatever":[1,2]})",
+                     "application/json");
+  REQUIRE(res);
+  CHECK(res->status == 200);
+
+  auto m = c->Get("/metrics");
+  REQUIRE(m);
+  CHECK(m->status == 200);
+  CHECK(m->body.find("picolm_requests_total{endpoint=\"chat_completions\",status=\"200\"}") != std::string::npos);
+  CHECK(std::stod(metric_line(m->body, "picolm_completion_tokens_total")) > 0);
+  CHECK(!metric_line(m->body, "picolm_queue_depth").empty());
+}
+
+TEST_CASE("tool_choice auto / required / named / none on a model without a native format (envelope)", "[server]") {
+  auto& s = stories();
+  auto c = client(s.port);
+  Validator v;
+  int forced_calls = 0;
+  for (uint64_t seed : {1, 2, 3}) {
+    const std::string sd = ",\"seed\":" + std::to_string(seed);
+    // required, one call
+    auto res = c->Post("/v1/chat/completions",
+                       chat_body(R"("tools":)" + kTools + R"(,"tool_choice":"required","parallel_tool_calls":false,"max_tokens":200,"temperature":1.0)" + sd),
+                       "application/json");
+    REQUIRE(res);
+    REQUIRE(res->status == 200);
+    std::string finish;
+    auto calls = check_completion(res->body, nullptr, &finish);
+    CHECK(finish == "tool_calls");
+    CHECK(calls.size() == 1);
+    for (auto& k : calls) v.add_tool_call(kTools, k.name, k.arguments);
+    forced_calls += int(calls.size());
+
+    // named
+    res = c->Post("/v1/chat/completions",
+                  chat_body(R"("tools":)" + kTools +
+                            R"(,"tool_choice":{"type":"function","function":{"name":"set_volume"}},"max_tokens":300)" + sd),
+                  "application/json");
+    REQUIRE(res);
+    REQUIRE(res->status == 200);
+    calls = check_completion(res->body, nullptr, &finish);
+    CHECK(!calls.empty());
+    for (auto& k : calls) {
+      CHECK(k.name == "set_volume");
+      v.add_tool_call(kTools, k.name, k.arguments);
+    }
+
+    // auto: a call or text; every call valid
+    res = c->Post("/v1/chat/completions", chat_body(R"("tools":)" + kTools + R"(,"tool_choice":"auto","max_tokens":200)" + sd),
+                  "application/json");
+    REQUIRE(res);
+    REQUIRE(res->status == 200);
+    std::string content;
+    calls = check_completion(res->body, &content, &finish);
+    for (auto& k : calls) v.add_tool_call(kTools, k.name, k.arguments);
+
+    // none: plain text, no calls
+    res = c->Post("/v1/chat/completions", chat_body(R"("tools":)" + kTools + R"(,"tool_choice":"none","max_tokens":16)" + sd),
+                  "application/json");
+    REQUIRE(res);
+    REQUIRE(res->status == 200);
+    calls = check_completion(res->body, &content, &finish);
+    CHECK(calls.empty());
+    CHECK(content != "<null>");
+  }
+  CHECK(forced_calls == 3);
+  v.check();
+}
+
+TEST_CASE("native <tool_call> format (qwen2): every tool_choice, history with tool results", "[server]") {
+  auto& s = qwen();
+  auto c = client(s.port);
+  Validator v;
+  for (uint64_t seed : {7, 8}) {
+    const std::string sd = ",\"seed\":" + std::to_string(seed);
+    auto res = c->Post("/v1/chat/completions",
+                       chat_body(R"("tools":)" + kTools + R"(,"tool_choice":"required","parallel_tool_calls":false,"max_tokens":120)" + sd),
+                       "application/json");
+    REQUIRE(res);
+    REQUIRE(res->status == 200);
+    std::string finish, content;
+    auto calls = check_completion(res->body, &content, &finish);
+    CHECK(finish == "tool_calls");
+    CHECK(calls.size() == 1);
+    CHECK(content == "<null>");
+    for (auto& k : calls) v.add_tool_call(kTools, k.name, k.arguments);
+
+    res = c->Post("/v1/chat/completions",
+                  chat_body(R"("tools":)" + kTools +
+                            R"(,"tool_choice":{"type":"function","function":{"name":"set_light"}},"parallel_tool_calls":false,"max_tokens":120)" + sd),
+                  "application/json");
+    REQUIRE(res);
+    REQUIRE(res->status == 200);
+    calls = check_completion(res->body, nullptr, &finish);
+    REQUIRE(calls.size() == 1);
+    CHECK(calls[0].name == "set_light");
+    v.add_tool_call(kTools, calls[0].name, calls[0].arguments);
+
+    // auto: free text from a random model, until it happens to open a call
+    res = c->Post("/v1/chat/completions", chat_body(R"("tools":)" + kTools + R"(,"tool_choice":"auto","max_tokens":24)" + sd),
+                  "application/json");
+    REQUIRE(res);
+    REQUIRE(res->status == 200);
+    calls = check_completion(res->body, &content, &finish);
+    for (auto& k : calls) v.add_tool_call(kTools, k.name, k.arguments);
+  }
+  // A conversation with a past call and its result renders and runs.
+  const std::string history = R"({"messages":[
+      {"role":"user","content":"Turn on the hall light"},
+      {"role":"assistant","content":null,"tool_calls":[{"id":"call_1","type":"function","function":{"name":"set_light","arguments":"{\"room\":\"hall\",\"on\":true}"}}]},
+      {"role":"tool","tool_call_id":"call_1","content":"ok"},
+      {"role":"user","content":"and the volume to 3"}],
+    "tools":)" + kTools + R"(,"tool_choice":"required","parallel_tool_calls":false,"max_tokens":120,"seed":5})";
+  auto res = c->Post("/v1/chat/completions", history, "application/json");
+  REQUIRE(res);
+  REQUIRE(res->status == 200);
+  auto calls = check_completion(res->body);
+  CHECK(calls.size() == 1);
+  for (auto& k : calls) v.add_tool_call(kTools, k.name, k.arguments);
+  v.check();
+}
+
+TEST_CASE("streaming reassembles to the non-streamed answer (greedy)", "[server]") {
+  struct Case {
+    Started* s;
+    std::string body;
+  };
+  std::vector<Case> cases = {
+      {&stories(), chat_body(R"("max_tokens":40,"temperature":0)", "Once upon a time")},
+      {&stories(), chat_body(R"("tools":)" + kTools + R"(,"tool_choice":"required","max_tokens":200,"temperature":0)")},
+      {&qwen(), chat_body(R"("tools":)" + kTools + R"(,"tool_choice":"required","parallel_tool_calls":false,"max_tokens":120,"temperature":0)")},
+      {&qwen(), chat_body(R"("max_tokens":30,"temperature":0,"stop":["\n"])")},
+  };
+  for (auto& cs : cases) {
+    auto c = client(cs.s->port);
+    auto res = c->Post("/v1/chat/completions", cs.body, "application/json");
+    REQUIRE(res);
+    REQUIRE(res->status == 200);
+    std::string content, finish;
+    auto calls = check_completion(res->body, &content, &finish);
+
+    std::string stream_body = cs.body;
+    stream_body.pop_back();
+    stream_body += R"(,"stream":true,"stream_options":{"include_usage":true}})";
+    auto sres = c->Post("/v1/chat/completions", stream_body, "application/json");
+    REQUIRE(sres);
+    REQUIRE(sres->status == 200);
+    CHECK(sres->get_header_value("Content-Type").rfind("text/event-stream", 0) == 0);
+    StreamResult st = parse_stream(sres->body);
+    CHECK(st.done);
+    CHECK(st.usage);
+    CHECK(st.finish == finish);
+    CHECK((content == "<null>" ? std::string() : content) == st.content);
+    REQUIRE(st.calls.size() == calls.size());
+    for (size_t i = 0; i < calls.size(); ++i) {
+      CHECK(st.calls[i].name == calls[i].name);
+      CHECK(st.calls[i].arguments == calls[i].arguments);
+    }
+  }
+}
+
+TEST_CASE("response_format json_schema constrains the whole reply", "[server]") {
+  const std::string schema =
+      R"({"type":"object","properties":{"answer":{"type":"string","enum":["yes","no"]},"score":{"type":"integer","minimum":0,"maximum":5},"tags":{"type":"array","items":{"type":"string","enum":["a","b"]},"maxItems":2}},"required":["answer","score","tags"],"additionalProperties":false})";
+  Validator v;
+  for (Started* s : {&stories(), &qwen()}) {
+    auto c = client(s->port);
+    for (uint64_t seed : {1, 2}) {
+      auto res = c->Post("/v1/chat/completions",
+                         chat_body(R"("response_format":{"type":"json_schema","json_schema":{"name":"r","strict":true,"schema":)" + schema +
+                                   R"(}},"max_tokens":120,"seed":)" + std::to_string(seed)),
+                         "application/json");
+      REQUIRE(res);
+      REQUIRE(res->status == 200);
+      std::string content, finish;
+      check_completion(res->body, &content, &finish);
+      CHECK(finish == "stop");
+      v.add(schema, content);
+    }
+  }
+  v.check();
+}
+
+TEST_CASE("/tool_call: request and response match the published schemas", "[server]") {
+  Validator v;
+  const std::string req_schema_path = kSource + "/schemas/tool_call.request.schema.json";
+  const std::string res_schema_path = kSource + "/schemas/tool_call.response.schema.json";
+  REQUIRE(fs::exists(req_schema_path));
+  REQUIRE(fs::exists(res_schema_path));
+  std::stringstream a, b;
+  a << std::ifstream(req_schema_path).rdbuf();
+  b << std::ifstream(res_schema_path).rdbuf();
+  const std::string req_schema = a.str(), res_schema = b.str();
+
+  std::vector<std::string> bodies = {
+      R"({"prompt":"Turn on the kitchen light","tools":)" + kTools + R"(,"max_tokens":200,"seed":1})",
+      R"({"system":"You control a house.","messages":[{"role":"user","content":"volume 3"}],"tools":)" + kTools +
+          R"(,"tool_choice":{"type":"function","function":{"name":"set_volume"}},"max_tokens":200,"seed":2})",
+      R"({"prompt":"hello","tools":)" + kTools + R"(,"tool_choice":"auto","parallel_tool_calls":false,"max_tokens":60,"seed":3})",
+  };
+  for (Started* s : {&stories(), &qwen()}) {
+    auto c = client(s->port);
+    for (const auto& body : bodies) {
+      v.add(req_schema, body);
+      auto res = c->Post("/tool_call", body, "application/json");
+      REQUIRE(res);
+      REQUIRE(res->status == 200);
+      v.add(res_schema, res->body);
+      Json j(res->body);
+      for (dom::element tc : dom::array(j.root["tool_calls"])) {
+        v.add_tool_call(kTools, str(tc["name"]), simdjson::minify(tc["arguments"]));
+      }
+      if (body.find("set_volume\"}}") != std::string::npos) {
+        CHECK(dom::array(j.root["tool_calls"]).size() >= 1);
+        for (dom::element tc : dom::array(j.root["tool_calls"])) CHECK(str(tc["name"]) == "set_volume");
+      }
+    }
+  }
+  v.check();
+}
+
+TEST_CASE("errors: 400 / 401 / 404 / 413 as OpenAI error objects", "[server]") {
+  auto& s = stories();
+  auto c = client(s.port);
+  auto expect_error = [&](const std::string& path, const std::string& body, int status, const std::string& param) {
+    auto res = c->Post(path, body, "application/json");
+    REQUIRE(res);
+    INFO(body << " -> " << res->body);
+    CHECK(res->status == status);
+    Json j(res->body);
+    dom::element e = j.root["error"];
+    CHECK(!str(e["message"]).empty());
+    CHECK(e["type"].is_string());
+    if (!param.empty()) CHECK(str(e["param"]) == param);
+  };
+  const std::string P = "/v1/chat/completions";
+  expect_error(P, "{not json", 400, "");
+  expect_error(P, "[1,2]", 400, "");
+  expect_error(P, R"({"messages":"hi"})", 400, "messages");
+  expect_error(P, R"({})", 400, "messages");
+  expect_error(P, R"({"messages":[]})", 400, "messages");
+  expect_error(P, R"({"messages":[{"role":"wizard","content":"x"}]})", 400, "messages[0].role");
+  expect_error(P, R"({"messages":[{"role":"user","content":5}]})", 400, "messages[0].content");
+  expect_error(P, R"({"messages":[{"role":"user","content":"x"}],"temperature":"hot"})", 400, "temperature");
+  expect_error(P, R"({"messages":[{"role":"user","content":"x"}],"temperature":7})", 400, "temperature");
+  expect_error(P, R"({"messages":[{"role":"user","content":"x"}],"max_tokens":0})", 400, "max_tokens");
+  expect_error(P, R"({"messages":[{"role":"user","content":"x"}],"stream":"yes"})", 400, "stream");
+  expect_error(P, R"({"messages":[{"role":"user","content":"x"}],"tools":{}})", 400, "tools");
+  expect_error(P, R"({"messages":[{"role":"user","content":"x"}],"tools":)" + kTools + R"(,"tool_choice":"sometimes"})", 400, "tool_choice");
+  expect_error(P, R"({"messages":[{"role":"user","content":"x"}],"tools":)" + kTools +
+                      R"(,"tool_choice":{"type":"function","function":{"name":"nope"}}})", 400, "tool_choice");
+  expect_error(P, R"({"messages":[{"role":"user","content":"x"}],"tool_choice":"required"})", 400, "tool_choice");
+  expect_error(P, R"({"messages":[{"role":"user","content":"x"}],"response_format":{"type":"xml"}})", 400, "response_format.type");
+  expect_error(P, R"({"messages":[{"role":"tool","content":"x"}]})", 400, "messages[0].tool_call_id");
+  expect_error(P, R"({"messages":[{"role":"assistant","content":null,"tool_calls":[{"id":"c","type":"function","function":{"name":"f","arguments":"not json"}}]}]})",
+               400, "messages[0].tool_calls[0].function.arguments");
+  // A prompt longer than the context.
+  std::string longtext(20000, 'x');
+  for (size_t i = 0; i < longtext.size(); i += 2) longtext[i] = ' ';
+  expect_error(P, chat_body("", longtext), 400, "messages");
+  expect_error("/tool_call", R"({"prompt":"x"})", 400, "tools");
+  expect_error("/tool_call", R"({"tools":)" + kTools + "}", 400, "messages");
+
+  auto nf = c->Get("/v1/nothing");
+  REQUIRE(nf);
+  CHECK(nf->status == 404);
+  Json j(nf->body);
+  CHECK(!str(j.root["error"]["message"]).empty());
+
+  // 413 and 401 on a server with a small body limit and an API key.
+  Started small = start_server(kStories, 512, 4, 4096, "sekret");
+  auto c2 = client(small.port);
+  auto big = c2->Post("/v1/chat/completions", chat_body("", std::string(8000, 'a')), "application/json");
+  REQUIRE(big);
+  CHECK(big->status == 413);
+  auto noauth = c2->Post("/v1/chat/completions", chat_body(R"("max_tokens":2)"), "application/json");
+  REQUIRE(noauth);
+  CHECK(noauth->status == 401);
+  httplib::Headers h = {{"Authorization", "Bearer sekret"}};
+  auto ok = c2->Post("/v1/chat/completions", h, chat_body(R"("max_tokens":2)"), "application/json");
+  REQUIRE(ok);
+  CHECK(ok->status == 200);
+  auto health = c2->Get("/health");  // no key needed
+  REQUIRE(health);
+  CHECK(health->status == 200);
+}
+
+TEST_CASE("a full queue answers 429 with Retry-After", "[server]") {
+  Started s = start_server(kStories, 512, /*max_queue=*/1);
+  auto eng = s.server->engine();
+  REQUIRE(eng);
+  eng->set_paused(true);
+  std::atomic<int> first_status{0};
+  std::thread first([&] {
+    auto c = client(s.port);
+    auto res = c->Post("/v1/chat/completions", chat_body(R"("max_tokens":4)"), "application/json");
+    first_status = res ? res->status : -1;
+  });
+  // Wait until the first request sits in the queue.
+  for (int i = 0; i < 2000 && eng->queue_depth() < 1; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  REQUIRE(eng->queue_depth() == 1);
+  auto c = client(s.port);
+  auto res = c->Post("/v1/chat/completions", chat_body(R"("max_tokens":4)"), "application/json");
+  REQUIRE(res);
+  CHECK(res->status == 429);
+  CHECK(!res->get_header_value("Retry-After").empty());
+  Json j(res->body);
+  CHECK(str(j.root["error"]["type"]) == "rate_limit_error");
+  eng->set_paused(false);
+  first.join();
+  CHECK(first_status == 200);
+}
+
+TEST_CASE("a client that disconnects cancels its generation", "[server]") {
+  // A random-weight model almost never emits end-of-generation, so without the cancel it would run
+  // all max_tokens.
+  Started s = start_server(kQwen, 4096);
+  const std::string body_plain = chat_body(R"("max_tokens":3000,"temperature":1.0,"seed":1)", "Tell me a long story");
+
+  SECTION("streaming") {
+    auto c = client(s.port);
+    std::string body = body_plain;
+    body.pop_back();
+    body += R"(,"stream":true})";
+    // Hang up after the first content chunk: returning false from the receiver makes the client
+    // abort the transfer and close the socket.
+    int chunks = 0;
+    httplib::Request req;
+    req.method = "POST";
+    req.path = "/v1/chat/completions";
+    req.body = body;
+    req.set_header("Content-Type", "application/json");
+    req.content_receiver = [&](const char* data, size_t len, uint64_t, uint64_t) {
+      if (std::string(data, len).find("\"content\":\"") != std::string::npos) ++chunks;
+      return chunks < 3;
+    };
+    auto res = c->send(req);
+    CHECK(chunks >= 1);
+    c->stop();
+  }
+  SECTION("non-streaming: the client times out and closes") {
+    auto c = client(s.port);
+    c->set_read_timeout(1, 0);
+    auto res = c->Post("/v1/chat/completions", body_plain, "application/json");
+    CHECK(!res);  // timed out
+  }
+  // The server notices and stops early: the cancel counter rises, far fewer than 3000 tokens.
+  double cancelled = 0;
+  for (int i = 0; i < 600 && cancelled < 1; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    cancelled = metric(s.port, "picolm_requests_cancelled_total");
+  }
+  CHECK(cancelled >= 1);
+  CHECK(metric(s.port, "picolm_completion_tokens_total") < 3000);
+  // And it still serves.
+  auto c = client(s.port);
+  auto res = c->Post("/v1/chat/completions", chat_body(R"("max_tokens":4)"), "application/json");
+  REQUIRE(res);
+  CHECK(res->status == 200);
+}
+
+TEST_CASE("concurrent clients are all served", "[server]") {
+  auto& s = stories();
+  std::vector<std::thread> threads;
+  std::atomic<int> ok{0};
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      auto c = client(s.port);
+      for (int k = 0; k < 2; ++k) {
+        std::string body = chat_body(R"("max_tokens":12,"seed":)" + std::to_string(t * 10 + k) +
+                                         (k == 1 ? R"(,"stream":true)" : ""),
+                                     "Once upon a time");
+        auto res = c->Post("/v1/chat/completions", body, "application/json");
+        if (res && res->status == 200) ++ok;
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  CHECK(ok == 8);
+}
+
+TEST_CASE("health is 503 while no model is loaded", "[server]") {
+  ServerOptions o;
+  o.engine.model_path = "/nonexistent/model.gguf";
+  o.port = 0;
+  Server server(o);
+  auto port = server.start();
+  REQUIRE(port.ok());
+  Status st = server.wait_loaded(std::chrono::seconds(10));
+  CHECK(!st.ok());
+  auto c = client(port.value());
+  auto h = c->Get("/health");
+  REQUIRE(h);
+  CHECK(h->status == 503);
+  auto r = c->Post("/v1/chat/completions", chat_body(""), "application/json");
+  REQUIRE(r);
+  CHECK(r->status == 503);
+}

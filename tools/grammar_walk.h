@@ -1,0 +1,59 @@
+// Random walks under a grammar's token mask: the sampler of `picolm-grammar sample/bench` and of
+// the grammar property test.
+//
+// A walk plays a model with random logits: it fills the mask, picks one allowed token, accepts it,
+// and repeats until an end-of-generation token is accepted. Uniform picks over a 32k-152k vocabulary
+// would almost never close a string, so after a per-walk "soft length" the walk prefers tokens
+// that contain a closing byte (`"`, `}`, `]`), else ones with ASCII punctuation, and takes
+// end-of-generation as soon as it is allowed.
+// Thread-safety: free functions without shared state.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "grammar/grammar.h"
+
+namespace picolm::tools {
+
+struct WalkOptions {
+  uint64_t seed = 1;
+  int max_tokens = 512;       // hard budget; a walk that needs more is reported as BudgetExhausted
+  int soft_len_min = 8;       // the soft length is drawn uniformly from [soft_len_min, soft_len_max]
+  int soft_len_max = 48;
+  double close_bias = 0.9;    // after the soft length: probability of preferring closing tokens
+  double rollback_check = 0.0;  // per step: probability of accepting a random allowed token,
+                                // rolling it back, and requiring the same mask and text as before
+  bool time_masks = false;    // record the time of every fill_mask and accept_token call
+};
+
+enum class WalkStatus {
+  Finished,         // an end-of-generation token was accepted
+  Stuck,            // the mask allowed nothing (and the walk had not finished)
+  BudgetExhausted,  // max_tokens accepted without finishing
+  Inconsistent,     // mask and accept_token disagree, rollback did not restore the state, or the
+                    // mask allowed an empty non-EOG token
+};
+const char* walk_status_name(WalkStatus s);
+
+struct WalkResult {
+  WalkStatus status = WalkStatus::Stuck;
+  std::string text;               // bytes accepted (Matcher::text())
+  int n_tokens = 0;               // tokens accepted, EOG included
+  std::string detail;             // what went wrong, for Stuck/Inconsistent
+  std::vector<double> mask_us;    // per fill_mask call, when time_masks
+  std::vector<double> accept_us;  // per accept_token call, when time_masks
+};
+
+WalkResult random_walk(const std::shared_ptr<const grammar::Grammar>& grammar,
+                       const std::shared_ptr<const grammar::Vocabulary>& vocab, const WalkOptions& opts);
+
+// Summary statistics of a list of samples (microseconds or milliseconds, the caller's unit).
+struct Stats {
+  double median = 0, p99 = 0, max = 0, mean = 0;
+  size_t n = 0;
+};
+Stats summarize(std::vector<double> samples);
+
+}  // namespace picolm::tools

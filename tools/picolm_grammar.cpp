@@ -1,0 +1,333 @@
+// picolm-grammar: compile a JSON Schema or an OpenAI tool list, check instances against it, sample
+// random instances under the token mask, and measure compile and mask times.
+//
+//   picolm-grammar compile (--schema S.json | --tools T.json) [options]
+//   picolm-grammar check   (--schema S.json | --tools T.json) (--instance I.json | --instances I.jsonl)
+//   picolm-grammar sample  (--schema S.json | --tools T.json) --vocab V.gguf [--seed N] [--max-tokens K]
+//   picolm-grammar bench   (--schema S.json | --tools T.json) --vocab V.gguf [--walks N] [--seed N]
+//
+// Exit codes: 0 success; 1 bad usage or unreadable input; 2 schema unsupported or invalid;
+// 3 `check` rejected an instance, or `sample` could not finish a walk.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "grammar/grammar.h"
+#include "grammar_walk.h"
+#include "vocab_loader.h"
+
+namespace {
+
+using picolm::grammar::CompileResult;
+using picolm::grammar::ToolCallFormat;
+using picolm::grammar::Whitespace;
+namespace tools = picolm::tools;
+using Clock = std::chrono::steady_clock;
+
+constexpr const char* kUsage =
+    "usage: picolm-grammar <compile|check|sample|bench> (--schema S.json | --tools T.json) [options]\n"
+    "  --format object|array|hermes|envelope   tool-call format (with --tools; default object)\n"
+    "  --parallel                               allow several tool calls\n"
+    "  --allow-text                             envelope: also allow {\"content\":\"...\"}\n"
+    "  --forced-tool NAME                       only this tool may be called\n"
+    "  --whitespace compact|flexible            default compact\n"
+    "  --no-additional-properties               schema: additionalProperties defaults to false\n"
+    "  --instance I.json | --instances I.jsonl  check: one instance per file / per line\n"
+    "  --vocab V.gguf                           sample, bench (check: optional, default single bytes)\n"
+    "  --seed N  --max-tokens K                 sample, bench\n"
+    "  --walks N  --compile-reps N              bench (defaults 20 and 20)\n"
+    "exit: 0 ok, 1 usage, 2 schema refused, 3 instance rejected / walk not finished\n";
+
+struct Args {
+  std::string command;
+  std::string schema_path, tools_path, vocab_path, instance_path, instances_path;
+  std::string format = "object";
+  std::string whitespace = "compact";
+  std::string forced_tool;
+  bool parallel = false, allow_text = false, no_additional = false;
+  uint64_t seed = 1;
+  int max_tokens = 512;
+  int walks = 20;
+  int compile_reps = 20;
+};
+
+[[noreturn]] void usage_error(const std::string& msg) {
+  std::fprintf(stderr, "picolm-grammar: %s\n%s", msg.c_str(), kUsage);
+  std::exit(1);
+}
+
+long parse_int(const std::string& flag, const std::string& v, long lo, long hi) {
+  char* end = nullptr;
+  const long x = std::strtol(v.c_str(), &end, 10);
+  if (v.empty() || *end != '\0' || x < lo || x > hi)
+    usage_error(flag + " needs an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got '" + v + "'");
+  return x;
+}
+
+Args parse_args(int argc, char** argv) {
+  Args a;
+  if (argc < 2) usage_error("missing command");
+  a.command = argv[1];
+  if (a.command == "-h" || a.command == "--help") {
+    std::fputs(kUsage, stdout);
+    std::exit(0);
+  }
+  if (a.command != "compile" && a.command != "check" && a.command != "sample" && a.command != "bench")
+    usage_error("unknown command '" + a.command + "'");
+  for (int i = 2; i < argc; ++i) {
+    const std::string f = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) usage_error(f + " needs a value");
+      return argv[++i];
+    };
+    if (f == "--schema") a.schema_path = value();
+    else if (f == "--tools") a.tools_path = value();
+    else if (f == "--vocab") a.vocab_path = value();
+    else if (f == "--instance") a.instance_path = value();
+    else if (f == "--instances") a.instances_path = value();
+    else if (f == "--format") a.format = value();
+    else if (f == "--whitespace") a.whitespace = value();
+    else if (f == "--forced-tool") a.forced_tool = value();
+    else if (f == "--parallel") a.parallel = true;
+    else if (f == "--allow-text") a.allow_text = true;
+    else if (f == "--no-additional-properties") a.no_additional = true;
+    else if (f == "--seed") a.seed = static_cast<uint64_t>(parse_int(f, value(), 0, 1L << 62));
+    else if (f == "--max-tokens") a.max_tokens = static_cast<int>(parse_int(f, value(), 1, 1 << 20));
+    else if (f == "--walks") a.walks = static_cast<int>(parse_int(f, value(), 1, 100000));
+    else if (f == "--compile-reps") a.compile_reps = static_cast<int>(parse_int(f, value(), 1, 100000));
+    else if (f == "-h" || f == "--help") {
+      std::fputs(kUsage, stdout);
+      std::exit(0);
+    } else usage_error("unknown option '" + f + "'");
+  }
+  if (a.schema_path.empty() == a.tools_path.empty()) usage_error("give exactly one of --schema and --tools");
+  if (a.format != "object" && a.format != "array" && a.format != "hermes" && a.format != "envelope")
+    usage_error("--format must be object, array, hermes or envelope");
+  if (a.whitespace != "compact" && a.whitespace != "flexible") usage_error("--whitespace must be compact or flexible");
+  if (a.command == "check" && a.instance_path.empty() == a.instances_path.empty())
+    usage_error("check needs exactly one of --instance and --instances");
+  if ((a.command == "sample" || a.command == "bench") && a.vocab_path.empty())
+    usage_error(a.command + " needs --vocab V.gguf");
+  return a;
+}
+
+bool read_file(const std::string& path, std::string& out) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return false;
+  std::ostringstream ss;
+  ss << f.rdbuf();
+  out = ss.str();
+  return true;
+}
+
+std::string read_or_die(const std::string& path) {
+  std::string s;
+  if (!read_file(path, s)) {
+    std::fprintf(stderr, "picolm-grammar: cannot read '%s'\n", path.c_str());
+    std::exit(1);
+  }
+  return s;
+}
+
+// Everything needed to compile the grammar again (bench compiles it many times).
+struct Source {
+  std::string text;
+  bool is_tools = false;
+  picolm::grammar::CompileOptions schema_opts;
+  picolm::grammar::ToolListOptions tool_opts;
+  CompileResult compile() const {
+    return is_tools ? picolm::grammar::compile_tool_list(text, tool_opts)
+                    : picolm::grammar::compile_json_schema(text, schema_opts);
+  }
+  std::string describe() const {
+    std::string d = is_tools ? "tools" : "schema";
+    d += schema_opts.whitespace == Whitespace::Compact ? ", whitespace compact" : ", whitespace flexible";
+    if (is_tools) {
+      static const char* names[] = {"object", "array", "hermes", "triggered-text", "envelope"};
+      d += std::string(", format ") + names[static_cast<int>(tool_opts.format)];
+      if (tool_opts.parallel) d += ", parallel";
+      if (tool_opts.allow_text) d += ", allow-text";
+      if (!tool_opts.forced_tool.empty()) d += ", forced " + tool_opts.forced_tool;
+    } else if (!schema_opts.additional_properties_default) {
+      d += ", additionalProperties default false";
+    }
+    return d;
+  }
+};
+
+Source make_source(const Args& a) {
+  Source s;
+  s.is_tools = !a.tools_path.empty();
+  s.text = read_or_die(s.is_tools ? a.tools_path : a.schema_path);
+  s.schema_opts.whitespace = a.whitespace == "flexible" ? Whitespace::Flexible : Whitespace::Compact;
+  s.schema_opts.additional_properties_default = !a.no_additional;
+  s.tool_opts.schema = s.schema_opts;
+  s.tool_opts.format = a.format == "array"      ? ToolCallFormat::JsonArray
+                       : a.format == "hermes"   ? ToolCallFormat::Hermes
+                       : a.format == "envelope" ? ToolCallFormat::Envelope
+                                                : ToolCallFormat::JsonObject;
+  s.tool_opts.parallel = a.parallel;
+  s.tool_opts.allow_text = a.allow_text;
+  s.tool_opts.forced_tool = a.forced_tool;
+  return s;
+}
+
+CompileResult compile_or_die(const Source& src, double* ms = nullptr) {
+  const auto t0 = Clock::now();
+  CompileResult r = src.compile();
+  const auto t1 = Clock::now();
+  if (ms) *ms = std::chrono::duration<double, std::milli>(t1 - t0).count();
+  if (!r.ok()) {
+    std::fprintf(stderr, "picolm-grammar: schema refused (%zu problem%s):\n%s\n", r.errors.size(),
+                 r.errors.size() == 1 ? "" : "s", r.error_text().c_str());
+    std::exit(2);
+  }
+  return r;
+}
+
+std::shared_ptr<const picolm::grammar::Vocabulary> load_vocab_or_die(const std::string& path, double* ms = nullptr) {
+  const auto t0 = Clock::now();
+  auto v = tools::load_grammar_vocab(path);
+  const auto t1 = Clock::now();
+  if (ms) *ms = std::chrono::duration<double, std::milli>(t1 - t0).count();
+  if (!v) {
+    std::fprintf(stderr, "picolm-grammar: cannot load vocabulary: %s\n", v.error().c_str());
+    std::exit(1);
+  }
+  return *v;
+}
+
+int cmd_compile(const Args& a) {
+  const Source src = make_source(a);
+  double ms = 0;
+  compile_or_die(src, &ms);
+  std::printf("ok: %s compiled in %.3f ms (%s)\n", src.is_tools ? a.tools_path.c_str() : a.schema_path.c_str(), ms,
+              src.describe().c_str());
+  return 0;
+}
+
+// Strips the line ending a text editor leaves at the end of a one-instance file.
+std::string strip_final_newline(std::string s) {
+  while (!s.empty() && (s.back() == '\n' || s.back() == '\r')) s.pop_back();
+  return s;
+}
+
+int cmd_check(const Args& a) {
+  const Source src = make_source(a);
+  const CompileResult g = compile_or_die(src);
+  auto vocab = a.vocab_path.empty() ? tools::byte_vocabulary() : load_vocab_or_die(a.vocab_path);
+  std::vector<std::string> instances;
+  if (!a.instance_path.empty()) {
+    instances.push_back(strip_final_newline(read_or_die(a.instance_path)));
+  } else {
+    std::istringstream in(read_or_die(a.instances_path));
+    std::string line;
+    while (std::getline(in, line)) {
+      if (!line.empty() && line.back() == '\r') line.pop_back();
+      if (!line.empty()) instances.push_back(line);
+    }
+  }
+  size_t n_rejected = 0;
+  for (size_t i = 0; i < instances.size(); ++i) {
+    picolm::grammar::Matcher m(g.grammar, vocab);
+    const std::string& s = instances[i];
+    // Byte by byte so the report can say where the instance went wrong.
+    size_t pos = 0;
+    while (pos < s.size() && m.accept_bytes(std::string_view(s).substr(pos, 1))) ++pos;
+    std::string verdict;
+    if (pos < s.size()) {
+      verdict = "rejected: byte " + std::to_string(pos) + " ('" + std::string(1, s[pos]) + "') after \"" +
+                s.substr(pos > 40 ? pos - 40 : 0, std::min<size_t>(pos, 40)) + "\"";
+    } else if (!m.is_complete()) {
+      verdict = "rejected: incomplete";
+    } else {
+      verdict = "accepted";
+    }
+    if (verdict != "accepted") ++n_rejected;
+    if (instances.size() == 1) std::printf("%s\n", verdict.c_str());
+    else std::printf("%zu: %s\n", i + 1, verdict.c_str());
+  }
+  if (instances.size() > 1) std::printf("%zu accepted, %zu rejected\n", instances.size() - n_rejected, n_rejected);
+  return n_rejected == 0 ? 0 : 3;
+}
+
+int cmd_sample(const Args& a) {
+  const Source src = make_source(a);
+  const CompileResult g = compile_or_die(src);
+  auto vocab = load_vocab_or_die(a.vocab_path);
+  tools::WalkOptions wo;
+  wo.seed = a.seed;
+  wo.max_tokens = a.max_tokens;
+  const tools::WalkResult w = tools::random_walk(g.grammar, vocab, wo);
+  std::fwrite(w.text.data(), 1, w.text.size(), stdout);
+  std::fputc('\n', stdout);
+  std::fprintf(stderr, "%s after %d tokens%s%s\n", tools::walk_status_name(w.status), w.n_tokens,
+               w.detail.empty() ? "" : ": ", w.detail.c_str());
+  return w.status == tools::WalkStatus::Finished ? 0 : 3;
+}
+
+int cmd_bench(const Args& a) {
+  const Source src = make_source(a);
+  std::printf("bench: %s (%s)\n", src.is_tools ? a.tools_path.c_str() : a.schema_path.c_str(), src.describe().c_str());
+  double vocab_ms = 0;
+  auto vocab = load_vocab_or_die(a.vocab_path, &vocab_ms);
+  std::printf("vocab: %s, %zu tokens, %zu eog, loaded in %.1f ms (tokenizer + Vocabulary::create)\n",
+              a.vocab_path.c_str(), vocab->size(), vocab->eog_ids().size(), vocab_ms);
+
+  std::vector<double> compile_ms;
+  CompileResult g;
+  for (int i = 0; i < a.compile_reps; ++i) {
+    double ms = 0;
+    g = compile_or_die(src, &ms);
+    compile_ms.push_back(ms);
+  }
+  const tools::Stats cs = tools::summarize(compile_ms);
+  std::printf("compile: median %.3f ms, max %.3f ms (%d runs)\n", cs.median, cs.max, a.compile_reps);
+
+  // The first Matcher of a (grammar, vocabulary) pair may build per-pair tables; time it apart.
+  const auto t0 = Clock::now();
+  { picolm::grammar::Matcher first(g.grammar, vocab); }
+  const auto t1 = Clock::now();
+  std::printf("first matcher: %.3f ms\n", std::chrono::duration<double, std::milli>(t1 - t0).count());
+
+  std::vector<double> mask_us, accept_us;
+  std::map<std::string, int> statuses;
+  int tokens = 0;
+  for (int i = 0; i < a.walks; ++i) {
+    tools::WalkOptions wo;
+    wo.seed = a.seed + static_cast<uint64_t>(i);
+    wo.max_tokens = a.max_tokens;
+    wo.time_masks = true;
+    const tools::WalkResult w = tools::random_walk(g.grammar, vocab, wo);
+    statuses[tools::walk_status_name(w.status)]++;
+    tokens += w.n_tokens;
+    mask_us.insert(mask_us.end(), w.mask_us.begin(), w.mask_us.end());
+    accept_us.insert(accept_us.end(), w.accept_us.begin(), w.accept_us.end());
+  }
+  std::string st;
+  for (const auto& [k, v] : statuses) st += (st.empty() ? "" : ", ") + k + " " + std::to_string(v);
+  std::printf("walks: %d (%s), %d tokens\n", a.walks, st.c_str(), tokens);
+  const tools::Stats ms = tools::summarize(mask_us);
+  const tools::Stats as = tools::summarize(accept_us);
+  std::printf("fill_mask: median %.2f us, p99 %.2f us, max %.2f us, mean %.2f us (%zu calls)\n", ms.median, ms.p99,
+              ms.max, ms.mean, ms.n);
+  std::printf("accept_token: median %.2f us, p99 %.2f us, max %.2f us (%zu calls)\n", as.median, as.p99, as.max, as.n);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Args a = parse_args(argc, argv);
+  if (a.command == "compile") return cmd_compile(a);
+  if (a.command == "check") return cmd_check(a);
+  if (a.command == "sample") return cmd_sample(a);
+  return cmd_bench(a);
+}

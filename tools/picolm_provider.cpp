@@ -1,0 +1,149 @@
+// picolm-provider: the OpenAI-compatible HTTP server. See provider/server.h for the endpoints.
+#include <signal.h>
+#include <unistd.h>
+
+#include <spdlog/cfg/env.h>
+#include <spdlog/spdlog.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+#include <thread>
+
+#include "server.h"
+
+using namespace picolm;
+
+namespace {
+
+void usage(FILE* out) {
+  std::fprintf(out,
+      "usage: picolm-provider [-m MODEL] [options]\n"
+      "  -m, --model FILE        GGUF model (default: the built-in demo model, <bindir>/../demo/picolm-demo.gguf)\n"
+      "  --host ADDR             listen address (default 127.0.0.1)\n"
+      "  --port N                port (default 8080; 0 = any free port)\n"
+      "  -j, --threads N         engine threads (default: physical cores)\n"
+      "  -c, --ctx-size N        context size (default: min(training context, 4096))\n"
+      "  --api-key KEY           require Authorization: Bearer KEY\n"
+      "  --chat-template NAME    override the detected chat template (chatml, qwen2.5, hermes, llama3.1,\n"
+      "                          llama3.2, zephyr, mistral-nemo, gemma2, phi3.5, deepseek-r1)\n"
+      "  --max-queue N           requests waiting for the engine before 429 (default 16)\n"
+      "  --timeout SEC           per-request generation limit, then finish_reason length (default 300)\n"
+      "  --max-body-mb N         largest request body (default 8)\n"
+      "  --cache-dir DIR         prompt cache on disk\n"
+      "  --cache-max-mb N        disk budget of the prompt cache (default 1024)\n"
+      "  --cache-ram-mb N        RAM budget of the prompt cache (default 256)\n"
+      "  --warm FILE             a chat request (JSON) whose prompt is prefilled at start-up\n"
+      "  --model-id NAME         the id /v1/models reports (default: the file name)\n"
+      "  -h, --help\n");
+}
+
+bool to_long(const char* s, long lo, long hi, long& out) {
+  char* end = nullptr;
+  out = std::strtol(s, &end, 10);
+  return end && *end == '\0' && end != s && out >= lo && out <= hi;
+}
+
+std::string default_model_path(const char* argv0) {
+  std::error_code ec;
+  std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (ec) exe = std::filesystem::absolute(argv0, ec);
+  return (exe.parent_path() / ".." / "demo" / "picolm-demo.gguf").lexically_normal().string();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  spdlog::cfg::load_env_levels();  // SPDLOG_LEVEL=debug shows raw model output
+  ServerOptions o;
+  o.engine.max_queue = 16;
+  for (int i = 1; i < argc; ++i) {
+    std::string k = argv[i];
+    auto val = [&]() -> const char* {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "picolm-provider: %s needs a value\n", k.c_str());
+        std::exit(2);
+      }
+      return argv[++i];
+    };
+    auto num = [&](long lo, long hi) -> long {
+      const char* v = val();
+      long n = 0;
+      if (!to_long(v, lo, hi, n)) {
+        std::fprintf(stderr, "picolm-provider: %s: '%s' is not a number in [%ld, %ld]\n", k.c_str(), v, lo, hi);
+        std::exit(2);
+      }
+      return n;
+    };
+    if (k == "-h" || k == "--help") { usage(stdout); return 0; }
+    else if (k == "-m" || k == "--model") o.engine.model_path = val();
+    else if (k == "--host") o.host = val();
+    else if (k == "--port") o.port = static_cast<int>(num(0, 65535));
+    else if (k == "-j" || k == "--threads") o.engine.threads = static_cast<int>(num(1, 1024));
+    else if (k == "-c" || k == "--ctx-size") o.engine.n_ctx = static_cast<int>(num(0, 1 << 24));
+    else if (k == "--api-key") o.api_key = val();
+    else if (k == "--chat-template") o.engine.chat_template = val();
+    else if (k == "--max-queue") o.engine.max_queue = static_cast<size_t>(num(0, 1 << 20));
+    else if (k == "--timeout") o.engine.timeout_sec = static_cast<double>(num(1, 1 << 24));
+    else if (k == "--max-body-mb") o.max_body_bytes = static_cast<size_t>(num(1, 4096)) << 20;
+    else if (k == "--cache-dir") o.engine.cache_dir = val();
+    else if (k == "--cache-max-mb") o.engine.cache_max_mb = static_cast<size_t>(num(0, 1 << 24));
+    else if (k == "--cache-ram-mb") o.engine.cache_ram_mb = static_cast<size_t>(num(0, 1 << 24));
+    else if (k == "--warm") o.warm_file = val();
+    else if (k == "--model-id") o.engine.model_id = val();
+    else {
+      std::fprintf(stderr, "picolm-provider: unknown option '%s'\n", k.c_str());
+      usage(stderr);
+      return 2;
+    }
+  }
+  if (o.engine.model_path.empty()) {
+    o.engine.model_path = default_model_path(argv[0]);
+    if (!std::filesystem::exists(o.engine.model_path)) {
+      std::fprintf(stderr, "picolm-provider: no -m MODEL given and the built-in demo model %s is missing\n",
+                   o.engine.model_path.c_str());
+      return 2;
+    }
+    spdlog::info("no -m given: serving the built-in demo model {} (random weights: noise text, valid tool calls)",
+                 o.engine.model_path);
+  }
+
+  // SIGPIPE: a client that disconnects mid-stream must end its request, not the process.
+  // SIGINT/SIGTERM: handled synchronously below (sigwait) so shutdown runs in normal code.
+  signal(SIGPIPE, SIG_IGN);
+  sigset_t sigs;
+  sigemptyset(&sigs);
+  sigaddset(&sigs, SIGINT);
+  sigaddset(&sigs, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);  // threads started from here on inherit the mask
+
+  Server server(o);
+  auto port = server.start();
+  if (!port.ok()) {
+    spdlog::error("{}", port.error());
+    return 1;
+  }
+  spdlog::info("picolm-provider listening on http://{}:{}/v1 (model loading: /health says 503 until ready)", o.host,
+               port.value());
+  // Print the port on stdout too, so scripts that ask for --port 0 can find it.
+  std::printf("listening on %s:%d\n", o.host.c_str(), port.value());
+  std::fflush(stdout);
+
+  std::atomic<bool> load_failed{false};
+  std::thread load_watch([&server, &load_failed] {
+    Status st = server.wait_loaded();
+    if (!st.ok() && st.error() != "stopped") {
+      spdlog::error("exiting: {}", st.error());
+      load_failed = true;
+      kill(getpid(), SIGTERM);
+    }
+  });
+  int sig = 0;
+  sigwait(&sigs, &sig);
+  spdlog::info("signal {}: shutting down", sig);
+  server.stop();
+  load_watch.join();
+  return load_failed ? 1 : 0;
+}
