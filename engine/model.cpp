@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "kernels/thread_pool.h"
+#include "kernels/vec_ops.h"
 #include "model_impl.h"
 
 namespace picolm {
@@ -144,6 +145,7 @@ Result<std::shared_ptr<Model>> Model::from_gguf(std::unique_ptr<GgufFile> file, 
   Impl& I = *m->impl_;
   I.opts = opts;
   I.kernels = &best_kernels();
+  I.vec_ops = &best_vec_ops();
   const std::string name = file->name();
   auto fail = [&](const std::string& msg) { return Error{name + ": " + msg}; };
   HParams& hp = I.hp;
@@ -334,6 +336,7 @@ void Session::Impl::attention(int layer, int64_t T, int32_t pos0) {
   const int hd = hp.head_dim;
   const int group = hp.n_head / hp.n_head_kv;
   const float scale = 1.0f / std::sqrt(float(hd));
+  const VecOps& ops = *m->vec_ops;
   const uint16_t* K = k_cache.data() + size_t(layer) * n_ctx * kv_row;
   const uint16_t* V = v_cache.data() + size_t(layer) * n_ctx * kv_row;
   const int n_tasks = int(T) * hp.n_head;
@@ -343,26 +346,33 @@ void Session::Impl::attention(int layer, int64_t T, int32_t pos0) {
     const int kvh = h / group;
     const float* qv = q.data() + size_t(t) * hp.n_head * hd + size_t(h) * hd;
     float* out = att.data() + size_t(t) * hp.n_head * hd + size_t(h) * hd;
-    const int32_t last = pos0 + int32_t(t);  // causal: attend to positions [0, last]
-    // Online softmax (one pass): running max m, running sum s, accumulator acc.
-    float mx = -INFINITY, sum = 0.0f;
+    const int32_t n_pos = pos0 + int32_t(t) + 1;  // causal: attend to positions [0, pos0 + t]
+    // Online softmax over blocks of positions (one pass over K and V): running max mx, running
+    // sum of weights, accumulator acc rescaled whenever a block raises the max.
+    constexpr int kBlock = 64;
+    float scores[kBlock];
     float acc[1024];
     std::fill(acc, acc + hd, 0.0f);
-    for (int32_t p = 0; p <= last; ++p) {
-      const uint16_t* kp = K + size_t(p) * kv_row + size_t(kvh) * hd;
-      float score = 0.0f;
-      for (int i = 0; i < hd; ++i) score += qv[i] * fp16_to_fp32(kp[i]);
-      score *= scale;
-      const uint16_t* vp = V + size_t(p) * kv_row + size_t(kvh) * hd;
-      if (score > mx) {
-        const float r = std::exp(mx - score);  // exp(-inf) = 0 on the first step
+    float mx = -INFINITY, sum = 0.0f;
+    for (int32_t p0 = 0; p0 < n_pos; p0 += kBlock) {
+      const int nb = std::min<int32_t>(kBlock, n_pos - p0);
+      float bmax = -INFINITY;
+      for (int j = 0; j < nb; ++j) {
+        const uint16_t* kp = K + size_t(p0 + j) * kv_row + size_t(kvh) * hd;
+        scores[j] = ops.dot_f16_f32(hd, kp, qv) * scale;
+        bmax = std::max(bmax, scores[j]);
+      }
+      if (bmax > mx) {
+        const float r = std::exp(mx - bmax);  // exp(-inf) = 0 on the first block
         sum *= r;
         for (int i = 0; i < hd; ++i) acc[i] *= r;
-        mx = score;
+        mx = bmax;
       }
-      const float w = std::exp(score - mx);
-      sum += w;
-      for (int i = 0; i < hd; ++i) acc[i] += w * fp16_to_fp32(vp[i]);
+      for (int j = 0; j < nb; ++j) {
+        const float w = std::exp(scores[j] - mx);
+        sum += w;
+        ops.axpy_f16(hd, w, V + size_t(p0 + j) * kv_row + size_t(kvh) * hd, acc);
+      }
     }
     const float inv = 1.0f / sum;
     for (int i = 0; i < hd; ++i) out[i] = acc[i] * inv;
@@ -408,10 +418,8 @@ void Session::Impl::forward(const int32_t* toks, int64_t T, int32_t pos0, bool n
       rope(kt, hp.n_head_kv, pos);
       uint16_t* kc = k_cache.data() + (size_t(l) * n_ctx + pos) * kv_row;
       uint16_t* vc = v_cache.data() + (size_t(l) * n_ctx + pos) * kv_row;
-      for (int64_t i = 0; i < kv_row; ++i) {
-        kc[i] = fp32_to_fp16(kt[i]);
-        vc[i] = fp32_to_fp16(vt[i]);
-      }
+      m->vec_ops->f32_to_f16(int(kv_row), kt, kc);
+      m->vec_ops->f32_to_f16(int(kv_row), vt, vc);
     }
     attention(l, T, pos0);
     mm(w.wo, att.data(), ffn.data());

@@ -2,6 +2,7 @@
 #pragma once
 #include <vector>
 
+#include "kernels/vec_ops.h"
 #include "model.h"
 
 namespace picolm {
@@ -31,6 +32,7 @@ struct Model::Impl {
   std::vector<LayerWeights> layers;
   uint64_t fingerprint = 0;
   const KernelTable* kernels = nullptr;
+  const VecOps* vec_ops = nullptr;
 };
 
 }  // namespace picolm

@@ -47,7 +47,14 @@ Tolerance tolerance_for(const std::string& stem) {
 
 struct Diff {
   float max = 0.0f;
-  void add(float a, float b) { max = std::max(max, std::fabs(a - b)); }
+  double sq = 0.0;
+  size_t n = 0;
+  void add(float a, float b) {
+    max = std::max(max, std::fabs(a - b));
+    sq += double(a - b) * double(a - b);
+    ++n;
+  }
+  double rms() const { return n ? std::sqrt(sq / double(n)) : 0.0; }
 };
 
 // Compares our logits row with one golden row (full vector or top/probe entries).
@@ -74,6 +81,7 @@ int argmax(std::span<const float> l) {
 
 struct ModeResult {
   float max_prefill = 0, max_sequential = 0;
+  double rms_prefill = 0;
   int greedy_compared = 0, greedy_total = 0;
 };
 
@@ -92,6 +100,7 @@ ModeResult run_mode(const golden::File& g, std::shared_ptr<const Model> m, const
     for (size_t p = 0; p < pr.tokens.size(); ++p) compare_row(g, run, p, false, s.logits_at(p), dp);
     CHECK(dp.max <= tol);
     res.max_prefill = std::max(res.max_prefill, dp.max);
+    res.rms_prefill = std::max(res.rms_prefill, dp.rms());
 
     // Greedy continuation from the prefill context, compared while the golden margin exceeds tol.
     int compared = 0;
@@ -142,9 +151,9 @@ void golden_model(const std::string& stem) {
     }
     const float t = exact ? tol.exact : tol.quantized;
     ModeResult r = run_mode(g, m.value(), *runs, t);
-    std::printf("golden %-20s %-9s vs %-9s max|diff| prefill %.5f sequential %.5f (tol %.4f), greedy tokens compared %d/%d\n",
+    std::printf("golden %-20s %-9s vs %-9s max|diff| prefill %.5f (rms %.5f) sequential %.5f (tol %.4f), greedy tokens compared %d/%d\n",
                 stem.c_str(), exact ? "exact" : "quantized", run_name.c_str(), double(r.max_prefill),
-                double(r.max_sequential), double(t), r.greedy_compared, r.greedy_total);
+                r.rms_prefill, double(r.max_sequential), double(t), r.greedy_compared, r.greedy_total);
   }
 }
 
