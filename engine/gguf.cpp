@@ -248,6 +248,8 @@ Status GgufFile::parse_all() {
   }
 
   uint64_t data_start = (c.pos() + alignment_ - 1) / alignment_ * alignment_;
+  // Vocabulary-only files (no tensors) may end right after the metadata, without alignment padding.
+  if (tensors_.empty() && data_start > size_) data_start = size_;
   if (data_start > size_) return fail("data section starts past the end of the file", c.pos());
   data_offset_ = data_start;
   uint64_t data_size = size_ - data_start;

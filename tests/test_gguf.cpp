@@ -117,3 +117,10 @@ TEST_CASE("gguf: corrupted bytes never crash and out-of-range values are named",
   REQUIRE(!r.ok());
   CHECK(r.error().find("truncated") != std::string::npos);
 }
+
+TEST_CASE("gguf: vocabulary-only files without padding open", "[gguf]") {
+  auto f = GgufFile::open(std::string(PICOLM_SHARED_DIR) + "/vocab/ggml-vocab-llama-spm.gguf");
+  REQUIRE(f.ok());
+  CHECK((*f)->tensors().empty());
+  CHECK((*f)->get_string_array("tokenizer.ggml.tokens").size() == 32000);
+}

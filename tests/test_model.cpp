@@ -1,0 +1,149 @@
+// Model loading errors and Session semantics (batching, truncation, context limits).
+#include <catch2/catch.hpp>
+
+#include <cstring>
+#include <fstream>
+#include <iterator>
+
+#include "kernels/thread_pool.h"
+#include "model.h"
+
+using namespace picolm;
+
+namespace {
+std::string model_path(const std::string& name) { return std::string(PICOLM_SHARED_DIR) + "/models/" + name; }
+
+std::vector<uint8_t> read_all(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  REQUIRE(in.good());
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+void replace_once(std::vector<uint8_t>& b, const std::string& from, const std::string& to) {
+  REQUIRE(from.size() == to.size());
+  auto it = std::search(b.begin(), b.end(), from.begin(), from.end());
+  REQUIRE(it != b.end());
+  std::copy(to.begin(), to.end(), it);
+}
+
+Result<std::shared_ptr<Model>> load_bytes(const std::vector<uint8_t>& b) {
+  auto f = GgufFile::parse(b.data(), b.size(), "edited");
+  if (!f) return Error{f.error()};
+  return Model::from_gguf(std::move(f.value()));
+}
+
+std::vector<float> copy(std::span<const float> s) { return {s.begin(), s.end()}; }
+}  // namespace
+
+TEST_CASE("model: hyper-parameters come from the metadata", "[model]") {
+  auto m = Model::load(model_path("qwen2-bpe-q4km.gguf"));
+  REQUIRE(m.ok());
+  const HParams& hp = m.value()->hparams();
+  CHECK(hp.arch == Arch::Qwen2);
+  CHECK(hp.n_layer == 2);
+  CHECK(hp.n_embd == 384);
+  CHECK(hp.n_head == 6);
+  CHECK(hp.n_head_kv == 2);
+  CHECK(hp.rope_neox);
+  CHECK(hp.tied_output);
+  CHECK(hp.rope_base == Approx(1e6));
+  CHECK(hp.rms_eps == Approx(1e-6));
+  CHECK(hp.n_vocab == 151936);
+  auto s = Model::load(model_path("stories260K.gguf"));
+  REQUIRE(s.ok());
+  CHECK(!s.value()->hparams().tied_output);
+  CHECK(s.value()->hparams().rope_base == Approx(10000.0f));  // no key in the file: the default
+  CHECK(s.value()->fingerprint() != m.value()->fingerprint());
+}
+
+TEST_CASE("model: broken files are refused with a message naming the problem", "[model]") {
+  const auto bytes = read_all(model_path("zoo-Q4_K.gguf"));
+  {
+    auto b = bytes;
+    replace_once(b, "blk.0.attn_q.weight", "blk.0.attn_X.weight");
+    auto m = load_bytes(b);
+    REQUIRE(!m.ok());
+    CHECK(m.error().find("missing tensor 'blk.0.attn_q.weight'") != std::string::npos);
+  }
+  {
+    auto b = bytes;
+    replace_once(b, std::string("\x05\0\0\0\0\0\0\0llama", 13), std::string("\x05\0\0\0\0\0\0\0gpt_j", 13));
+    auto m = load_bytes(b);
+    REQUIRE(!m.ok());
+    CHECK(m.error().find("unsupported architecture 'gpt_j'") != std::string::npos);
+  }
+  {
+    auto b = bytes;
+    replace_once(b, "llama.embedding_length", "llama.embedding_lengtX");
+    auto m = load_bytes(b);
+    REQUIRE(!m.ok());
+    CHECK(m.error().find("llama.embedding_length") != std::string::npos);
+  }
+  auto missing = Model::load("/nonexistent.gguf");
+  REQUIRE(!missing.ok());
+  CHECK(missing.error().find("/nonexistent.gguf") != std::string::npos);
+}
+
+TEST_CASE("session: truncate then re-evaluate reproduces the logits exactly", "[model]") {
+  auto m = Model::load(model_path("zoo-Q4_K.gguf"));
+  REQUIRE(m.ok());
+  ThreadPool pool(2);
+  Session s(m.value(), pool);
+  std::vector<int32_t> toks = {1, 100, 200, 300, 400, 50, 60};
+  REQUIRE(s.eval(std::span(toks).first(6)).ok());
+  REQUIRE(s.eval(std::span(toks).subspan(6)).ok());
+  auto a = copy(s.logits());
+  s.truncate(3);
+  CHECK(s.n_past() == 3);
+  CHECK(s.tokens() == std::vector<int32_t>{1, 100, 200});
+  // Same computations as the first time: positions 3..5 as one batch, then position 6 alone.
+  REQUIRE(s.eval(std::span(toks).subspan(3, 3)).ok());
+  REQUIRE(s.eval(std::span(toks).subspan(6)).ok());
+  CHECK(copy(s.logits()) == a);
+}
+
+TEST_CASE("session: micro-batch size does not change the result", "[model]") {
+  for (ActivationMode mode : {ActivationMode::Exact, ActivationMode::Quantized}) {
+    ModelOptions mo;
+    mo.activations = mode;
+    auto m = Model::load(model_path("llama-spm32k-q4km.gguf"), mo);
+    REQUIRE(m.ok());
+    ThreadPool pool(2);
+    std::vector<int32_t> toks;
+    for (int i = 0; i < 40; ++i) toks.push_back(1 + (i * 7919) % 31999);
+    Session big(m.value(), pool, SessionOptions{0, 256});
+    Session small(m.value(), pool, SessionOptions{0, 3});
+    REQUIRE(big.eval(toks, true).ok());
+    REQUIRE(small.eval(toks, true).ok());
+    float maxd = 0;
+    for (size_t i = 0; i < toks.size(); ++i) {
+      auto a = big.logits_at(i), b = small.logits_at(i);
+      for (size_t j = 0; j < a.size(); ++j) maxd = std::max(maxd, std::fabs(a[j] - b[j]));
+    }
+    // Exact mode differs only by summation order in the kernels; quantized mode can also cross an
+    // 8-bit rounding boundary in the activations.
+    CHECK(maxd <= (mode == ActivationMode::Exact ? 1e-3f : 0.1f));
+  }
+}
+
+TEST_CASE("session: context limit, bad tokens and memory report", "[model]") {
+  auto m = Model::load(model_path("stories260K.gguf"));
+  REQUIRE(m.ok());
+  ThreadPool pool(1);
+  Session s(m.value(), pool, SessionOptions{16, 8});
+  CHECK(s.n_ctx() == 16);
+  std::vector<int32_t> too_many(17, 5);
+  Status st = s.eval(too_many);
+  REQUIRE(!st.ok());
+  CHECK(st.error().find("context is full") != std::string::npos);
+  CHECK(s.n_past() == 0);
+  std::vector<int32_t> bad = {1, 512};
+  Status b = s.eval(bad);
+  REQUIRE(!b.ok());
+  CHECK(b.error().find("out of range") != std::string::npos);
+  CHECK(s.eval(std::vector<int32_t>{}).ok() == false);
+  const HParams& hp = m.value()->hparams();
+  const size_t kv = 2ull * hp.n_layer * 16 * hp.n_head_kv * hp.head_dim * sizeof(uint16_t);
+  CHECK(s.memory_bytes() >= kv);
+  CHECK(s.kv_bytes_per_position_per_layer() == size_t(hp.n_head_kv) * hp.head_dim * 2);
+}
