@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstring>
 
+#include <unistd.h>
+
 #include "kernels/thread_pool.h"
 #include "kernels/vec_ops.h"
 #include "model_impl.h"
@@ -208,7 +210,14 @@ Result<std::shared_ptr<Model>> Model::from_gguf(std::unique_ptr<GgufFile> file, 
     for (uint64_t d : t.ne) h.pod(d);
   }
   I.fingerprint = h.h;
-  if (opts.mlock) file->lock_memory();
+  if (opts.mlock) {
+    I.locked = file->lock_memory();
+  } else {
+    // Ask for read-ahead of the weights when they fit comfortably in RAM; on a small board with a
+    // model close to its RAM size, leave paging to the kernel's default policy instead.
+    const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    if (pages > 0 && page > 0 && file->bytes().size() < size_t(pages) * size_t(page) / 2) file->advise_willneed();
+  }
   I.file = std::move(file);
   return m;
 }
@@ -218,6 +227,7 @@ const Tokenizer& Model::tokenizer() const { return *impl_->tokenizer; }
 const GgufFile& Model::gguf() const { return *impl_->file; }
 const ModelOptions& Model::options() const { return impl_->opts; }
 uint64_t Model::fingerprint() const { return impl_->fingerprint; }
+bool Model::memory_locked() const { return impl_->locked; }
 
 std::string Model::description() const {
   const HParams& hp = impl_->hp;

@@ -56,7 +56,8 @@ class Model {
   const ModelOptions& options() const;
   // Hash of architecture, hyper-parameters and tensor names/types/shapes/offsets (cache identity).
   uint64_t fingerprint() const;
-  std::string description() const;  // e.g. "llama 2L 256d Q4_K_M-mix, 13 MB"
+  std::string description() const;
+  bool memory_locked() const;  // ModelOptions::mlock asked for it and mlock() succeeded  // e.g. "llama 2L 256d Q4_K_M-mix, 13 MB"
 
   struct Impl;
   const Impl& impl() const { return *impl_; }

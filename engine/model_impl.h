@@ -31,6 +31,7 @@ struct Model::Impl {
   std::vector<float> output_norm;
   std::vector<LayerWeights> layers;
   uint64_t fingerprint = 0;
+  bool locked = false;  // mlock succeeded
   const KernelTable* kernels = nullptr;
   const VecOps* vec_ops = nullptr;
 };

@@ -30,6 +30,7 @@ void usage(FILE* out) {
                "  -j, --threads N        threads (default: physical cores)\n"
                "  -c, --ctx-size N       context size (default: min(train ctx, 4096))\n"
                "  --exact                F32 activations (reference accuracy, slower)\n"
+               "  --mlock                lock the model in RAM (no paging out)\n"
                "  --dump-logits FILE     write {\"pos\",\"token\",\"logits\"} per evaluated position (JSON lines)\n"
                "  --tokenize             print the prompt's token ids and exit\n"
                "  --no-bos               do not add BOS even if the vocabulary asks for it\n"
@@ -39,7 +40,7 @@ void usage(FILE* out) {
 struct Args {
   std::string model, prompt, dump_logits;
   int n_predict = 64, threads = 0, ctx = 0;
-  bool tokenize = false, exact = false, no_bos = false, ignore_eos = false, have_prompt = false;
+  bool tokenize = false, exact = false, mlock = false, no_bos = false, ignore_eos = false, have_prompt = false;
   SamplerParams sp;
 };
 
@@ -91,6 +92,7 @@ int parse_args(int argc, char** argv, Args& a) {
     else if (k == "--dump-logits") { const char* v = val(); if (!v) return 1; a.dump_logits = v; }
     else if (k == "--tokenize") a.tokenize = true;
     else if (k == "--exact") a.exact = true;
+    else if (k == "--mlock") a.mlock = true;
     else if (k == "--no-bos") a.no_bos = true;
     else if (k == "--ignore-eos") a.ignore_eos = true;
     else { std::fprintf(stderr, "picolm: unknown option '%s' (see --help)\n", k.c_str()); return 1; }
@@ -122,12 +124,14 @@ int main(int argc, char** argv) {
   if (tty) std::fprintf(stderr, "loading %s ...\r", a.model.c_str());
   ModelOptions mo;
   mo.activations = a.exact ? ActivationMode::Exact : ActivationMode::Quantized;
+  mo.mlock = a.mlock;
   auto model = Model::load(a.model, mo);
   if (!model) {
     std::fprintf(stderr, "picolm: %s\n", model.error().c_str());
     return 1;
   }
   std::shared_ptr<const Model> m = model.value();
+  if (a.mlock && !m->memory_locked()) std::fprintf(stderr, "picolm: warning: mlock failed (see ulimit -l); continuing\n");
   const Tokenizer& tok = m->tokenizer();
   std::vector<int32_t> ids = tok.encode(a.prompt, /*add_special=*/!a.no_bos, /*parse_special=*/true);
   if (a.tokenize) {
