@@ -11,7 +11,8 @@ set(CMAKE_FIND_ROOT_PATH_MODE_LIBRARY ONLY)
 # Header-only dependencies (Catch2) live in the host's /usr/include.
 set(CMAKE_FIND_ROOT_PATH_MODE_INCLUDE BOTH)
 # Packages must be ARM ones; to configure the whole tree while building only targets that need no
-# packages (e.g. test_kernels), pass -DCMAKE_FIND_ROOT_PATH_MODE_PACKAGE=BOTH.
+# packages (e.g. test_kernels), pass -DCMAKE_FIND_ROOT_PATH_MODE_PACKAGE=BOTH
+# -Dsimdjson_DIR=/usr/lib/x86_64-linux-gnu/cmake/simdjson (grammar/ asks for it at configure time).
 if(NOT DEFINED CMAKE_FIND_ROOT_PATH_MODE_PACKAGE)
   set(CMAKE_FIND_ROOT_PATH_MODE_PACKAGE ONLY)
 endif()

@@ -271,7 +271,7 @@ Session::Session(std::shared_ptr<const Model> model, ThreadPool& pool, const Ses
   S.opts = opts;
   const HParams& hp = S.m->hp;
   S.n_ctx = opts.n_ctx > 0 ? opts.n_ctx : std::min(hp.n_ctx_train, 4096);
-  if (S.opts.n_batch <= 0) S.opts.n_batch = 256;
+  if (S.opts.n_batch <= 0) S.opts.n_batch = 64;
   S.kv_row = int64_t(hp.n_head_kv) * hp.head_dim;
   const size_t kv_elems = size_t(hp.n_layer) * size_t(S.n_ctx) * size_t(S.kv_row);
   S.k_cache.assign(kv_elems, 0);

@@ -69,7 +69,9 @@ class Model {
 
 struct SessionOptions {
   int32_t n_ctx = 0;        // 0: min(n_ctx_train, 4096)
-  int32_t n_batch = 256;    // tokens per prefill micro-batch
+  // Tokens per prefill micro-batch. Scratch grows with it (~10 KB per token per 1k of n_embd for a
+  // llama shape); 64 keeps it small while weight rows are still reused across many tokens.
+  int32_t n_batch = 64;
 };
 
 class Session {

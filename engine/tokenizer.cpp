@@ -10,10 +10,7 @@
 #include <cctype>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
-#include <functional>
 #include <queue>
-#include <unordered_map>
 
 #include "gguf.h"
 #include "tokenizer_pretok.h"
@@ -32,11 +29,6 @@ struct TokenData {
   TokenType type = TokenType::Normal;
   bool lstrip = false;  // special-token partition eats whitespace left of a match
   bool rstrip = false;  // ... and right of it
-};
-
-struct StringViewHash {
-  using is_transparent = void;
-  size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
 };
 
 // Open-addressing hash index from strings to dense ids (the strings are owned elsewhere and must
@@ -180,7 +172,7 @@ class VocabTokenizer final : public Tokenizer {
   std::vector<int32_t> special_tokens_;  // Control / UserDefined / Unknown ids, longest text first
   std::vector<std::string> pieces_;      // [n_vocab] token_to_piece(id, special = true)
   std::vector<int32_t> eog_;
-  std::array<int32_t, 256> byte_token_{};     // SPM: id of "<0xXX>", -1 if absent
+  std::array<int32_t, 256> byte_token_{};     // SPM: id of "<0xXX>", -1 if absent (unused for BPE)
   std::array<std::string, 256> byte_chars_;   // BPE: GPT-2 code point of each byte, as UTF-8
   PreTokenizer pretok_;
   int32_t bos_ = -1, eos_ = -1, unk_ = -1, eot_ = -1, eom_ = -1;
@@ -269,6 +261,7 @@ Status VocabTokenizer::load(const GgufFile& g) {
       append_utf8(byte_chars_[b], gpt2_byte_to_codepoint(static_cast<uint8_t>(b)));
     }
   } else {
+    byte_token_.fill(-1);
     for (int b = 0; b < 256; ++b) {
       char buf[8];
       std::snprintf(buf, sizeof buf, "<0x%02X>", b);
@@ -295,8 +288,9 @@ Status VocabTokenizer::load(const GgufFile& g) {
   if (auto v = g.get_bool("tokenizer.ggml.add_bos_token")) add_bos_ = *v;
   if (auto v = g.get_bool("tokenizer.ggml.add_eos_token")) add_eos_ = *v;
 
-  // End of generation: llama.cpp recognises these texts (and forces them to Control, which also
-  // changes how the special-token partition and token_to_piece treat them).
+  // End of generation: llama.cpp recognises these texts (end of turn / message, and the FIM
+  // padding, repository and file separators) and forces them to Control, which also changes how
+  // the special-token partition and token_to_piece treat them.
   static constexpr std::string_view kEotTexts[] = {"<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>",
                                                   "<EOT>", "<\xEF\xBD\x9C" "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>"};
   static constexpr std::string_view kEogTexts[] = {"<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>",
@@ -538,14 +532,12 @@ void VocabTokenizer::spm_tokenize(std::string_view text, std::vector<int32_t>& o
   // Highest score first; ties go to the leftmost pair.
   auto worse = [](const Bigram& a, const Bigram& b) { return a.score < b.score || (a.score == b.score && a.left > b.left); };
   std::priority_queue<Bigram, std::vector<Bigram>, decltype(worse)> queue(worse);
-  std::unordered_map<std::string_view, std::pair<int32_t, int32_t>, StringViewHash, std::equal_to<>> rev_merge;
   auto try_add = [&](int32_t l, int32_t r) {
     if (l < 0 || r < 0) return;
     const std::string_view s = text.substr(sym[l].off, sym[l].n + sym[r].n);
     const int32_t id = text_to_token(s);
     if (id < 0) return;
     queue.push({l, r, tokens_[id].score, static_cast<uint32_t>(s.size())});
-    rev_merge.insert_or_assign(s, std::make_pair(l, r));
   };
   for (int32_t i = 1; i < static_cast<int32_t>(sym.size()); ++i) try_add(i - 1, i);
   while (!queue.empty()) {
@@ -561,28 +553,22 @@ void VocabTokenizer::spm_tokenize(std::string_view text, std::vector<int32_t>& o
     try_add(l.prev, b.left);
     try_add(b.left, l.next);
   }
-  // A final symbol that is not a token is split back along the merges that built it, down to
-  // bytes (byte fallback) where nothing else fits.
-  std::function<void(int32_t)> resegment = [&](int32_t i) {
+  // Every merged symbol is a token (a pair is only queued when its text is one), so a final
+  // symbol that is not a token is a single character missing from the vocabulary: byte fallback.
+  // (llama.cpp also keeps a reverse-merge table to split such symbols along their merges; by the
+  // same argument it is never consulted, since no single character's text is a merged pair's text.)
+  if (sym.empty()) return;
+  for (int32_t i = 0; i != -1; i = sym[i].next) {
     const std::string_view s = text.substr(sym[i].off, sym[i].n);
     if (int32_t id = text_to_token(s); id >= 0) {
       out.push_back(id);
-      return;
+      continue;
     }
-    auto it = rev_merge.find(s);
-    if (it == rev_merge.end()) {
-      for (char c : s) {
-        const int32_t id = byte_token_[static_cast<uint8_t>(c)];
-        if (id >= 0 || unk_ >= 0) out.push_back(id >= 0 ? id : unk_);
-      }
-      return;
+    for (char c : s) {
+      const int32_t id = byte_token_[static_cast<uint8_t>(c)];
+      if (id >= 0 || unk_ >= 0) out.push_back(id >= 0 ? id : unk_);
     }
-    const auto [a, b] = it->second;
-    resegment(a);
-    resegment(b);
-  };
-  if (sym.empty()) return;
-  for (int32_t i = 0; i != -1; i = sym[i].next) resegment(i);
+  }
 }
 
 void VocabTokenizer::bpe_tokenize(std::string_view text, std::vector<int32_t>& out) const {

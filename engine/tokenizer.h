@@ -43,7 +43,8 @@ class Tokenizer {
   // End-of-generation ids: eos, eot, <|im_end|>, <|eot_id|>, <|endoftext|>, ... present in the vocab.
   virtual const std::vector<int32_t>& eog_ids() const = 0;
   bool is_eog(int32_t id) const;
-  // Id of an exact special/added token text, or -1.
+  // Id of the token whose vocabulary text is exactly `text` (special, added or ordinary; for an
+  // ordinary SentencePiece token that text spells spaces as "▁"), or -1.
   virtual int32_t find_token(std::string_view text) const = 0;
   // A fingerprint of the vocabulary (for cache files).
   virtual uint64_t fingerprint() const = 0;

@@ -5,7 +5,8 @@
 // next regex works on the fragments. The regexes are not interpreted by a general engine: each has
 // a shape (class run, optional prefix + class run, GPT-2 pattern, Llama-3 pattern, ...) with a
 // hand-written matcher that follows ECMAScript leftmost-first backtracking semantics; character
-// classes are parsed from the regex text so the source keeps the upstream strings verbatim.
+// classes are parsed from the regex text, so the source keeps the upstream class strings (with
+// non-ASCII characters written as \u escapes).
 // Thread-safety: immutable after construction.
 #pragma once
 #include <cstdint>

@@ -24,6 +24,8 @@ std::string CompileResult::error_text() const {
   return out;
 }
 
+std::string grammar_to_text(const Grammar& grammar) { return grammar.dump(); }
+
 namespace {
 
 CompileResult finish(RuleBuilder& rb, uint32_t root, std::vector<CompileError> errors, std::string desc) {
@@ -43,9 +45,11 @@ CompileResult finish(RuleBuilder& rb, uint32_t root, std::vector<CompileError> e
   return res;
 }
 
-// Free text that never contains `trigger` and does not end inside a prefix of it (so the trigger
-// that follows is its first occurrence). A KMP automaton over bytes.
-uint32_t free_text_rule(RuleBuilder& rb, const std::string& trigger) {
+// Free text up to and including the first occurrence of `trigger`, which continues with `after`
+// (a KMP automaton over bytes, so the trigger is recognized exactly where it first occurs). With
+// `may_end`, the text may also simply end without any trigger. A rule without alternatives as
+// `after` gives "text that never contains the trigger".
+uint32_t free_text_rule(RuleBuilder& rb, const std::string& trigger, uint32_t after, bool may_end) {
   size_t m = trigger.size();
   std::vector<size_t> fail(m + 1, 0);
   for (size_t i = 1, k = 0; i < m; ++i) {
@@ -61,17 +65,16 @@ uint32_t free_text_rule(RuleBuilder& rb, const std::string& trigger) {
   std::vector<uint32_t> st(m);
   for (auto& r : st) r = rb.new_rule();
   for (size_t j = 0; j < m; ++j) {
-    if (j == 0) rb.add_alt(st[0], {});
-    std::vector<ByteSet> by(m);
-    std::vector<uint8_t> used(m, 0);
+    if (may_end) rb.add_alt(st[j], {});
+    std::vector<ByteSet> by(m + 1);
+    std::vector<uint8_t> used(m + 1, 0);
     for (int b = 0; b < 256; ++b) {
       size_t nj = delta(j, uint8_t(b));
-      if (nj >= m) continue;
       byteset_add(by[nj], uint8_t(b));
       used[nj] = 1;
     }
-    for (size_t nj = 0; nj < m; ++nj)
-      if (used[nj]) rb.add_alt(st[j], {rb.cls(by[nj]), RuleBuilder::ref(st[nj])});
+    for (size_t nj = 0; nj <= m; ++nj)
+      if (used[nj]) rb.add_alt(st[j], {rb.cls(by[nj]), RuleBuilder::ref(nj == m ? after : st[nj])});
   }
   return st[0];
 }
@@ -145,7 +148,7 @@ CompileResult compile_tool_list(std::string_view tools_json, const ToolListOptio
     forced_found = true;
     const JValue* params = fn->get("parameters");
     if (!params) params = &empty_params;
-    uint32_t p = compile_schema_into(rb, *params, so, base + "/parameters", errors);
+    uint32_t p = compile_schema_into(rb, *params, so, base + "/parameters", errors, /*object_only=*/true);
     std::vector<Elem> seq{rb.byte('{')};
     ws(seq);
     rb.lit(seq, "\"name\"");
@@ -223,19 +226,20 @@ CompileResult compile_tool_list(std::string_view tools_json, const ToolListOptio
         errors.push_back({"", "trigger", "TriggeredText needs a non-empty trigger"});
         break;
       }
-      uint32_t free = free_text_rule(rb, opts.trigger);
-      uint32_t one = rb.new_rule(), rest = rb.new_rule();
-      std::vector<Elem> o;
-      rb.lit(o, opts.trigger);
-      o.push_back(RuleBuilder::ref(call));
-      rb.add_alt(one, std::move(o));
       if (opts.allow_text) {
-        // Text, then optionally calls each introduced by the trigger, text in between/after.
-        rb.add_alt(rest, {RuleBuilder::ref(free)});
-        if (opts.parallel) rb.add_alt(rest, {RuleBuilder::ref(free), RuleBuilder::ref(one), RuleBuilder::ref(rest)});
-        rb.add_alt(root, {RuleBuilder::ref(free)});
-        rb.add_alt(root, {RuleBuilder::ref(free), RuleBuilder::ref(one), RuleBuilder::ref(rest)});
+        // text* (trigger call text*)*: calls are optional; after a call, more text and (when
+        // parallel) more triggered calls.
+        uint32_t call_then = rb.new_rule();
+        uint32_t never = rb.new_rule();  // no alternatives: the trailing text never has a trigger
+        uint32_t tail = free_text_rule(rb, opts.trigger, opts.parallel ? call_then : never, true);
+        rb.add_alt(call_then, {RuleBuilder::ref(call), RuleBuilder::ref(tail)});
+        rb.add_alt(root, {RuleBuilder::ref(free_text_rule(rb, opts.trigger, call_then, true))});
       } else {
+        uint32_t one = rb.new_rule(), rest = rb.new_rule();
+        std::vector<Elem> o;
+        rb.lit(o, opts.trigger);
+        o.push_back(RuleBuilder::ref(call));
+        rb.add_alt(one, std::move(o));
         rb.add_alt(rest, {});
         if (opts.parallel) {
           rb.add_alt(rest, {RuleBuilder::ref(one), RuleBuilder::ref(rest)});

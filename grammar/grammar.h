@@ -43,6 +43,9 @@ struct CompileResult {
 
 CompileResult compile_json_schema(std::string_view schema_json, const CompileOptions& opts = {});
 
+// The compiled rules as GBNF-like text (one rule per line), for debugging and the CLI.
+std::string grammar_to_text(const Grammar& grammar);
+
 // How a tool call is written in the output.
 enum class ToolCallFormat {
   JsonObject,     // {"name":"f","arguments":{...}}   (or an array of them when parallel)
@@ -102,8 +105,9 @@ class Matcher {
   // An end-of-generation id is accepted only when the instance is complete, and terminates.
   bool accept_token(int32_t id);
   // Advances by raw bytes (used by `check` and tests); false if any byte is rejected (state unchanged).
+  // A successful call counts as one step for rollback().
   bool accept_bytes(std::string_view bytes);
-  // Undoes the last n accepted tokens.
+  // Undoes the last n accepted tokens (or accept_bytes calls); n larger than the history undoes all.
   void rollback(int n_tokens);
   // True when the bytes so far form a complete instance (end-of-generation would be allowed).
   bool is_complete() const;

@@ -102,13 +102,14 @@ class Grammar {
   // from such a stack top, any token made only of bytes in C keeps the stack alive (mask fast
   // path, e.g. free text before a trigger, or `[a-z]*` inside patterned strings). -1 otherwise.
   std::vector<int32_t> self_loop_class;
+  std::vector<int32_t> loop_class_ids;  // distinct classes in self_loop_class
   std::string description;                // what was compiled (for debugging dumps)
 
   // Mask cache shared by all matchers of this grammar: (vocabulary fingerprint, recognizer state)
   // -> mask. Guarded by cache_mu; bounded (cleared when full).
   mutable std::mutex cache_mu;
   mutable std::unordered_map<std::string, std::shared_ptr<const std::vector<uint32_t>>> mask_cache;
-  static constexpr size_t kMaskCacheMax = 512;
+  static constexpr size_t kMaskCacheMax = 256;  // ~5 MB per grammar with a 152k vocabulary
 
   // Finalizes a builder: prunes unproductive alternatives; returns null (and an error message) if
   // the root cannot produce any string.

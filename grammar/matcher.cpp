@@ -1,6 +1,8 @@
 // Recognizer (sets of stacks over the byte-level grammar), Vocabulary tables and the Matcher.
 #include <algorithm>
+#include <array>
 #include <cstring>
+#include <deque>
 #include <stdexcept>
 
 #include "grammar/grammar_impl.h"
@@ -146,9 +148,10 @@ class Recognizer {
           st.push_back(g_.alt_starts[a]);
           expand(st, depth + 1, out);
         } else {
-          std::vector<uint32_t> copy;
-          copy.reserve(st.size() + 1);
-          copy = st;
+          // Per-depth scratch buffers keep their capacity: no allocation in the steady state.
+          if (scratch_.size() <= size_t(depth)) scratch_.resize(size_t(depth) + 1);
+          std::vector<uint32_t>& copy = scratch_[size_t(depth)];
+          copy.assign(st.begin(), st.end());
           copy.push_back(g_.alt_starts[a]);
           expand(copy, depth + 1, out);
         }
@@ -187,6 +190,7 @@ class Recognizer {
   const Grammar& g_;
   const std::array<std::array<uint8_t, 256>, kStrSubStates>& table_;
   std::vector<uint32_t> st_;
+  std::deque<std::vector<uint32_t>> scratch_;  // [expansion depth]; deque: growing keeps references valid
   std::vector<std::pair<uint32_t, uint32_t>> spans_;
   std::vector<uint32_t> tmp_;
 };
@@ -198,16 +202,33 @@ class Recognizer {
 
 std::shared_ptr<Grammar> Grammar::build(RuleBuilder& rb, uint32_t root, std::string& err) {
   size_t nr = rb.rules.size();
+  // Productivity by worklist (linear; long counted chains would make a naive fixpoint quadratic).
   std::vector<uint8_t> prod(nr, 0);
-  for (bool changed = true; changed;) {
-    changed = false;
-    for (size_t r = 0; r < nr; ++r) {
-      if (prod[r]) continue;
-      for (const auto& alt : rb.rules[r]) {
-        bool ok = true;
-        for (const auto& e : alt)
-          if (e.kind == ElemKind::Ref && !prod[e.arg]) { ok = false; break; }
-        if (ok) { prod[r] = 1; changed = true; break; }
+  std::vector<std::pair<uint32_t, uint32_t>> alt_owner;     // [alt] (rule, unproductive refs left)
+  std::vector<std::vector<uint32_t>> uses(nr);              // [rule] alts referencing it
+  std::vector<uint32_t> work;
+  for (size_t r = 0; r < nr; ++r)
+    for (const auto& alt : rb.rules[r]) {
+      uint32_t id = uint32_t(alt_owner.size());
+      uint32_t refs = 0;
+      for (const auto& e : alt)
+        if (e.kind == ElemKind::Ref) {
+          uses[e.arg].push_back(id);
+          ++refs;
+        }
+      alt_owner.push_back({uint32_t(r), refs});
+      if (refs == 0 && !prod[r]) {
+        prod[r] = 1;
+        work.push_back(uint32_t(r));
+      }
+    }
+  while (!work.empty()) {
+    uint32_t r = work.back();
+    work.pop_back();
+    for (uint32_t a : uses[r]) {
+      if (--alt_owner[a].second == 0 && !prod[alt_owner[a].first]) {
+        prod[alt_owner[a].first] = 1;
+        work.push_back(alt_owner[a].first);
       }
     }
   }
@@ -244,6 +265,9 @@ std::shared_ptr<Grammar> Grammar::build(RuleBuilder& rb, uint32_t root, std::str
           e[p + 2].kind == ElemKind::End)
         g->self_loop_class[p] = int32_t(e[p].arg);
     }
+  for (int32_t c : g->self_loop_class)
+    if (c >= 0 && std::find(g->loop_class_ids.begin(), g->loop_class_ids.end(), c) == g->loop_class_ids.end())
+      g->loop_class_ids.push_back(c);
   if (g->elems.size() >= kPosMask) {
     err = "grammar too large";
     return nullptr;
@@ -381,6 +405,26 @@ class VocabularyImpl final : public Vocabulary {
       for (uint32_t j = uint32_t(i + 1); j < nd.end && ok; j = nodes_[j].end) ok = nodes_[j].all_safe;
       nd.all_safe = ok;
     }
+    // str_ok_[node]: bit s set if, starting the looping StrChar automaton in sub-state s, the
+    // node's byte and every continuation in its subtree are consumed. below_ok_[node]: the AND
+    // of str_ok_ over the children, i.e. which sub-states reached AFTER the node accept the whole
+    // rest of the subtree (mask fast path below the trie root, e.g. after an escape or mid-UTF-8).
+    str_ok_.assign(nodes_.size(), 0);
+    below_ok_.assign(nodes_.size(), 0);
+    for (size_t i = nodes_.size(); i-- > 0;) {
+      const Node& nd = nodes_[i];
+      uint32_t below = ~0u;
+      for (uint32_t j = uint32_t(i + 1); j < nd.end; j = nodes_[j].end) below &= str_ok_[j];
+      below_ok_[i] = below;
+      uint32_t ok = 0;
+      for (int sub = 0; sub < kStrSubStates; ++sub) {
+        uint8_t nx = t[sub][nd.byte];
+        if (nx == kStrReject) continue;
+        int after = nx == kStrDone ? 0 : nx;
+        if ((below >> after) & 1) ok |= 1u << sub;
+      }
+      str_ok_[i] = ok;
+    }
     // Fingerprint of the contents: keys the shared mask caches, so equal vocabularies share
     // entries and a different vocabulary can never hit another's masks.
     uint64_t h = 1469598103934665603ull;
@@ -402,7 +446,7 @@ class VocabularyImpl final : public Vocabulary {
   // the vocabulary: grammars of one deployment use few distinct loop classes.
   struct LoopTables {
     std::vector<uint32_t> token_mask;  // bitset over token ids
-    std::vector<uint8_t> subtree_in;   // [node]: the node's byte and everything below are in C
+    std::vector<uint8_t> subtree_in;   // [node]: the path from the root and everything below are in C
     std::vector<uint8_t> below_in;     // [node]: everything strictly below the node is in C
   };
   std::shared_ptr<const LoopTables> loop_tables(const ByteSet& c) const {
@@ -412,29 +456,32 @@ class VocabularyImpl final : public Vocabulary {
       if (it != loop_tables_.end()) return it->second;
       if (loop_tables_.size() >= 256) return nullptr;
     }
+    // Linear passes over the DFS-ordered trie: a node's subtree is the index range [i, end), so
+    // "everything below is in C" is a range query on prefix counts of nodes whose byte is not in C.
     auto t = std::make_shared<LoopTables>();
     t->token_mask.assign(words_, 0);
-    std::vector<uint8_t> in(tokens_.size(), 0);
-    for (size_t id = 0; id < tokens_.size(); ++id) {
-      if (is_eog_[id] || tokens_[id].empty()) continue;
-      bool ok = true;
-      for (unsigned char ch : tokens_[id])
-        if (!byteset_has(c, ch)) { ok = false; break; }
-      if (ok) {
-        in[id] = 1;
-        t->token_mask[id / 32] |= 1u << (id % 32);
-      }
-    }
-    t->subtree_in.assign(nodes_.size(), 0);
-    t->below_in.assign(nodes_.size(), 0);
-    for (size_t i = nodes_.size(); i-- > 0;) {
+    size_t nn = nodes_.size();
+    std::vector<uint32_t> bad_before(nn + 1, 0);
+    std::vector<uint8_t> path_ok(max_depth_ + 1, 1);
+    t->subtree_in.assign(nn, 0);
+    for (size_t i = 0; i < nn; ++i) {
       const Node& nd = nodes_[i];
-      bool below = true;
-      for (uint32_t j = uint32_t(i + 1); j < nd.end && below; j = nodes_[j].end) below = t->subtree_in[j];
-      t->below_in[i] = below;
-      bool ok = below && byteset_has(c, nd.byte);
-      for (uint32_t k = nd.tok_begin; k < nd.tok_end && ok; ++k) ok = in[node_tokens_[k]];
-      t->subtree_in[i] = ok;
+      bool in = byteset_has(c, nd.byte);
+      bad_before[i + 1] = bad_before[i] + (in ? 0 : 1);
+      bool ok = in && path_ok[nd.depth - 1];
+      path_ok[nd.depth] = ok;
+      t->subtree_in[i] = ok;  // completed below: the path to here is in C ...
+      if (ok)
+        for (uint32_t k = nd.tok_begin; k < nd.tok_end; ++k) {
+          int32_t id = node_tokens_[k];
+          t->token_mask[size_t(id) / 32] |= 1u << (id % 32);
+        }
+    }
+    t->below_in.assign(nn, 0);
+    for (size_t i = 0; i < nn; ++i) {
+      uint32_t end = nodes_[i].end;
+      t->below_in[i] = bad_before[end] == bad_before[i + 1];
+      t->subtree_in[i] = t->subtree_in[i] && t->below_in[i];  // ... and so is everything below
     }
     std::lock_guard<std::mutex> lock(loop_mu_);
     loop_tables_.emplace(c, t);
@@ -452,6 +499,7 @@ class VocabularyImpl final : public Vocabulary {
   std::vector<uint32_t> safe_mask_;  // bitset over token ids
   std::vector<Node> nodes_;
   std::vector<int32_t> node_tokens_;
+  std::vector<uint32_t> str_ok_, below_ok_;  // [node], bit per StrChar sub-state
   size_t max_depth_ = 0;
   uint64_t fingerprint_ = 0;
   mutable std::mutex loop_mu_;
@@ -484,11 +532,16 @@ struct Matcher::Impl {
   bool terminated = false;
   // scratch
   std::vector<uint32_t> tmp_a, tmp_b;
-  mutable std::vector<std::vector<uint32_t>> levels;
+  mutable std::vector<std::vector<uint32_t>> levels;  // [trie depth] recognizer state
+  std::vector<uint8_t> same_as_root;                   // [trie depth] levels[d] == levels[0]
+  std::vector<std::vector<uint32_t>> root_memo;        // [byte] state after byte from the root
 
   Impl(std::shared_ptr<const Grammar> gg, std::shared_ptr<const VocabularyImpl> vv)
       : g(std::move(gg)), v(std::move(vv)), rec(*g) {
     rec.initial(state);
+    // Build (or fetch) the vocabulary's tables for this grammar's self-loop classes now, so the
+    // one-time cost lands in the constructor rather than in a fill_mask call.
+    for (int32_t c : g->loop_class_ids) tables_for(c);
   }
 
   bool complete() const {
@@ -525,7 +578,12 @@ struct Matcher::Impl {
       uint32_t len = st[i];
       if (len == 0) continue;
       uint32_t top = st[i + len];
-      if ((top >> kPosBits) != 0) continue;
+      uint32_t sub = top >> kPosBits;
+      if (g->elems[top & kPosMask].kind == ElemKind::StrCharLoop) {
+        if ((v->below_ok_[node] >> sub) & 1) return true;
+        continue;
+      }
+      if (sub != 0) continue;
       int32_t c = g->self_loop_class[top & kPosMask];
       if (c < 0) continue;
       const auto* t = tables_for(c);
@@ -572,6 +630,13 @@ struct Matcher::Impl {
     }
     if (levels.size() < v->max_depth_ + 1) levels.resize(v->max_depth_ + 1);
     levels[0] = state;
+    // Inside loops (strings, free text) the state after a byte is often the root state again, and
+    // the same bytes are then advanced from it over and over: memoize advances from the root.
+    if (same_as_root.size() < levels.size()) same_as_root.resize(levels.size());
+    same_as_root[0] = 1;
+    std::array<int8_t, 256> memo_ok;
+    memo_ok.fill(-1);
+    if (root_memo.size() < 256) root_memo.resize(256);
     const auto& nodes = v->nodes_;
     size_t i = 0, n = nodes.size();
     while (i < n) {
@@ -582,10 +647,24 @@ struct Matcher::Impl {
         i = nd.end;
         continue;
       }
-      if (!rec.advance(levels[nd.depth - 1], nd.byte, levels[nd.depth])) {
+      bool alive;
+      std::vector<uint32_t>& out = levels[nd.depth];
+      if (same_as_root[nd.depth - 1]) {
+        int8_t& m = memo_ok[nd.byte];
+        if (m < 0) {
+          m = rec.advance(levels[0], nd.byte, root_memo[nd.byte]) ? 1 : 0;
+        }
+        alive = m == 1;
+        if (alive) out = root_memo[nd.byte];
+      } else {
+        alive = rec.advance(levels[nd.depth - 1], nd.byte, out);
+      }
+      if (!alive) {
         i = nd.end;
         continue;
       }
+      same_as_root[nd.depth] = out.size() == levels[0].size() &&
+                               std::equal(out.begin(), out.end(), levels[0].begin());
       // Below this node, a self-loop on class C in the new state accepts every token whose
       // remaining bytes are all in C (free text after a partial trigger, for example).
       if (nd.end > i + 1 && subtree_loop_accepts(levels[nd.depth], i)) {

@@ -166,6 +166,7 @@ struct RegexParser {
     if (!eof() && s[i] == '^') { neg = true; ++i; }
     Ranges acc;
     bool first = true;
+    bool shorthand = false;  // a class escape (\d \w \s ...) inside the brackets
     while (true) {
       if (eof()) return fail("unterminated character class");
       uint32_t c = s[i];
@@ -180,6 +181,8 @@ struct RegexParser {
       bool single = true;
       ++i;
       if (c == '\\') {
+        if (i < s.size() && (s[i] == 'd' || s[i] == 'D' || s[i] == 'w' || s[i] == 'W' || s[i] == 's' || s[i] == 'S'))
+          shorthand = true;
         if (!escape(true, a)) return false;
         single = a.size() == 1 && a[0].first == a[0].second;
       } else {
@@ -202,6 +205,18 @@ struct RegexParser {
       }
     }
     out = neg ? negate(acc) : normalize(acc);
+    if (neg && shorthand) {
+      // [^\w] etc.: Python's shorthands are Unicode-aware and its \s also covers \x1c-\x1f, so
+      // the complement is only certain on ASCII outside \x1c-\x1f.
+      Ranges keep;
+      for (auto [lo, hi] : out) {
+        if (lo > 0x7F) continue;
+        hi = std::min<uint32_t>(hi, 0x7F);
+        if (lo <= 0x1B) keep.push_back({lo, std::min<uint32_t>(hi, 0x1B)});
+        if (hi >= 0x20) keep.push_back({std::max<uint32_t>(lo, 0x20), hi});
+      }
+      out = normalize(keep);
+    }
     return true;
   }
 
@@ -273,6 +288,11 @@ struct RegexParser {
       else if (c == '{') {
         size_t save = i;
         ++i;
+        if (!eof() && s[i] == ',') {
+          // "{,n}": a literal in ECMA-262 but a quantifier in Python; refuse rather than guess.
+          fail("'{,' in a pattern is ambiguous between regex dialects");
+          return nullptr;
+        }
         if (!quant_int(mn)) { i = save; break; }  // a literal '{' (Annex B)
         mx = mn;
         if (!eof() && s[i] == ',') {
@@ -725,19 +745,23 @@ namespace {
 // Same-length range [lo, hi] of digit strings (leading zeros allowed: these are suffixes).
 std::string same_len(const std::string& lo, const std::string& hi) {
   if (lo.empty()) return "";
-  if (lo.size() == 1) {
-    if (lo == hi) return lo;
-    return "[" + lo + "-" + hi + "]";
-  }
+  auto cls = [](char a, char b) {
+    return a == b ? std::string(1, a) : "[" + std::string(1, a) + "-" + std::string(1, b) + "]";
+  };
+  if (lo.size() == 1) return cls(lo[0], hi[0]);
   if (lo[0] == hi[0]) return std::string(1, lo[0]) + "(" + same_len(lo.substr(1), hi.substr(1)) + ")";
   size_t n = lo.size() - 1;
-  std::string out = std::string(1, lo[0]) + "(" + same_len(lo.substr(1), std::string(n, '9')) + ")";
-  if (hi[0] - lo[0] >= 2) {
-    char a = char(lo[0] + 1), b = char(hi[0] - 1);
-    out += "|" + (a == b ? std::string(1, a) : "[" + std::string(1, a) + "-" + std::string(1, b) + "]") +
-           "[0-9]{" + std::to_string(n) + "}";
-  }
-  out += "|" + std::string(1, hi[0]) + "(" + same_len(std::string(n, '0'), hi.substr(1)) + ")";
+  // A suffix range that is complete ("0..0" to "9..9") folds into the middle class; this keeps
+  // the regex linear in the number of digits.
+  bool lo_full = lo.find_first_not_of('0', 1) == std::string::npos;
+  bool hi_full = hi.find_first_not_of('9', 1) == std::string::npos;
+  char a = lo_full ? lo[0] : char(lo[0] + 1), b = hi_full ? hi[0] : char(hi[0] - 1);
+  std::vector<std::string> parts;
+  if (!lo_full) parts.push_back(std::string(1, lo[0]) + "(" + same_len(lo.substr(1), std::string(n, '9')) + ")");
+  if (a <= b) parts.push_back(cls(a, b) + "[0-9]{" + std::to_string(n) + "}");
+  if (!hi_full) parts.push_back(std::string(1, hi[0]) + "(" + same_len(std::string(n, '0'), hi.substr(1)) + ")");
+  std::string out;
+  for (size_t k = 0; k < parts.size(); ++k) out += (k ? "|" : "") + parts[k];
   return out;
 }
 }  // namespace

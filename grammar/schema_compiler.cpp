@@ -12,7 +12,9 @@
 #include "grammar/schema_compiler.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 #include <map>
 #include <numeric>
@@ -75,6 +77,7 @@ struct Flat {
   bool has_enum = false;
   std::vector<const JValue*> enum_vals;
   double lo = -kInf, hi = kInf;
+  std::string lo_text, hi_text;  // source spelling of the bounds (exact decimal handling)
   bool lo_excl = false, hi_excl = false;
   double multiple_of = 0;  // 0: none
   int64_t min_len = 0, max_len = -1;
@@ -131,6 +134,75 @@ const Dfa* format_dfa(const std::string& name) {
   return it == table.end() ? nullptr : &it->second;
 }
 
+// An exact decimal from a JSON number's source text: sign, integer digits (no leading zeros),
+// fraction digits (no trailing zeros). ok = false when it does not fit the exact path.
+struct Decimal {
+  bool ok = false;
+  bool neg = false;
+  int64_t ip = 0;
+  std::string fp;
+};
+
+Decimal parse_decimal(const std::string& text) {
+  Decimal d;
+  size_t i = 0;
+  if (i < text.size() && text[i] == '-') { d.neg = true; ++i; }
+  std::string digits;
+  long point = -1;
+  for (; i < text.size() && (std::isdigit(static_cast<unsigned char>(text[i])) || text[i] == '.'); ++i) {
+    if (text[i] == '.') point = long(digits.size());
+    else digits += text[i];
+  }
+  if (point < 0) point = long(digits.size());
+  if (i < text.size() && (text[i] == 'e' || text[i] == 'E')) {
+    long e = std::strtol(text.c_str() + i + 1, nullptr, 10);
+    if (e > 40 || e < -40) return d;
+    point += e;
+  }
+  while (point < 0) { digits.insert(digits.begin(), '0'); ++point; }
+  while (long(digits.size()) < point) digits += '0';
+  std::string ip = digits.substr(0, size_t(point)), fp = digits.substr(size_t(point));
+  while (!fp.empty() && fp.back() == '0') fp.pop_back();
+  size_t nz = ip.find_first_not_of('0');
+  ip = nz == std::string::npos ? "0" : ip.substr(nz);
+  if (ip.size() > 15 || fp.size() > 40) return d;
+  d.ip = std::stoll(ip);
+  d.fp = fp;
+  if (d.ip == 0 && d.fp.empty()) d.neg = false;
+  d.ok = true;
+  return d;
+}
+
+// Regex over fraction digit strings F (non-empty, last digit non-zero) with 0.F >= 0.D (or >),
+// D non-empty without trailing zeros.
+std::string frac_ge(const std::string& D, bool strict) {
+  std::vector<std::string> alts;
+  for (size_t i = 0; i < D.size(); ++i)
+    if (D[i] < '9')
+      alts.push_back(D.substr(0, i) + "[" + std::string(1, char(D[i] + 1)) + "-9]([0-9]*[1-9])?");
+  if (!strict) alts.push_back(D);
+  alts.push_back(D + "[0-9]*[1-9]");
+  std::string out;
+  for (size_t k = 0; k < alts.size(); ++k) out += (k ? "|" : "") + std::string("(") + alts[k] + ")";
+  return out;
+}
+
+// ... with 0.F <= 0.D (or <).
+std::string frac_le(const std::string& D, bool strict) {
+  std::vector<std::string> alts;
+  for (size_t i = 0; i < D.size(); ++i) {
+    if (D[i] > '0') {
+      alts.push_back(D.substr(0, i) + "[0-" + std::string(1, char(D[i] - 1)) + "][0-9]*[1-9]");
+      if (D[i] > '1') alts.push_back(D.substr(0, i) + "[1-" + std::string(1, char(D[i] - 1)) + "]");
+    }
+    if (i > 0 && D[i - 1] != '0') alts.push_back(D.substr(0, i));  // a proper prefix is smaller
+  }
+  if (!strict) alts.push_back(D);
+  std::string out;
+  for (size_t k = 0; k < alts.size(); ++k) out += (k ? "|" : "") + std::string("(") + alts[k] + ")";
+  return out;
+}
+
 class SchemaCompiler {
  public:
   SchemaCompiler(RuleBuilder& rb, const JValue& root, const CompileOptions& opts, std::string prefix,
@@ -143,8 +215,17 @@ class SchemaCompiler {
       for (const auto& p : nested_ids_)
         error(p, "$id", "embedded schema resources ($id below the root) are not supported together with $ref");
     if (!errors_.empty() && errors_.size() > errors_at_start_) return rb_.new_rule();
-    return compile_schema(&root_);
+    if (!object_only_) return compile_schema(&root_);
+    // Tool arguments: only the object instances of the schema (a subset, so still sound), even
+    // when the parameters schema forgets "type":"object".
+    uint32_t r = rb_.new_rule();
+    for (Flat f : flatten(&root_)) {
+      f.types &= kObj;
+      if (f.types) rb_.add_alt(r, {RuleBuilder::ref(compile_flat(f))});
+    }
+    return r;
   }
+  bool object_only_ = false;
 
  private:
   void error(const std::string& ptr, const std::string& kw, const std::string& msg) {
@@ -228,6 +309,13 @@ class SchemaCompiler {
           if (!r) error(kp, k, "pattern not supported: " + regex_errors_[v.str]);
         }
       } else if (k == "format") {
+        // `format` only constrains strings: on a schema whose type excludes strings an unknown
+        // format (OpenAPI's int32, double...) cannot change validity.
+        const JValue* ty = s.get("type");
+        bool strings_possible = !ty || (ty->is_string() && ty->str == "string");
+        if (ty && ty->is_array())
+          for (const auto& t : ty->arr) strings_possible = strings_possible || (t.is_string() && t.str == "string");
+        if (!strings_possible) continue;
         if (!v.is_string() || !known_formats().count(v.str))
           error(kp, k, "format '" + (v.is_string() ? v.str : std::string("?")) +
                            "' is not supported (supported: date-time, date, time, uuid, email, ipv4, ipv6, uri, hostname)");
@@ -350,13 +438,13 @@ class SchemaCompiler {
       const JValue* v = s.get(k);
       return v && v->is_number() ? v : nullptr;
     };
-    if (auto* v = num("minimum")) f.lo = v->number;
-    if (auto* v = num("maximum")) f.hi = v->number;
+    if (auto* v = num("minimum")) { f.lo = v->number; f.lo_text = v->str; }
+    if (auto* v = num("maximum")) { f.hi = v->number; f.hi_text = v->str; }
     if (auto* v = num("exclusiveMinimum")) {
-      if (v->number >= f.lo) { f.lo = v->number; f.lo_excl = true; }
+      if (v->number >= f.lo) { f.lo = v->number; f.lo_text = v->str; f.lo_excl = true; }
     }
     if (auto* v = num("exclusiveMaximum")) {
-      if (v->number <= f.hi) { f.hi = v->number; f.hi_excl = true; }
+      if (v->number <= f.hi) { f.hi = v->number; f.hi_text = v->str; f.hi_excl = true; }
     }
     if (const JValue* v = s.get("exclusiveMinimum"); v && v->is_bool() && v->boolean) f.lo_excl = true;  // draft 4
     if (const JValue* v = s.get("exclusiveMaximum"); v && v->is_bool() && v->boolean) f.hi_excl = true;
@@ -412,8 +500,8 @@ class SchemaCompiler {
         m.enum_vals = b.enum_vals;
       }
     }
-    if (b.lo > m.lo || (b.lo == m.lo && b.lo_excl)) { m.lo = b.lo; m.lo_excl = b.lo_excl; }
-    if (b.hi < m.hi || (b.hi == m.hi && b.hi_excl)) { m.hi = b.hi; m.hi_excl = b.hi_excl; }
+    if (b.lo > m.lo || (b.lo == m.lo && b.lo_excl)) { m.lo = b.lo; m.lo_text = b.lo_text; m.lo_excl = b.lo_excl; }
+    if (b.hi < m.hi || (b.hi == m.hi && b.hi_excl)) { m.hi = b.hi; m.hi_text = b.hi_text; m.hi_excl = b.hi_excl; }
     if (b.multiple_of > 0) {
       if (m.multiple_of > 0) {
         int64_t x = int64_t(m.multiple_of), y = int64_t(b.multiple_of);
@@ -643,7 +731,33 @@ class SchemaCompiler {
   }
 
   // Literal JSON text of a value (enum/const): matches exactly that spelling.
-  uint32_t literal(const JValue& v) { return rb_.literal_rule(to_json(v)); }
+  // With Flexible whitespace, arrays and objects get whitespace at their structural positions.
+  uint32_t literal(const JValue& v) {
+    if (opts_.whitespace != Whitespace::Flexible || (!v.is_array() && !v.is_object()))
+      return rb_.literal_rule(to_json(v));
+    std::vector<Elem> seq;
+    seq.push_back(rb_.byte(v.is_array() ? '[' : '{'));
+    ws(seq);
+    size_t n = v.is_array() ? v.arr.size() : v.obj.size();
+    for (size_t k = 0; k < n; ++k) {
+      if (k) {
+        seq.push_back(rb_.byte(','));
+        ws(seq);
+      }
+      if (v.is_object()) {
+        rb_.lit(seq, json_quote(v.obj[k].first));
+        ws(seq);
+        seq.push_back(rb_.byte(':'));
+        ws(seq);
+      }
+      seq.push_back(RuleBuilder::ref(literal(v.is_array() ? v.arr[k] : v.obj[k].second)));
+      ws(seq);
+    }
+    seq.push_back(rb_.byte(v.is_array() ? ']' : '}'));
+    uint32_t r = rb_.new_rule();
+    rb_.add_alt(r, std::move(seq));
+    return r;
+  }
 
   enum class Tri { No, Yes, Unknown };
 
@@ -771,7 +885,7 @@ class SchemaCompiler {
     if (lo > -kInf) {
       double v = lo_excl ? std::floor(lo) + 1 : std::ceil(lo);
       if (v > double(kIntLimit)) {
-        error(ptr, "minimum", "lower bound too large (limit 1e15)");
+        error(ptr + "/minimum", "minimum", "lower bound too large (limit 1e15)");
         b.ok = false;
       }
       b.has_lo = true;
@@ -780,7 +894,7 @@ class SchemaCompiler {
     if (hi < kInf) {
       double v = hi_excl ? std::ceil(hi) - 1 : std::floor(hi);
       if (v < -double(kIntLimit)) {
-        error(ptr, "maximum", "upper bound too small (limit -1e15)");
+        error(ptr + "/maximum", "maximum", "upper bound too small (limit -1e15)");
         b.ok = false;
       }
       b.has_hi = true;
@@ -845,8 +959,26 @@ class SchemaCompiler {
     }
     if (!ire.empty()) rb_.add_alt(r, {RuleBuilder::ref(regex_rule(ire))});
     if (frac) {
-      // Non-integers are written I.F with F not ending in 0, so I < x < I+1 strictly (x > 0) or
-      // -(I+1) < x < -I (x < 0): conservative but exact at the bounds.
+      Decimal L, H;
+      bool exact = true;
+      if (f.lo > -kInf) exact = exact && (L = parse_decimal(f.lo_text)).ok;
+      if (f.hi < kInf) exact = exact && (H = parse_decimal(f.hi_text)).ok;
+      if (exact) {
+        // Non-integers are written I.F with F not ending in 0. Positive side: y = x; negative
+        // side: y = -x with the bounds negated and swapped. Exact (digit automata) at the bounds.
+        auto negate = [](Decimal d) {
+          if (d.ip != 0 || !d.fp.empty()) d.neg = !d.neg;
+          return d;
+        };
+        const Decimal* lp = f.lo > -kInf ? &L : nullptr;
+        const Decimal* hp = f.hi < kInf ? &H : nullptr;
+        Decimal nl = negate(H), nh = negate(L);
+        frac_side(r, lp, f.lo_excl, hp, f.hi_excl, "");
+        frac_side(r, hp ? &nl : nullptr, f.hi_excl, lp ? &nh : nullptr, f.lo_excl, "-");
+        return r;
+      }
+      // Fallback (bounds with huge exponents or long fractions): I < x < I+1 strictly (x > 0) or
+      // -(I+1) < x < -I (x < 0) for whole unit intervals inside the range: conservative.
       IntBounds pos;  // I in [ceil(lo), floor(hi) - 1], I >= 0
       pos.has_lo = true;
       pos.lo = 0;
@@ -882,6 +1014,42 @@ class SchemaCompiler {
       }
     }
     return r;
+  }
+
+  // Fractions y = I.F > 0 (F not ending in 0) with L <= y <= H (exclusive flags), L/H may be null
+  // (unbounded) or on the other side of zero; adds alternatives to r, each prefixed by `sign`.
+  void frac_side(uint32_t r, const Decimal* L, bool Lex, const Decimal* H, bool Hex, const std::string& sign) {
+    if (H && (H->neg || (H->ip == 0 && H->fp.empty()))) return;  // H <= 0 < y
+    bool lpos = L && !L->neg;  // a negative lower bound does not constrain y > 0
+    const std::string fr = "\\.[0-9]*[1-9]";
+    // Whole unit intervals (I, I+1) inside the range.
+    int64_t a = lpos ? (L->fp.empty() ? L->ip : L->ip + 1) : 0;
+    int64_t b = H ? H->ip - 1 : -1;
+    if (!H || a <= b) {
+      std::string p = nonneg_range_regex(a, H ? b : -1);
+      if (!p.empty()) rb_.add_alt(r, {RuleBuilder::ref(regex_rule(sign + "(" + p + ")" + fr))});
+    }
+    // The unit intervals holding a fractional bound.
+    std::vector<int64_t> special;
+    if (lpos && !L->fp.empty()) special.push_back(L->ip);
+    if (H && !H->fp.empty() && (special.empty() || special[0] != H->ip)) special.push_back(H->ip);
+    for (int64_t I : special) {
+      bool at_l = lpos && !L->fp.empty() && L->ip == I;
+      bool at_h = H && !H->fp.empty() && H->ip == I;
+      if (!at_l && lpos && L->ip > I) continue;   // whole interval below L
+      if (!at_h && H && H->ip < I + 1) continue;  // whole interval above H
+      std::string prefix = sign + std::to_string(I) + "\\.";
+      if (at_l && at_h) {
+        const Dfa* d1 = regex_cache(prefix + "(" + frac_ge(L->fp, Lex) + ")", true);
+        const Dfa* d2 = regex_cache(prefix + "(" + frac_le(H->fp, Hex) + ")", true);
+        if (!d1 || !d2) continue;
+        Dfa both = dfa_intersect(*d1, *d2);
+        if (!both.next.empty() && !both.empty_language()) rb_.add_alt(r, {RuleBuilder::ref(dfa_raw_rules(both))});
+      } else {
+        std::string body = at_l ? frac_ge(L->fp, Lex) : frac_le(H->fp, Hex);
+        if (!body.empty()) rb_.add_alt(r, {RuleBuilder::ref(regex_rule(prefix + "(" + body + ")"))});
+      }
+    }
   }
 
   // ---- strings ----
@@ -1240,8 +1408,10 @@ uint32_t plain_string_rule(RuleBuilder& rb) {
 }
 
 uint32_t compile_schema_into(RuleBuilder& rb, const JValue& root, const CompileOptions& opts,
-                             const std::string& pointer_prefix, std::vector<CompileError>& errors) {
+                             const std::string& pointer_prefix, std::vector<CompileError>& errors,
+                             bool object_only) {
   SchemaCompiler c(rb, root, opts, pointer_prefix, errors);
+  c.object_only_ = object_only;
   return c.run();
 }
 

@@ -390,6 +390,7 @@ bool parse_tool_call_request(std::string_view body, ChatRequest& r, ApiError& er
   if (!parse_tools(v, r, err)) return false;
   if (r.tools.empty()) return fail(err, "tools", "'tools' must not be empty");
   r.tool_choice = ToolChoice::Required;
+  r.parallel_tool_calls = false;  // one message, one call, unless asked for more
   if (!obj["tool_choice"].get(v) && !parse_tool_choice(v, r, err)) return false;
   if (!obj["parallel_tool_calls"].get(v) && !v.is_null()) {
     if (v.type() != dom::element_type::BOOL) return wrong_type(err, "parallel_tool_calls", "a boolean", v);
@@ -605,10 +606,52 @@ std::vector<GeneratedToolCall> parse_tagged_tool_calls(std::string_view text, st
   return calls;
 }
 
+namespace {
+// For a reply cut off by max_tokens inside {"tool_calls":[...: the complete elements of that array.
+std::vector<GeneratedToolCall> complete_calls_of_cut_envelope(std::string_view text) {
+  std::vector<GeneratedToolCall> calls;
+  size_t key = text.find("\"tool_calls\"");
+  if (key == std::string_view::npos) return calls;
+  size_t open = text.find('[', key);
+  if (open == std::string_view::npos) return calls;
+  int depth = 0;
+  bool in_string = false, escaped = false;
+  size_t start = std::string_view::npos;
+  for (size_t i = open + 1; i < text.size(); ++i) {
+    char c = text[i];
+    if (in_string) {
+      if (escaped) escaped = false;
+      else if (c == '\\') escaped = true;
+      else if (c == '"') in_string = false;
+      continue;
+    }
+    if (c == '"') { in_string = true; continue; }
+    if (c == '{' || c == '[') {
+      if (depth++ == 0) start = i;
+    } else if (c == '}' || c == ']') {
+      if (depth == 0) break;  // the array itself closed (then the full parse would have worked)
+      if (--depth == 0 && start != std::string_view::npos) {
+        dom::parser parser;
+        dom::element e;
+        GeneratedToolCall call;
+        if (!parser.parse(std::string(text.substr(start, i + 1 - start))).get(e) && call_from_object(e, call)) {
+          calls.push_back(std::move(call));
+        }
+        start = std::string_view::npos;
+      }
+    }
+  }
+  return calls;
+}
+}  // namespace
+
 bool parse_envelope(std::string_view text, std::vector<GeneratedToolCall>& calls, std::optional<std::string>& content) {
   dom::parser parser;
   dom::element root;
-  if (parser.parse(std::string(text)).get(root) || root.type() != dom::element_type::OBJECT) return false;
+  if (parser.parse(std::string(text)).get(root) || root.type() != dom::element_type::OBJECT) {
+    calls = complete_calls_of_cut_envelope(text);
+    return false;
+  }
   dom::element v;
   if (!root["tool_calls"].get(v) && v.type() == dom::element_type::ARRAY) {
     for (dom::element e : dom::array(v)) {

@@ -59,7 +59,8 @@ struct ChatRequest {
 bool parse_chat_request(std::string_view body, ChatRequest& out, ApiError& err);
 
 // POST /tool_call: {"messages" | "prompt", "tools", "tool_choice"?, "system"?, "max_tokens"?,
-// "temperature"?, "seed"?}. tool_choice defaults to "required": the endpoint exists to get a call.
+// "temperature"?, "seed"?}. tool_choice defaults to "required" (the endpoint exists to get a call)
+// and parallel_tool_calls to false.
 bool parse_tool_call_request(std::string_view body, ChatRequest& out, ApiError& err);
 
 struct GeneratedToolCall {
@@ -109,7 +110,8 @@ std::string models_json(const std::string& model_id, int64_t created, int64_t n_
 std::vector<GeneratedToolCall> parse_tagged_tool_calls(std::string_view text, std::string_view open_tag,
                                                        std::string_view close_tag);
 // Parses the generic envelope {"tool_calls":[{"name","arguments"}...]} or {"content":"..."}.
-// Returns false when text is not a complete envelope.
+// Returns false when text is not a complete envelope; `calls` then holds the complete calls of a
+// reply that was cut off inside the tool_calls array.
 bool parse_envelope(std::string_view text, std::vector<GeneratedToolCall>& calls,
                     std::optional<std::string>& content);
 

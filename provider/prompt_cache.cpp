@@ -316,8 +316,6 @@ struct PromptCacheStore::Impl {
 
   mutable std::mutex mu;  // guards everything below
   std::list<std::shared_ptr<const RamSnapshot>> ram;  // most recently used first
-  std::unordered_map<const RamSnapshot*, uint64_t> ram_use;
-  uint64_t clock = 0;
   std::unordered_map<std::string, std::shared_ptr<const DiskEntry>> index;  // by file name
   struct timespec dir_mtime {};
   bool scanned = false;
@@ -384,7 +382,10 @@ struct PromptCacheStore::Impl {
     }
     st.disk_bytes = total;
     dir_mtime = ds.st_mtim;
-    scanned = true;
+    // Directory timestamps have coarse (clock-tick) resolution: a file renamed in by another
+    // process in the same tick after our stat() would leave the mtime unchanged. Only trust an
+    // mtime that is a few seconds old; until then, rescan (cheap: headers are read once per name).
+    scanned = ::time(nullptr) - ds.st_mtim.tv_sec > 2;
   }
 
   void touch_ram_locked(const RamSnapshot* s) {
@@ -591,7 +592,7 @@ struct PromptCacheStore::Impl {
 PromptCacheStore::PromptCacheStore(PromptCacheOptions opts) : impl_(std::make_unique<Impl>()) {
   Impl& I = *impl_;
   I.opts = std::move(opts);
-  if (I.opts.block_tokens <= 0) I.opts.block_tokens = 64;
+  if (I.opts.block_tokens <= 0) I.opts.block_tokens = PromptCacheOptions{}.block_tokens;
   while (I.opts.dir.size() > 1 && I.opts.dir.back() == '/') I.opts.dir.pop_back();
   if (!I.opts.dir.empty()) {
     // mkdir -p

@@ -124,6 +124,7 @@ namespace {
 size_t partial_suffix(std::string_view text, const std::vector<std::string>& needles) {
   size_t best = 0;
   for (const auto& n : needles) {
+    if (n.empty()) continue;
     size_t max = std::min(n.size() - 1, text.size());
     for (size_t k = max; k > best; --k) {
       if (text.compare(text.size() - k, k, n, 0, k) == 0) { best = k; break; }
@@ -264,6 +265,7 @@ void Engine::Impl::run(Job& job) {
         size_t stop_at = std::string::npos;
         bool is_trigger = false;
         for (const auto& s : holds) {
+          if (s.empty()) continue;
           size_t p = text.find(s, from);
           if (p != std::string::npos && p < stop_at) {
             stop_at = p;
@@ -321,7 +323,7 @@ void Engine::Impl::run(Job& job) {
       break;
     case OutputMode::Envelope: {
       std::optional<std::string> content;
-      if (!parse_envelope(text, out.tool_calls, content)) out.tool_calls.clear();
+      (void)parse_envelope(text, out.tool_calls, content);  // cut off: keeps the complete calls
       out.content = content;
       break;
     }
@@ -350,6 +352,7 @@ Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Engine::~Engine() {
   shutdown();
   if (impl_->worker.joinable()) impl_->worker.join();
+  impl_->metrics.set_queue_depth_source({});  // it points into this engine
 }
 
 void Engine::shutdown() {

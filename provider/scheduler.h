@@ -36,7 +36,9 @@ struct EngineOptions {
   int n_ctx = 0;               // 0 = min(training context, 4096)
   std::string chat_template;   // "" = detect from the GGUF; else a family name (family_from_name)
   size_t max_queue = 16;       // jobs waiting (not counting the running one)
-  double timeout_sec = 300.0;  // per request, from arrival; then finish_reason "length"
+  // Per request, from arrival (queue wait included); then finish_reason "length". Below PicoClaw's
+  // 120 s client timeout, so a slow generation still returns an answer.
+  double timeout_sec = 110.0;
   std::string cache_dir;       // prompt cache on disk ("" = off)
   size_t cache_max_mb = 1024;
   size_t cache_ram_mb = 256;

@@ -32,8 +32,8 @@ namespace {
 
 using namespace picolm;
 
-constexpr int kMaxSuiteSchemas = 60;  // x 2 vocabularies = 120 walks
-constexpr int kToolSeeds = 3;         // x 8 tool configurations x 2 vocabularies = 48 walks
+constexpr int kMaxSuiteSchemas = 80;  // x 2 vocabularies = 160 walks
+constexpr int kToolSeeds = 4;         // x 10 tool configurations x 2 vocabularies = 80 walks
 
 struct WalkCase {
   std::string label;       // for messages
@@ -105,6 +105,8 @@ std::vector<WalkCase> tool_cases() {
     grammar::ToolCallFormat format;
     bool parallel;
     grammar::Whitespace ws;
+    bool allow_text = false;
+    const char* forced_tool = "";
   };
   const Config configs[] = {
       {"object", grammar::ToolCallFormat::JsonObject, false, grammar::Whitespace::Compact},
@@ -115,6 +117,8 @@ std::vector<WalkCase> tool_cases() {
       {"hermes", grammar::ToolCallFormat::Hermes, true, grammar::Whitespace::Flexible},
       {"envelope", grammar::ToolCallFormat::Envelope, false, grammar::Whitespace::Flexible},
       {"envelope", grammar::ToolCallFormat::Envelope, true, grammar::Whitespace::Compact},
+      {"envelope", grammar::ToolCallFormat::Envelope, false, grammar::Whitespace::Compact, /*allow_text=*/true},
+      {"object", grammar::ToolCallFormat::JsonObject, false, grammar::Whitespace::Flexible, false, "cron"},
   };
   std::vector<WalkCase> cases;
   for (const Config& c : configs) {
@@ -122,17 +126,52 @@ std::vector<WalkCase> tool_cases() {
     opts.format = c.format;
     opts.parallel = c.parallel;
     opts.schema.whitespace = c.ws;
+    opts.allow_text = c.allow_text;
+    opts.forced_tool = c.forced_tool;
     auto r = grammar::compile_tool_list(tools_json, opts);
     const std::string label = std::string("tools/") + c.name + (c.parallel ? "/parallel" : "") +
+                              (c.allow_text ? "/allow-text" : "") + (*c.forced_tool ? "/forced-" + std::string(c.forced_tool) : "") +
                               (c.ws == grammar::Whitespace::Compact ? "/compact" : "/flexible");
     INFO(label << ": " << r.error_text());
     REQUIRE(r.ok());
     cases.push_back({label,
                      std::string("{\"kind\":\"tools\",\"format\":\"") + c.name + "\",\"parallel\":" +
-                         (c.parallel ? "true" : "false") + ",\"tools\":" + grammar_tests::json_compact(tools_json) + "}",
+                         (c.parallel ? "true" : "false") + ",\"allow_text\":" + (c.allow_text ? "true" : "false") +
+                         ",\"forced_tool\":\"" + c.forced_tool + "\",\"tools\":" + grammar_tests::json_compact(tools_json) + "}",
                      r.grammar});
   }
   return cases;
+}
+
+// Replays the tokenizer's own tokenization of `text` (what a model trained on it would emit)
+// through a fresh matcher: each token must be in the mask and accepted, then end-of-generation.
+// Skipped (true, not counted) when the tokens do not spell `text` exactly: SentencePiece adds a
+// leading space.
+bool canonical_tokens_accepted(const std::shared_ptr<const grammar::Grammar>& g, const tools::VocabBundle& b,
+                               const std::string& text, std::string& problem, int& n_replayed) {
+  const std::vector<int32_t> ids = b.tokenizer->encode(text, /*add_special=*/false, /*parse_special=*/false);
+  std::string spelled;
+  for (int32_t id : ids) spelled += b.vocab->token(id);
+  if (spelled != text) return true;
+  ++n_replayed;
+  grammar::Matcher m(g, b.vocab);
+  std::vector<uint32_t> mask((b.vocab->size() + 31) / 32);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    std::fill(mask.begin(), mask.end(), 0u);
+    m.fill_mask(mask.data());
+    const int32_t id = ids[i];
+    const bool in_mask = (mask[static_cast<size_t>(id) / 32] >> (id % 32)) & 1u;
+    if (!in_mask || !m.accept_token(id)) {
+      problem = "canonical token " + std::to_string(i) + " (id " + std::to_string(id) + ", \"" + b.vocab->token(id) +
+                "\") " + (in_mask ? "refused by accept_token" : "not in the mask") + " after \"" + m.text() + "\"";
+      return false;
+    }
+  }
+  if (!m.accept_token(b.vocab->eog_ids().front())) {
+    problem = "canonical tokenization accepted but end-of-generation refused";
+    return false;
+  }
+  return true;
 }
 
 struct Outcome {
@@ -146,14 +185,20 @@ struct Outcome {
 
 TEST_CASE("random walks under the mask produce valid instances", "[grammar]") {
   const std::string shared = PICOLM_SHARED_DIR;
-  std::vector<std::pair<std::string, std::shared_ptr<const grammar::Vocabulary>>> vocabs;
+  struct NamedVocab {
+    std::string name;
+    tools::VocabBundle bundle;
+    tools::WalkVocabulary wv;
+  };
+  std::vector<NamedVocab> vocabs;
   for (const auto& [name, path] : {std::pair{"llama-spm-32k", shared + "/vocab/ggml-vocab-llama-spm.gguf"},
                                    std::pair{"qwen2-152k", shared + "/models/qwen2-bpe-q4km.gguf"}}) {
-    auto v = tools::load_grammar_vocab(path);
+    auto v = tools::load_vocab_bundle(path);
     INFO(path << ": " << (v ? "" : v.error()));
     REQUIRE(v.ok());
-    REQUIRE((*v)->eog_ids().size() > 0);
-    vocabs.emplace_back(name, *v);
+    REQUIRE(v->vocab->eog_ids().size() > 0);
+    auto vocab = v->vocab;
+    vocabs.push_back({name, std::move(*v), tools::WalkVocabulary(vocab)});
   }
 
   std::vector<std::pair<WalkCase, int>> plan;  // case, seeds
@@ -166,22 +211,27 @@ TEST_CASE("random walks under the mask produce valid instances", "[grammar]") {
   std::vector<size_t> record_outcome;  // validator id -> outcomes index
   std::map<std::string, int> status_count;
   long total_tokens = 0;
+  int n_canonical = 0;  // instances whose canonical tokenization was replayed
   uint64_t seed = 1;
   for (const auto& [c, n_seeds] : plan) {
-    for (const auto& [vname, vocab] : vocabs) {
+    for (const NamedVocab& nv : vocabs) {
       for (int s = 0; s < n_seeds; ++s) {
         tools::WalkOptions wo;
         wo.seed = seed++;
         wo.rollback_check = 0.1;
-        const tools::WalkResult w = tools::random_walk(c.grammar, vocab, wo);
-        Outcome o{c.label, vname, w.text, w.status, w.detail, w.n_tokens};
+        const tools::WalkResult w = tools::random_walk(c.grammar, nv.wv, wo);
+        Outcome o{c.label, nv.name, w.text, w.status, w.detail, w.n_tokens};
         status_count[tools::walk_status_name(w.status)]++;
         total_tokens += w.n_tokens;
         if (w.status == tools::WalkStatus::Finished) {
           grammar::Matcher again(c.grammar, bytes);
+          std::string canonical_problem;
           if (!again.accept_bytes(w.text) || !again.is_complete()) {
             o.status = tools::WalkStatus::Inconsistent;
             o.detail = "a fresh matcher does not accept the walk's bytes as a complete instance";
+          } else if (!canonical_tokens_accepted(c.grammar, nv.bundle, w.text, canonical_problem, n_canonical)) {
+            o.status = tools::WalkStatus::Inconsistent;
+            o.detail = canonical_problem;
           } else {
             jsonl << c.record.substr(0, c.record.size() - 1) << ",\"id\":" << record_outcome.size() << ",\"text_hex\":\""
                   << hex(w.text) << "\"}\n";
@@ -197,6 +247,14 @@ TEST_CASE("random walks under the mask produce valid instances", "[grammar]") {
   const auto dir = std::filesystem::temp_directory_path();
   const std::string in_path = (dir / ("picolm_grammar_property_" + std::to_string(getpid()) + ".jsonl")).string();
   const std::string out_path = in_path + ".out";
+  struct RemoveOnExit {
+    std::string a, b;
+    ~RemoveOnExit() {
+      std::error_code ec;
+      std::filesystem::remove(a, ec);
+      std::filesystem::remove(b, ec);
+    }
+  } cleanup{in_path, out_path};
   {
     std::ofstream f(in_path, std::ios::binary);
     f << jsonl.str();
@@ -217,8 +275,6 @@ TEST_CASE("random walks under the mask produce valid instances", "[grammar]") {
       verdicts[id] = bool(e["ok"]) ? "ok" : std::string(std::string_view(e["error"]));
     }
   }
-  std::filesystem::remove(in_path);
-  std::filesystem::remove(out_path);
 
   int n_invalid = 0, n_unfinished = 0;
   std::vector<std::string> problems;
@@ -238,8 +294,10 @@ TEST_CASE("random walks under the mask produce valid instances", "[grammar]") {
   for (size_t i = 0; i < problems.size() && i < 40; ++i) std::printf("%s\n", problems[i].c_str());
   std::printf("grammar property: %zu walks, %ld tokens; ", outcomes.size(), total_tokens);
   for (const auto& [k, v] : status_count) std::printf("%s %d; ", k.c_str(), v);
-  std::printf("%zu validated, %d invalid\n", verdicts.size(), n_invalid);
+  std::printf("%zu validated, %d invalid; canonical tokenization replayed for %d\n", verdicts.size(), n_invalid,
+              n_canonical);
   CHECK(n_unfinished == 0);
   CHECK(n_invalid == 0);
   CHECK(outcomes.size() >= 150);
+  CHECK(n_canonical >= 50);  // the byte-exact (BPE) vocabulary must replay a good share
 }

@@ -164,11 +164,27 @@ TEST_CASE("number bounds never accept out-of-range values", "[grammar]") {
   CHECK_FALSE(matches(g, "-3"));
 }
 
+TEST_CASE("fractional bounds are exact for canonical spellings", "[grammar]") {
+  check(R"({"type":"number","minimum":1.1})", {"1.1", "1.15", "1.2", "2", "1000.5"}, {"1.09", "1", "0.5", "-3"});
+  check(R"({"type":"number","exclusiveMinimum":1.1})", {"1.11", "1.2"}, {"1.1", "1.09"});
+  check(R"({"type":"number","maximum":-0.5})", {"-0.5", "-0.51", "-1", "-7.25"}, {"-0.49", "0", "0.5"});
+  check(R"({"type":"number","minimum":0.25,"maximum":0.75})", {"0.25", "0.5", "0.75", "0.3"},
+        {"0.2", "0.76", "0.751", "1", "0"});
+  check(R"({"type":"number","exclusiveMinimum":0.25,"exclusiveMaximum":0.75})", {"0.26", "0.7499"}, {"0.25", "0.75"});
+  check(R"({"type":"number","minimum":-1.5e1,"maximum":2.5E-1})", {"-15", "-14.99", "0.25", "0.1", "0"},
+        {"-15.01", "0.26", "1"});
+}
+
 TEST_CASE("pattern and format", "[grammar]") {
   check(R"({"type":"string","pattern":"^[a-z]+[0-9]{2}$"})", {"\"ab12\"", "\"z00\""},
         {"\"12\"", "\"ab1\"", "\"Ab12\"", "\"ab123\""});
   check(R"({"type":"string","pattern":"foo"})", {"\"foo\"", "\"xfooy\"", "\"a\\\"foo\""}, {"\"fo\"", "\"\""});
   check(R"({"type":"string","pattern":"^a\\d?$","maxLength":1})", {"\"a\""}, {"\"a1\""});
+  // Where ECMA-262 and Python's re disagree, only strings both accept are generated.
+  check(R"({"type":"string","pattern":"^[^\\w]$"})", {"\"-\"", "\" \""}, {"\"a\"", "\"\xc3\xa9\"", "\"\u001c\""});
+  check(R"({"type":"string","pattern":"^\\D$"})", {"\"x\""}, {"\"1\"", "\"\xd9\xa3\""});
+  check(R"({"type":"string","pattern":"^.$"})", {"\"x\"", "\"\xc3\xa9\""}, {"\"\\n\"", "\"\\r\""});
+  CHECK(has_error(errors_of(R"({"type":"string","pattern":"a{,3}"})"), "/pattern", "pattern"));
   check(R"({"type":"string","format":"date"})", {"\"2024-02-28\"", "\"1999-12-31\""},
         {"\"2024-13-01\"", "\"2024-02-30\"", "\"24-01-01\""});
   check(R"({"type":"string","format":"date-time"})", {"\"2024-01-02T03:04:05Z\"", "\"2024-01-02T03:04:05.123+05:30\""},
@@ -226,6 +242,7 @@ TEST_CASE("whitespace policy", "[grammar]") {
   CompileOptions flex;
   flex.whitespace = Whitespace::Flexible;
   check(s, {"{\"a\":[1,2]}", "{ \"a\" : [ 1 , 2 ] }", "{\n  \"a\": [1,\n 2]\n}"}, {"{\"a\":[1 2]}"}, flex);
+  check(R"({"enum":[{"k":[1,2]}]})", {"{\"k\":[1,2]}", "{ \"k\" : [ 1, 2 ] }"}, {"{\"k\":[1 2]}"}, flex);
 }
 
 TEST_CASE("matcher: EOG only when complete, rollback restores state", "[grammar]") {
@@ -294,6 +311,15 @@ TEST_CASE("mask equals brute force on a synthetic vocabulary", "[grammar]") {
   check_mask_consistency(g, vocab, "{\"a\":\"h\xc3\xa9\\n\\u00e9\",\"b\":[1,-3,40],\"c\":\"ab\",\"d\":\"x\\\"y\"}");
   auto g2 = compile_ok(R"({"type":"string","pattern":"^a+b?$"})");
   check_mask_consistency(g2, vocab, "\"aab\"");
+  // Free text before a trigger exercises the self-loop fast path, also below the trie root.
+  ToolListOptions to;
+  to.format = ToolCallFormat::TriggeredText;
+  to.trigger = "ab\"";
+  to.allow_text = true;
+  auto tr = compile_tool_list(R"([{"type":"function","function":{"name":"f","parameters":{"type":"object",
+      "properties":{"x":{"type":"integer"}}}}}])", to);
+  REQUIRE(tr.ok());
+  check_mask_consistency(tr.grammar, vocab, "xa\"aab\"{\"name\":\"f\",\"arguments\":{\"x\":12}}");
 }
 
 TEST_CASE("tool lists", "[grammar]") {
@@ -339,6 +365,19 @@ TEST_CASE("tool lists", "[grammar]") {
   ok(o, {c2}, {c1});
   o.forced_tool = "missing";
   CHECK_FALSE(compile_tool_list(tools, o).ok());
+  // Arguments are always objects, even when the parameters schema has no "type".
+  auto untyped = compile_tool_list(R"([{"type":"function","function":{"name":"f","parameters":
+      {"properties":{"a":{"type":"integer"}}}}}])");
+  REQUIRE(untyped.ok());
+  CHECK(matches(untyped.grammar, R"({"name":"f","arguments":{"a":1}})"));
+  CHECK_FALSE(matches(untyped.grammar, R"({"name":"f","arguments":5})"));
+  CHECK_FALSE(matches(untyped.grammar, R"({"name":"f","arguments":{"b":1}})"));
+  // Errors inside a tool name the tool's pointer.
+  auto bad = compile_tool_list(R"([{"type":"function","function":{"name":"f","parameters":
+      {"type":"object","properties":{"a":{"not":{}}}}}}])");
+  REQUIRE_FALSE(bad.ok());
+  CHECK(bad.errors[0].pointer == "/0/function/parameters/properties/a/not");
+  CHECK(bad.errors[0].keyword == "not");
 }
 
 TEST_CASE("picoclaw tool list compiles and a random walk under the mask stays valid", "[grammar]") {
@@ -378,4 +417,86 @@ TEST_CASE("picoclaw tool list compiles and a random walk under the mask stays va
       REQUIRE(m.accept_token(pick));
     }
   }
+}
+
+TEST_CASE("random integer and number bounds: exact for integers, never out of range", "[grammar]") {
+  std::mt19937 rng(7);
+  for (int iter = 0; iter < 25; ++iter) {
+    int lo = int(rng() % 2000) - 1000, hi = lo + int(rng() % 1500);
+    bool lo_ex = rng() % 2, hi_ex = rng() % 2;
+    std::string s = std::string(R"({"type":"integer",")") + (lo_ex ? "exclusiveMinimum" : "minimum") + "\":" +
+                    std::to_string(lo) + ",\"" + (hi_ex ? "exclusiveMaximum" : "maximum") + "\":" + std::to_string(hi) + "}";
+    auto r = compile_json_schema(s);
+    bool empty = (lo_ex ? lo + 1 : lo) > (hi_ex ? hi - 1 : hi);
+    if (empty) {
+      CHECK_FALSE(r.ok());
+      continue;
+    }
+    REQUIRE(r.ok());
+    for (int k = 0; k < 300; ++k) {
+      int v = lo - 50 + int(rng() % uint32_t(hi - lo + 100));
+      bool want = (lo_ex ? v > lo : v >= lo) && (hi_ex ? v < hi : v <= hi);
+      INFO(s << " value " << v);
+      CHECK(matches(r.grammar, std::to_string(v)) == want);
+    }
+  }
+  for (int iter = 0; iter < 20; ++iter) {  // many digits: values near and far from the bounds
+    int64_t lo = int64_t(rng() % 100000000) - 50000000, hi = lo + int64_t(rng() % 900000000);
+    auto r = compile_json_schema("{\"type\":\"integer\",\"minimum\":" + std::to_string(lo) + ",\"maximum\":" +
+                                 std::to_string(hi) + "}");
+    REQUIRE(r.ok());
+    for (int k = 0; k < 200; ++k) {
+      int64_t base = (k % 2) ? lo : hi;
+      int64_t v = k < 100 ? base + int64_t(rng() % 2001) - 1000 : int64_t(rng() % 2000000000) - 1000000000;
+      INFO(lo << ".." << hi << " value " << v);
+      CHECK(matches(r.grammar, std::to_string(v)) == (v >= lo && v <= hi));
+    }
+  }
+  for (int iter = 0; iter < 25; ++iter) {
+    double lo = (int(rng() % 4000) - 2000) / 100.0, hi = lo + (rng() % 3000) / 100.0;
+    bool lo_ex = rng() % 2, hi_ex = rng() % 2;
+    char buf[200];
+    std::snprintf(buf, sizeof buf, R"({"type":"number","%s":%.2f,"%s":%.2f})", lo_ex ? "exclusiveMinimum" : "minimum", lo,
+                  hi_ex ? "exclusiveMaximum" : "maximum", hi);
+    auto r = compile_json_schema(buf);
+    REQUIRE(r.ok());
+    int accepted = 0;
+    for (int k = 0; k < 300; ++k) {
+      double v = lo - 2 + (rng() % uint32_t((hi - lo + 4) * 1000)) / 1000.0;
+      char vb[64];
+      std::snprintf(vb, sizeof vb, "%.3f", v);
+      std::string text = vb;
+      while (text.back() == '0') text.pop_back();
+      if (text.back() == '.') text.pop_back();
+      if (text == "-0") text = "0";
+      double x = std::stod(text);
+      // Canonical spellings (no trailing fraction zeros) are decided exactly.
+      bool want = (lo_ex ? x > lo : x >= lo) && (hi_ex ? x < hi : x <= hi);
+      bool got = matches(r.grammar, text);
+      accepted += got;
+      INFO(buf << " value " << text);
+      CHECK(got == want);
+    }
+  }
+}
+
+TEST_CASE("grammar cache returns the same grammar for the same text and options", "[grammar]") {
+  GrammarCache cache(2);
+  auto a = cache.schema(R"({"type":"integer"})");
+  auto b = cache.schema(R"({"type":"integer"})");
+  REQUIRE(a.ok());
+  CHECK(a.grammar == b.grammar);
+  CompileOptions flex;
+  flex.whitespace = Whitespace::Flexible;
+  CHECK(cache.schema(R"({"type":"integer"})", flex).grammar != a.grammar);
+  auto bad = cache.schema(R"({"not":{}})");
+  CHECK_FALSE(bad.ok());
+  CHECK(bad.errors.size() == 1);
+}
+
+TEST_CASE("grammar text dump names the rules", "[grammar]") {
+  auto g = compile_ok(R"({"enum":["ab"]})");
+  std::string t = grammar_to_text(*g);
+  CHECK(t.find("::=") != std::string::npos);
+  CHECK(t.find("[a]") != std::string::npos);
 }

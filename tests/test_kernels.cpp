@@ -346,6 +346,19 @@ TEST_CASE("Q8_K quantizer: -127/max scale, round half to even, bsums", "[kernels
       }
     }
   }
+  // Equal magnitudes of opposite sign: the first one (here negative, in the second 8-lane group)
+  // sets the sign of the scale, in every table.
+  std::vector<float> t2(256, 0.25f);
+  t2[13] = -3.0f;
+  t2[200] = 3.0f;
+  for (const KernelTable* k : all_tables()) {
+    INFO("table " << k->name);
+    kq::BlockQ8_K q;
+    k->quantize_row[ti(GgmlType::Q8_K)](t2.data(), &q, 256);
+    CHECK(q.qs[13] == -127);
+    CHECK(q.qs[200] == 127);
+    CHECK(q.d > 0.0f);  // iscale = -127 / max with max = -3
+  }
   // Zero block.
   std::vector<float> z(256, 0.0f);
   kq::quantize_row_q8_K_ref(z.data(), &b, 256);
@@ -439,6 +452,24 @@ TEST_CASE("fused dot products match the double-precision oracle, every table", "
   }
 }
 
+TEST_CASE("Exact-mode F32 dot is the same in every table", "[kernels][dot]") {
+  std::mt19937 rng(11);
+  for (int64_t n : {1, 15, 16, 17, 100, 256, 1000, 4099}) {
+    auto a = random_floats(rng, n), b = random_floats(rng, n, 3.0f);
+    const float ref = scalar_kernels().exact_dot_f32(a.data(), b.data(), n);
+    double ex = 0, ab = 0;
+    for (int64_t i = 0; i < n; ++i) ex += static_cast<double>(a[i]) * b[i], ab += std::fabs(static_cast<double>(a[i]) * b[i]);
+    INFO("n " << n);
+    // Each partial sum has n/16 + 1 terms, then 4 folds: relative error below (n/16 + 6) * 2^-24.
+    REQUIRE(std::fabs(ref - ex) <= (static_cast<double>(n) / 16 + 6) * 0x1p-24 * ab + 1e-30);
+    for (const KernelTable* k : all_tables()) {
+      INFO("table " << k->name);
+      const float got = k->exact_dot_f32(a.data(), b.data(), n);
+      REQUIRE(std::memcmp(&got, &ref, 4) == 0);
+    }
+  }
+}
+
 TEST_CASE("tile dots are bit-identical to single dots", "[kernels][dot]") {
   std::mt19937 rng(10);
   for (const KernelTable* k : all_tables()) {
@@ -484,9 +515,8 @@ TEST_CASE("every table's dequantize and quantize agree with scalar", "[kernels][
       REQUIRE(k->dequantize_row[ti(wt)] != nullptr);
       k->dequantize_row[ti(wt)](w.data(), a.data(), n);
       s.dequantize_row[ti(wt)](w.data(), b.data(), n);
-      // Dequantization is a product of at most three float factors per element, rounded once or
-      // twice: twins may fuse a multiply-add, so allow 2 ulp-scale relative error.
-      for (int64_t i = 0; i < n; ++i) REQUIRE(std::fabs(a[i] - b[i]) <= 2.5e-7f * std::fabs(b[i]) + 1e-30f);
+      // Twins round exactly as the reference (same products, no fused multiply-add).
+      for (int64_t i = 0; i < n; ++i) REQUIRE(std::memcmp(&a[i], &b[i], 4) == 0);
     }
     for (GgmlType at : {GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0, GgmlType::Q8_1, GgmlType::Q8_K}) {
       INFO("activation type " << tname(at) << " table " << k->name);
@@ -540,6 +570,8 @@ TEST_CASE("matmul matches naive loops, both modes, 1-3 threads", "[kernels][matm
                   ab += std::fabs(static_cast<double>(wf[c]) * X[t * cols + c]);
                 }
                 REQUIRE(std::fabs(Ye[t * rows + r] - ex) <= 1e-5 * ab + 1e-30);
+                // ... and exactly the reference's Exact-mode arithmetic, whatever the table.
+                REQUIRE(Ye[t * rows + r] == scalar_kernels().exact_dot_f32(wf.data(), X.data() + t * cols, cols));
               }
             }
           }
@@ -547,6 +579,21 @@ TEST_CASE("matmul matches naive loops, both modes, 1-3 threads", "[kernels][matm
       }
     }
   }
+}
+
+TEST_CASE("matmul and row helpers reject bad shapes", "[kernels][matmul]") {
+  ThreadPool pool(1);
+  std::vector<uint8_t> w(1024);
+  std::vector<float> x(256), y(4);
+  REQUIRE_THROWS_AS(matmul(best_kernels(), pool, ActivationMode::Quantized, GgmlType::Q4_K, w.data(), 1, 100, x.data(), 1,
+                           y.data()),
+                    std::logic_error);
+  REQUIRE_THROWS_AS(row_bytes(GgmlType::Q8_0, 33), std::logic_error);
+  REQUIRE_THROWS_AS(matmul(best_kernels(), pool, ActivationMode::Exact, GgmlType::Q8_1, w.data(), 1, 32, x.data(), 1,
+                           y.data()),
+                    std::logic_error);  // Q8_1 is an activation format, not a weight type
+  REQUIRE_NOTHROW(matmul(best_kernels(), pool, ActivationMode::Exact, GgmlType::Q8_0, w.data(), 0, 32, x.data(), 1,
+                         y.data()));
 }
 
 TEST_CASE("thread pool runs every task exactly once", "[kernels][threads]") {

@@ -6,12 +6,16 @@
 // from its own row and the cache only, so splitting a prompt into "cached prefix + evaluated tail"
 // instead of one batch changes no arithmetic.
 #include <fcntl.h>
+#include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <cstdlib>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -264,6 +268,9 @@ TEST_CASE("bad cache files are never used and are deleted", "[prompt_cache]") {
       INFO("cut at " << c << " of " << good.size());
       expect_rejected(good, c, "");
     }
+    auto longer = good;  // appended garbage
+    longer.push_back(0);
+    expect_rejected(longer, longer.size(), "expected");
   }
   SECTION("one flipped byte anywhere") {
     std::vector<size_t> offs = {0, 8, 12, 16, 24, 32, 36, 40, 44, 48, 52, 56, 64, 72, 79, 80, 81, 80 + 4 * 64 + 3,
@@ -341,6 +348,32 @@ TEST_CASE("bad cache files are never used and are deleted", "[prompt_cache]") {
       CHECK(st.restore(s, prompt) == 0);
       CHECK(st.stats().misses == 1);
     }
+    // The library's own writer killed mid-write: a file-size limit below the file's size makes the
+    // kernel kill the child with SIGXFSZ inside write().
+    child = ::fork();
+    REQUIRE(child >= 0);
+    if (child == 0) {
+      struct rlimit core {0, 0}, fsize {good.size() / 2, good.size() / 2};
+      ::setrlimit(RLIMIT_CORE, &core);
+      ::setrlimit(RLIMIT_FSIZE, &fsize);
+      ThreadPool own(1);
+      Session s(m, own);
+      if (!s.eval(prompt).ok()) ::_exit(1);
+      PromptCacheStore st(opts_for(dir.path, block, 0));
+      st.store(s, prompt.size());
+      ::_exit(2);  // not reached
+    }
+    REQUIRE(::waitpid(child, &status, 0) == child);
+    CHECK(WIFSIGNALED(status));
+    CHECK(WTERMSIG(status) == SIGXFSZ);
+    CHECK(dir.files(".pkv").empty());
+    REQUIRE(dir.files(".tmp").size() == 1);
+    {
+      PromptCacheStore st(opts_for(dir.path, block, 0));
+      CHECK(dir.files(".tmp").empty());
+      Session s(m, pool);
+      CHECK(st.restore(s, prompt) == 0);
+    }
     // A partial file that somehow got the final name (e.g. copied by hand) fails the size check.
     expect_rejected(good, good.size() / 2, "truncated");
   }
@@ -385,6 +418,22 @@ TEST_CASE("eviction keeps the directory under its budget, least recently used fi
     INFO("prompt " << i);
     CHECK(probe.restore(s, prompts[i]) == ((i == 1 || i == 4 || i == 5) ? 48u : 0u));
   }
+}
+
+TEST_CASE("a prefix larger than the whole disk budget is not written", "[prompt_cache]") {
+  auto m = load_model("stories260K.gguf");
+  ThreadPool pool(2);
+  TempDir dir;
+  PromptCacheOptions o = opts_for(dir.path, 16, 0);
+  o.max_disk_bytes = 1000;
+  PromptCacheStore st(o);
+  Session s(m, pool);
+  auto r = prefill_with_cache(&st, s, random_tokens(40, 61, m->hparams().n_vocab), 40);
+  REQUIRE(r.ok());
+  CHECK(r->stored_tokens == 32);
+  CHECK(dir.files(".pkv").empty());
+  CHECK(dir.files(".tmp").empty());
+  CHECK(st.stats().files_written == 0);
 }
 
 TEST_CASE("a longer file serves its prefixes and replaces the shorter file it covers", "[prompt_cache]") {
@@ -508,4 +557,71 @@ TEST_CASE("a RAM budget for one snapshot evicts the least recently used one", "[
   }
   CHECK(small.stats().ram_evictions == 3);
   CHECK(small.stats().ram_bytes <= o.max_ram_bytes);
+}
+
+TEST_CASE("one store shared by two threads gives exact results", "[prompt_cache]") {
+  auto m = load_model("stories260K.gguf");
+  TempDir dir;
+  const int32_t nv = m->hparams().n_vocab;
+  const std::vector<std::vector<int32_t>> prompts = {random_tokens(70, 41, nv), random_tokens(60, 42, nv),
+                                                     concat(random_tokens(70, 41, nv), random_tokens(20, 43, nv))};
+  std::vector<std::vector<float>> refs;
+  {
+    ThreadPool pool(1);
+    for (auto& p : prompts) refs.push_back(full_prefill_logits(m, pool, p));
+  }
+  PromptCacheOptions o = opts_for(dir.path, 16);
+  o.max_ram_bytes = 40000;  // about two snapshots: RAM evictions happen too
+  PromptCacheStore st(o);
+  std::atomic<int> mismatches{0}, failures{0};
+  auto worker = [&](int id) {
+    ThreadPool pool(1);  // a pool belongs to one owner thread
+    Session s(m, pool);
+    for (int i = 0; i < 12; ++i) {
+      const size_t k = size_t(i + id) % prompts.size();
+      auto r = prefill_with_cache(&st, s, prompts[k], prompts[k].size() - 5);
+      if (!r) ++failures;
+      else if (!same_bits(s.logits(), refs[k])) ++mismatches;
+    }
+  };
+  std::thread t1(worker, 0), t2(worker, 1);
+  t1.join();
+  t2.join();
+  CHECK(failures == 0);
+  CHECK(mismatches == 0);
+  const auto stats = st.stats();
+  CHECK(stats.ram_hits + stats.disk_hits + stats.live_hits > 0);
+  CHECK(stats.files_rejected == 0);
+  CHECK(stats.ram_bytes <= o.max_ram_bytes);
+}
+
+TEST_CASE("default_dir follows XDG_CACHE_HOME, then HOME", "[prompt_cache]") {
+  const char* old_xdg = std::getenv("XDG_CACHE_HOME");
+  const std::string saved_xdg = old_xdg ? old_xdg : "";
+  ::setenv("XDG_CACHE_HOME", "/x/cache", 1);
+  CHECK(PromptCacheStore::default_dir() == "/x/cache/picolm");
+  ::unsetenv("XDG_CACHE_HOME");
+  if (const char* h = std::getenv("HOME")) CHECK(PromptCacheStore::default_dir() == std::string(h) + "/.cache/picolm");
+  if (old_xdg) ::setenv("XDG_CACHE_HOME", saved_xdg.c_str(), 1);
+}
+
+TEST_CASE("an unusable directory leaves the RAM tier working", "[prompt_cache]") {
+  auto m = load_model("stories260K.gguf");
+  ThreadPool pool(2);
+  TempDir dir;
+  const std::string file = dir.path + "/not-a-dir";
+  write_bytes(file, {1, 2, 3}, 3);
+  std::vector<std::string> logged;
+  PromptCacheOptions o = opts_for(file + "/cache", 16);
+  o.log = [&](PromptCacheLogLevel, std::string_view msg) { logged.emplace_back(msg); };
+  PromptCacheStore st(o);
+  CHECK(logged.size() == 1);
+  const auto p = random_tokens(40, 51, m->hparams().n_vocab);
+  Session s(m, pool);
+  REQUIRE(prefill_with_cache(&st, s, p, p.size()).ok());
+  s.truncate(0);
+  auto r = prefill_with_cache(&st, s, p, p.size());
+  REQUIRE(r.ok());
+  CHECK(r->cached_tokens == 32);
+  CHECK(st.stats().ram_hits == 1);
 }

@@ -19,6 +19,8 @@
 #include <thread>
 #include <vector>
 
+#include "json_writer.h"
+#include "openai.h"
 #include "server.h"
 
 using namespace picolm;
@@ -46,7 +48,7 @@ struct Started {
 };
 
 Started start_server(const std::string& model, int n_ctx, size_t max_queue = 8, size_t max_body = 1 << 20,
-                     const std::string& api_key = "") {
+                     const std::string& api_key = "", double timeout_sec = 300.0, const std::string& cache_dir = "") {
   REQUIRE(fs::exists(model));  // a missing input file fails the test
   ServerOptions o;
   o.engine.model_path = model;
@@ -54,6 +56,8 @@ Started start_server(const std::string& model, int n_ctx, size_t max_queue = 8, 
   o.engine.n_ctx = n_ctx;
   o.engine.max_queue = max_queue;
   o.engine.cache_ram_mb = 64;
+  o.engine.timeout_sec = timeout_sec;
+  o.engine.cache_dir = cache_dir;
   o.host = "127.0.0.1";
   o.port = 0;
   o.max_body_bytes = max_body;
@@ -64,7 +68,7 @@ Started start_server(const std::string& model, int n_ctx, size_t max_queue = 8, 
   REQUIRE(port.ok());
   s.port = port.value();
   Status st = s.server->wait_loaded(std::chrono::seconds(120));
-  INFO(st.ok() ? "" : st.error());
+  INFO((st.ok() ? std::string() : st.error()));
   REQUIRE(st.ok());
   return s;
 }
@@ -107,12 +111,12 @@ std::string chat_body(const std::string& extra, const std::string& user = "Turn 
 class Validator {
  public:
   void add(const std::string& schema, const std::string& instance_json) {
-    lines_ += R"({"schema":)" + schema + R"(,"instance":)" + instance_json + "}\n";
+    lines_ += R"({"schema":)" + one_line(schema) + R"(,"instance":)" + one_line(instance_json) + "}\n";
     ++count_;
   }
   void add_tool_call(const std::string& tools_json, const std::string& name, const std::string& arguments_text) {
     // The tool's parameters, looked up by the validator; arguments_text must be a JSON object.
-    lines_ += R"({"tools":)" + tools_json + R"(,"name":)" + quote(name) + R"(,"arguments_text":)" +
+    lines_ += R"({"tools":)" + one_line(tools_json) + R"(,"name":)" + quote(name) + R"(,"arguments_text":)" +
               quote(arguments_text) + "}\n";
     ++count_;
   }
@@ -162,6 +166,14 @@ sys.exit(1 if bad else 0)
     fs::remove_all(dir);
     lines_.clear();
     count_ = 0;
+  }
+
+  // JSON text on one line (raw newlines can only be whitespace between tokens in valid JSON).
+  static std::string one_line(std::string s) {
+    for (char& c : s) {
+      if (c == '\n' || c == '\r') c = ' ';
+    }
+    return s;
   }
 
   static std::string quote(const std::string& s) {
@@ -672,6 +684,46 @@ TEST_CASE("a client that disconnects cancels its generation", "[server]") {
   CHECK(res->status == 200);
 }
 
+TEST_CASE("the per-request timeout ends generation with finish_reason length", "[server]") {
+  Started s = start_server(kQwen, 4096, 8, 1 << 20, "", /*timeout_sec=*/1.0);
+  auto c = client(s.port);
+  auto res = c->Post("/v1/chat/completions", chat_body(R"("max_tokens":3000,"temperature":1.0,"seed":3)"),
+                     "application/json");
+  REQUIRE(res);
+  REQUIRE(res->status == 200);
+  std::string finish;
+  check_completion(res->body, nullptr, &finish);
+  CHECK(finish == "length");
+  Json j(res->body);
+  CHECK(int64_t(j.root["usage"]["completion_tokens"]) < 3000);
+  CHECK(metric(s.port, "picolm_requests_timed_out_total") == 1);
+}
+
+TEST_CASE("the prompt cache survives a restart (disk tier)", "[server]") {
+  fs::path dir = fs::temp_directory_path() / ("picolm_test_server_cache_" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  const std::string body = chat_body(R"("tools":)" + kTools + R"(,"tool_choice":"required","parallel_tool_calls":false,"max_tokens":200,"seed":1)");
+  int64_t prompt_tokens = 0;
+  for (int round = 0; round < 2; ++round) {
+    Started s = start_server(kStories, 2048, 8, 1 << 20, "", 300.0, dir.string());
+    auto c = client(s.port);
+    auto res = c->Post("/v1/chat/completions", body, "application/json");
+    REQUIRE(res);
+    REQUIRE(res->status == 200);
+    Json j(res->body);
+    int64_t cached = int64_t(j.root["usage"]["prompt_tokens_details"]["cached_tokens"]);
+    prompt_tokens = int64_t(j.root["usage"]["prompt_tokens"]);
+    if (round == 0) {
+      CHECK(cached == 0);
+    } else {
+      // A fresh process: the prefix can only come from the files the first one wrote.
+      CHECK(cached > prompt_tokens / 2);
+      CHECK(metric(s.port, "picolm_prompt_cache_hits_total") == 1);
+    }
+  }
+  fs::remove_all(dir);
+}
+
 TEST_CASE("concurrent clients are all served", "[server]") {
   auto& s = stories();
   std::vector<std::thread> threads;
@@ -708,4 +760,39 @@ TEST_CASE("health is 503 while no model is loaded", "[server]") {
   auto r = c->Post("/v1/chat/completions", chat_body(""), "application/json");
   REQUIRE(r);
   CHECK(r->status == 503);
+}
+
+TEST_CASE("JSON strings are escaped and always valid UTF-8", "[server]") {
+  std::string out;
+  json::append_json_string(out, std::string("a\"b\\c\n\x01\xC3\xA9\xE2\x82", 11));
+  // The cut 3-byte sequence at the end becomes U+FFFD (one per bad byte), the rest is kept.
+  CHECK(out == "\"a\\\"b\\\\c\\n\\u0001\xC3\xA9\xEF\xBF\xBD\xEF\xBF\xBD\"");
+  out.clear();
+  json::append_json_string(out, "\xED\xA0\x80");  // a UTF-16 surrogate encoded in UTF-8 is invalid
+  CHECK(out == "\"\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD\"");
+}
+
+TEST_CASE("reading tool calls back from model output", "[server]") {
+  auto calls = parse_tagged_tool_calls(
+      "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": 1}}\n</tool_call>\n<tool_call>\n{\"name\":\"g\",\"arguments\":{}}\n</tool_call><tool_call>{\"name\":",
+      "<tool_call>", "</tool_call>");
+  REQUIRE(calls.size() == 2);
+  CHECK(calls[0].name == "f");
+  CHECK(calls[0].arguments_json == R"({"a":1})");
+  CHECK(calls[1].name == "g");
+
+  std::vector<GeneratedToolCall> env;
+  std::optional<std::string> content;
+  CHECK(parse_envelope(R"({"tool_calls":[{"name":"f","arguments":{"x":"]}"}}]})", env, content));
+  REQUIRE(env.size() == 1);
+  CHECK(env[0].arguments_json == R"({"x":"]}"})");
+  env.clear();
+  // Cut off by max_tokens inside the second call: the first, complete one is kept.
+  CHECK(!parse_envelope(R"({"tool_calls":[{"name":"f","arguments":{"x":"}"}},{"name":"g","argu)", env, content));
+  REQUIRE(env.size() == 1);
+  CHECK(env[0].name == "f");
+  env.clear();
+  CHECK(parse_envelope(R"({"content":"hi"})", env, content));
+  CHECK(env.empty());
+  CHECK(content == "hi");
 }

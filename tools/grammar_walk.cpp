@@ -4,7 +4,9 @@
 #include <cctype>
 #include <chrono>
 #include <cstdint>
+#include <ctime>
 #include <random>
+#include <utility>
 
 namespace picolm::tools {
 
@@ -32,10 +34,27 @@ bool has_punctuation(const std::string& s) {
   return false;
 }
 
+double thread_cpu_us() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) * 1e6 + static_cast<double>(ts.tv_nsec) * 1e-3;
+}
+
 }  // namespace
 
-WalkResult random_walk(const std::shared_ptr<const grammar::Grammar>& grammar,
-                       const std::shared_ptr<const grammar::Vocabulary>& vocab, const WalkOptions& opts) {
+WalkVocabulary::WalkVocabulary(std::shared_ptr<const grammar::Vocabulary> v) : vocab(std::move(v)) {
+  kind.assign(vocab->size(), Other);
+  for (size_t id = 0; id < kind.size(); ++id) {
+    const std::string& t = vocab->token(static_cast<int32_t>(id));
+    kind[id] = t.empty() ? Empty : has_closing_byte(t) ? Closing : has_punctuation(t) ? Punctuation : Other;
+  }
+  for (int32_t id : vocab->eog_ids())
+    if (id >= 0 && static_cast<size_t>(id) < kind.size()) kind[static_cast<size_t>(id)] = Eog;
+}
+
+WalkResult random_walk(const std::shared_ptr<const grammar::Grammar>& grammar, const WalkVocabulary& wv,
+                       const WalkOptions& opts) {
+  const auto& vocab = wv.vocab;
   WalkResult r;
   std::mt19937_64 rng(opts.seed);
   const int soft_len = std::uniform_int_distribution<int>(opts.soft_len_min, opts.soft_len_max)(rng);
@@ -44,17 +63,20 @@ WalkResult random_walk(const std::shared_ptr<const grammar::Grammar>& grammar,
   grammar::Matcher m(grammar, vocab);
   const size_t n_vocab = vocab->size();
   std::vector<uint32_t> mask((n_vocab + 31) / 32);
-  std::vector<bool> is_eog(n_vocab, false);
-  for (int32_t id : vocab->eog_ids())
-    if (id >= 0 && static_cast<size_t>(id) < n_vocab) is_eog[static_cast<size_t>(id)] = true;
 
   std::vector<int32_t> allowed, closing, punctuation, eog;
   for (int step = 0; step < opts.max_tokens; ++step) {
     std::fill(mask.begin(), mask.end(), 0u);
     if (opts.time_masks) {
+      const double c0 = thread_cpu_us();
       const auto t0 = std::chrono::steady_clock::now();
       m.fill_mask(mask.data());
       const auto t1 = std::chrono::steady_clock::now();
+      r.mask_cpu_us.push_back(thread_cpu_us() - c0);
+      if (r.mask_cpu_us.back() > r.slowest_mask_cpu_us) {
+        r.slowest_mask_cpu_us = r.mask_cpu_us.back();
+        r.slowest_mask_prefix = m.text();
+      }
       r.mask_us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
     } else {
       m.fill_mask(mask.data());
@@ -75,17 +97,18 @@ WalkResult random_walk(const std::shared_ptr<const grammar::Grammar>& grammar,
           return r;
         }
         const auto tid = static_cast<int32_t>(id);
-        if (is_eog[id]) {
+        const uint8_t k = wv.kind[id];
+        if (k == WalkVocabulary::Eog) {
           eog.push_back(tid);
-        } else if (vocab->token(tid).empty()) {
+        } else if (k == WalkVocabulary::Empty) {
           r.status = WalkStatus::Inconsistent;
           r.detail = "mask allows empty non-EOG token " + std::to_string(id);
           r.text = m.text();
           return r;
         } else {
           allowed.push_back(tid);
-          if (has_closing_byte(vocab->token(tid))) closing.push_back(tid);
-          else if (has_punctuation(vocab->token(tid))) punctuation.push_back(tid);
+          if (k == WalkVocabulary::Closing) closing.push_back(tid);
+          else if (k == WalkVocabulary::Punctuation) punctuation.push_back(tid);
         }
       }
     }
@@ -158,7 +181,7 @@ WalkResult random_walk(const std::shared_ptr<const grammar::Grammar>& grammar,
       return r;
     }
     ++r.n_tokens;
-    if (is_eog[static_cast<size_t>(pick)]) {
+    if (wv.kind[static_cast<size_t>(pick)] == WalkVocabulary::Eog) {
       r.status = WalkStatus::Finished;
       r.text = m.text();
       return r;

@@ -42,12 +42,25 @@ struct WalkResult {
   std::string text;               // bytes accepted (Matcher::text())
   int n_tokens = 0;               // tokens accepted, EOG included
   std::string detail;             // what went wrong, for Stuck/Inconsistent
-  std::vector<double> mask_us;    // per fill_mask call, when time_masks
+  std::vector<double> mask_us;    // per fill_mask call, when time_masks (wall clock)
+  std::vector<double> mask_cpu_us;  // the same in thread CPU time: immune to preemption by other
+                                    // processes, but includes ~0.3 us of clock_gettime syscalls
   std::vector<double> accept_us;  // per accept_token call, when time_masks
+  double slowest_mask_cpu_us = 0;  // the slowest fill_mask (CPU time) and the text before it
+  std::string slowest_mask_prefix;
 };
 
-WalkResult random_walk(const std::shared_ptr<const grammar::Grammar>& grammar,
-                       const std::shared_ptr<const grammar::Vocabulary>& vocab, const WalkOptions& opts);
+// A vocabulary with each token's class for the walk's heuristics, computed once and shared by
+// any number of walks (immutable after construction).
+struct WalkVocabulary {
+  enum Kind : uint8_t { Other, Eog, Empty, Closing, Punctuation };
+  explicit WalkVocabulary(std::shared_ptr<const grammar::Vocabulary> v);
+  std::shared_ptr<const grammar::Vocabulary> vocab;
+  std::vector<uint8_t> kind;  // [token id] -> Kind
+};
+
+WalkResult random_walk(const std::shared_ptr<const grammar::Grammar>& grammar, const WalkVocabulary& wv,
+                       const WalkOptions& opts);
 
 // Summary statistics of a list of samples (microseconds or milliseconds, the caller's unit).
 struct Stats {

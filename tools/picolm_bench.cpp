@@ -11,6 +11,8 @@
 //   private_mb:  RssAnon, the resident anonymous memory (KV cache, scratch, heap, thread stacks)
 //                sampled while the last session is alive; the model's mmap is file-backed and
 //                shared with the page cache, so it is not in this number (file_mb: RssFile).
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -33,6 +35,14 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+// User + system CPU seconds of this process (all threads).
+double cpu_seconds() {
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  return static_cast<double>(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+         static_cast<double>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) * 1e-6;
+}
 
 // A field of /proc/self/status in kB (-1 if absent).
 long status_kb(const char* field) {
@@ -226,8 +236,13 @@ int main(int argc, char** argv) {
   long private_kb = 0;
   auto sample_private = [&]() { private_kb = std::max(private_kb, status_kb("RssAnon")); };
 
+  // Each run also records tokens per CPU-second x threads: what the run would reach if it had
+  // its cores to itself. Only an estimate (spinning and cache sharing skew it), used to read
+  // numbers taken on a busy machine; cpu_util says how busy.
+  std::vector<double> pp_cpu, tg_cpu;
   auto run_pp = [&]() -> double {
     Session s(model, pool, so);
+    const double c0 = cpu_seconds();
     const auto t0 = Clock::now();
     Status st = s.eval(prompt);
     const double dt = seconds_since(t0);
@@ -235,12 +250,14 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "picolm-bench: eval failed: %s\n", st.error().c_str());
       std::exit(1);
     }
+    pp_cpu.push_back(a.p * a.threads / std::max(1e-9, cpu_seconds() - c0));
     sample_private();
     return a.p / dt;
   };
   auto run_tg = [&](int n) -> double {
     Session s(model, pool, so);
     int32_t tok = rand_tok();
+    const double c0 = cpu_seconds();
     const auto t0 = Clock::now();
     for (int i = 0; i < n; ++i) {
       Status st = s.eval(std::span<const int32_t>(&tok, 1));
@@ -251,6 +268,7 @@ int main(int argc, char** argv) {
       tok = rand_tok();
     }
     const double dt = seconds_since(t0);
+    tg_cpu.push_back(n * a.threads / std::max(1e-9, cpu_seconds() - c0));
     sample_private();
     return n / dt;
   };
@@ -263,12 +281,19 @@ int main(int argc, char** argv) {
   }
   run_tg(std::min(a.n > 0 ? a.n : 4, 4));
 
+  // CPU utilisation of the timed runs: on a shared machine, well below 1.0 means other processes
+  // took our cores and the speeds are underestimates.
+  pp_cpu.clear();
+  tg_cpu.clear();
   std::vector<double> pp, tg;
+  const double cpu0 = cpu_seconds();
+  const auto wall0 = Clock::now();
   for (int i = 0; i < a.r; ++i) {
     if (a.p > 0) pp.push_back(run_pp());
     if (a.n > 0) tg.push_back(run_tg(a.n));
   }
-  const Stats spp = stats(pp), stg = stats(tg);
+  const double cpu_util = (cpu_seconds() - cpu0) / (seconds_since(wall0) * a.threads);
+  const Stats spp = stats(pp), stg = stats(tg), spp_cpu = stats(pp_cpu), stg_cpu = stats(tg_cpu);
   const double peak_rss_mb = status_kb("VmHWM") / 1024.0;
   const double private_mb = private_kb / 1024.0;
   const double file_mb = status_kb("RssFile") / 1024.0;
@@ -283,11 +308,13 @@ int main(int argc, char** argv) {
                 "\"pp_tok_s\":%.3f,\"pp_min\":%.3f,\"pp_max\":%.3f,"
                 "\"tg_tok_s\":%.3f,\"tg_min\":%.3f,\"tg_max\":%.3f,"
                 "\"peak_rss_mb\":%.1f,\"private_mb\":%.1f,\"file_rss_mb\":%.1f,\"load_s\":%.3f,"
-                "\"model_bytes\":%llu,\"weight_bytes_per_token\":%llu",
+                "\"model_bytes\":%llu,\"weight_bytes_per_token\":%llu,\"cpu_util\":%.3f,"
+                "\"pp_tok_per_cpu_s\":%.3f,\"tg_tok_per_cpu_s\":%.3f",
                 json_escape(a.model).c_str(), json_escape(model->description()).c_str(), kernels,
                 a.exact ? "exact" : "quantized", a.threads, a.p, a.n, a.r, so.n_batch, spp.median, spp.min, spp.max,
                 stg.median, stg.min, stg.max, peak_rss_mb, private_mb, file_mb, load_s,
-                static_cast<unsigned long long>(model_bytes), static_cast<unsigned long long>(weight_bytes_per_token));
+                static_cast<unsigned long long>(model_bytes), static_cast<unsigned long long>(weight_bytes_per_token), cpu_util,
+                spp_cpu.median, stg_cpu.median);
     if (a.bandwidth)
       std::printf(",\"bandwidth_gb_s\":%.2f,\"tg_roofline_tok_s\":%.2f,\"tg_fraction_of_roofline\":%.3f", bw,
                   bw / gb_per_tok, stg.median * gb_per_tok / bw);
@@ -295,13 +322,16 @@ int main(int argc, char** argv) {
     return 0;
   }
   std::printf("model:    %s\n          %s\n", a.model.c_str(), model->description().c_str());
-  std::printf("kernels:  %s (%s activations), %d thread(s), load %.2f s\n", kernels, a.exact ? "exact" : "quantized",
-              a.threads, load_s);
+  std::printf("kernels:  %s (%s activations), %d thread(s), load %.2f s, CPU utilisation %.0f%%\n", kernels,
+              a.exact ? "exact" : "quantized", a.threads, load_s, 100.0 * cpu_util);
   if (a.p > 0)
     std::printf("pp%-5d   %9.2f tok/s  (min %.2f, max %.2f, %d runs, n_batch %d)\n", a.p, spp.median, spp.min, spp.max,
                 a.r, so.n_batch);
   if (a.n > 0)
     std::printf("tg%-5d   %9.2f tok/s  (min %.2f, max %.2f, %d runs)\n", a.n, stg.median, stg.min, stg.max, a.r);
+  if (cpu_util < 0.9)
+    std::printf("busy machine: per CPU-second x threads: pp %.2f tok/s, tg %.2f tok/s (estimate)\n", spp_cpu.median,
+                stg_cpu.median);
   std::printf("memory:   peak RSS %.1f MiB, private (RssAnon) %.1f MiB, file-backed RSS %.1f MiB\n", peak_rss_mb,
               private_mb, file_mb);
   std::printf("decode:   %.1f MB of weights read per token", gb_per_tok * 1e3);

@@ -265,7 +265,7 @@ int cmd_sample(const Args& a) {
   tools::WalkOptions wo;
   wo.seed = a.seed;
   wo.max_tokens = a.max_tokens;
-  const tools::WalkResult w = tools::random_walk(g.grammar, vocab, wo);
+  const tools::WalkResult w = tools::random_walk(g.grammar, tools::WalkVocabulary(vocab), wo);
   std::fwrite(w.text.data(), 1, w.text.size(), stdout);
   std::fputc('\n', stdout);
   std::fprintf(stderr, "%s after %d tokens%s%s\n", tools::walk_status_name(w.status), w.n_tokens,
@@ -297,18 +297,27 @@ int cmd_bench(const Args& a) {
   const auto t1 = Clock::now();
   std::printf("first matcher: %.3f ms\n", std::chrono::duration<double, std::milli>(t1 - t0).count());
 
-  std::vector<double> mask_us, accept_us;
+  const tools::WalkVocabulary wv(vocab);
+  std::vector<double> mask_us, mask_cpu_us, accept_us, first_walk_mask_us;
   std::map<std::string, int> statuses;
   int tokens = 0;
+  double slowest = 0;
+  std::string slowest_prefix;
   for (int i = 0; i < a.walks; ++i) {
     tools::WalkOptions wo;
     wo.seed = a.seed + static_cast<uint64_t>(i);
     wo.max_tokens = a.max_tokens;
     wo.time_masks = true;
-    const tools::WalkResult w = tools::random_walk(g.grammar, vocab, wo);
+    const tools::WalkResult w = tools::random_walk(g.grammar, wv, wo);
     statuses[tools::walk_status_name(w.status)]++;
     tokens += w.n_tokens;
     mask_us.insert(mask_us.end(), w.mask_us.begin(), w.mask_us.end());
+    mask_cpu_us.insert(mask_cpu_us.end(), w.mask_cpu_us.begin(), w.mask_cpu_us.end());
+    if (i == 0) first_walk_mask_us = w.mask_us;
+    if (w.slowest_mask_cpu_us > slowest) {
+      slowest = w.slowest_mask_cpu_us;
+      slowest_prefix = w.slowest_mask_prefix;
+    }
     accept_us.insert(accept_us.end(), w.accept_us.begin(), w.accept_us.end());
   }
   std::string st;
@@ -316,8 +325,16 @@ int cmd_bench(const Args& a) {
   std::printf("walks: %d (%s), %d tokens\n", a.walks, st.c_str(), tokens);
   const tools::Stats ms = tools::summarize(mask_us);
   const tools::Stats as = tools::summarize(accept_us);
+  const tools::Stats fs = tools::summarize(first_walk_mask_us);
+  const tools::Stats cpu = tools::summarize(mask_cpu_us);
   std::printf("fill_mask: median %.2f us, p99 %.2f us, max %.2f us, mean %.2f us (%zu calls)\n", ms.median, ms.p99,
               ms.max, ms.mean, ms.n);
+  std::printf("fill_mask, thread CPU time: median %.2f us, p99 %.2f us, max %.2f us\n", cpu.median, cpu.p99, cpu.max);
+  std::printf("fill_mask, first walk only (cold caches): median %.2f us, p99 %.2f us, max %.2f us (%zu calls)\n",
+              fs.median, fs.p99, fs.max, fs.n);
+  std::printf("slowest fill_mask: %.1f us CPU, after %zu bytes: \"%s\"\n", slowest, slowest_prefix.size(),
+              slowest_prefix.size() > 200 ? (slowest_prefix.substr(0, 80) + " ... " + slowest_prefix.substr(slowest_prefix.size() - 100)).c_str()
+                                          : slowest_prefix.c_str());
   std::printf("accept_token: median %.2f us, p99 %.2f us, max %.2f us (%zu calls)\n", as.median, as.p99, as.max, as.n);
   return 0;
 }

@@ -8,10 +8,12 @@
 #include <cstring>
 #include <fstream>
 #include <iterator>
+#include <memory>
 #include <string>
 
 #include "kernels/thread_pool.h"
 #include "model.h"
+#include "prompt_cache.h"
 #include "sampler.h"
 
 using namespace picolm;
@@ -34,11 +36,13 @@ void usage(FILE* out) {
                "  --dump-logits FILE     write {\"pos\",\"token\",\"logits\"} per evaluated position (JSON lines)\n"
                "  --tokenize             print the prompt's token ids and exit\n"
                "  --no-bos               do not add BOS even if the vocabulary asks for it\n"
+               "  --prompt-cache DIR     reuse and save the prompt's KV cache in DIR ('default': $XDG_CACHE_HOME/picolm);\n"
+               "                         ignored with --dump-logits\n"
                "  --ignore-eos           keep generating after end-of-generation tokens\n");
 }
 
 struct Args {
-  std::string model, prompt, dump_logits;
+  std::string model, prompt, dump_logits, prompt_cache;
   int n_predict = 64, threads = 0, ctx = 0;
   bool tokenize = false, exact = false, mlock = false, no_bos = false, ignore_eos = false, have_prompt = false;
   SamplerParams sp;
@@ -90,6 +94,7 @@ int parse_args(int argc, char** argv, Args& a) {
     else if (k == "-j" || k == "--threads") { if (!num(d)) return 1; a.threads = int(d); }
     else if (k == "-c" || k == "--ctx-size") { if (!num(d)) return 1; a.ctx = int(d); }
     else if (k == "--dump-logits") { const char* v = val(); if (!v) return 1; a.dump_logits = v; }
+    else if (k == "--prompt-cache") { const char* v = val(); if (!v) return 1; a.prompt_cache = v; }
     else if (k == "--tokenize") a.tokenize = true;
     else if (k == "--exact") a.exact = true;
     else if (k == "--mlock") a.mlock = true;
@@ -111,6 +116,17 @@ void write_logits(std::FILE* f, size_t pos, int32_t token, std::span<const float
 
 double ms_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// --prompt-cache DIR: a store whose problems (rejected files, I/O errors) are reported on stderr.
+std::unique_ptr<PromptCacheStore> open_prompt_cache(const std::string& dir) {
+  if (dir.empty()) return nullptr;
+  PromptCacheOptions o;
+  o.dir = dir == "default" ? PromptCacheStore::default_dir() : dir;
+  o.log = [](PromptCacheLogLevel level, std::string_view msg) {
+    if (level != PromptCacheLogLevel::Debug) std::fprintf(stderr, "picolm: %.*s\n", int(msg.size()), msg.data());
+  };
+  return std::make_unique<PromptCacheStore>(std::move(o));
 }
 
 }  // namespace
@@ -169,9 +185,15 @@ int main(int argc, char** argv) {
   auto progress = [&](size_t done, size_t total) {
     if (tty && total > 64) std::fprintf(stderr, "prefill %zu/%zu\r", done, total);
   };
-  Status s = session.eval(ids, /*all_logits=*/dump != nullptr, progress);
-  if (!s) {
-    std::fprintf(stderr, "picolm: %s\n", s.error().c_str());
+  // A cache hit skips the prefix, whose logits --dump-logits needs: no cache when dumping.
+  std::unique_ptr<PromptCacheStore> cache = dump ? nullptr : open_prompt_cache(a.prompt_cache);
+  PrefillWithCacheOptions pco;
+  pco.all_logits = dump != nullptr;
+  pco.defer_store = true;  // saved after generation, so that writing the file does not delay the first token
+  pco.progress = progress;
+  auto pre = prefill_with_cache(cache.get(), session, ids, /*stable_len=*/ids.size(), pco);
+  if (!pre) {
+    std::fprintf(stderr, "picolm: %s\n", pre.error().c_str());
     return 1;
   }
   const double pre_ms = ms_since(t_pre);
@@ -207,8 +229,9 @@ int main(int argc, char** argv) {
   std::printf("\n");
   const double gen_ms = ms_since(t_gen);
   if (dump) std::fclose(dump);
-  std::fprintf(stderr, "prefill: %zu tokens in %.1f ms (%.1f tok/s) | decode: %d tokens in %.1f ms (%.1f tok/s)\n",
-               ids.size(), pre_ms, ids.size() * 1000.0 / std::max(pre_ms, 1e-3), generated, gen_ms,
+  if (cache) cache->store(session, ids.size());  // decoding left positions < ids.size() untouched
+  std::fprintf(stderr, "prefill: %zu tokens (%zu from the prompt cache) in %.1f ms (%.1f tok/s) | decode: %d tokens in %.1f ms (%.1f tok/s)\n",
+               ids.size(), pre->cached_tokens, pre_ms, pre->evaluated_tokens * 1000.0 / std::max(pre_ms, 1e-3), generated, gen_ms,
                generated * 1000.0 / std::max(gen_ms, 1e-3));
   return 0;
 }

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <spdlog/cfg/env.h>
+#include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
 #include <atomic>
@@ -30,7 +31,7 @@ void usage(FILE* out) {
       "  --chat-template NAME    override the detected chat template (chatml, qwen2.5, hermes, llama3.1,\n"
       "                          llama3.2, zephyr, mistral-nemo, gemma2, phi3.5, deepseek-r1)\n"
       "  --max-queue N           requests waiting for the engine before 429 (default 16)\n"
-      "  --timeout SEC           per-request generation limit, then finish_reason length (default 300)\n"
+      "  --timeout SEC           per-request limit incl. queue wait, then finish_reason length (default 110)\n"
       "  --max-body-mb N         largest request body (default 8)\n"
       "  --cache-dir DIR         prompt cache on disk\n"
       "  --cache-max-mb N        disk budget of the prompt cache (default 1024)\n"
@@ -56,6 +57,8 @@ std::string default_model_path(const char* argv0) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Logs go to stderr; stdout carries only the "listening on HOST:PORT" line (for scripts).
+  spdlog::set_default_logger(spdlog::stderr_color_mt("picolm"));
   spdlog::cfg::load_env_levels();  // SPDLOG_LEVEL=debug shows raw model output
   ServerOptions o;
   o.engine.max_queue = 16;

@@ -3,17 +3,23 @@
 #include <utility>
 #include <vector>
 
-#include "gguf.h"
-#include "tokenizer.h"
-
 namespace picolm::tools {
 
 Result<std::shared_ptr<const grammar::Vocabulary>> load_grammar_vocab(const std::string& gguf_path) {
+  auto b = load_vocab_bundle(gguf_path);
+  if (!b) return Error{b.error()};
+  return std::move(b->vocab);
+}
+
+Result<VocabBundle> load_vocab_bundle(const std::string& gguf_path) {
+  VocabBundle b;
   auto gguf = GgufFile::open(gguf_path);
   if (!gguf) return Error{gguf.error()};
-  auto tok = Tokenizer::create(**gguf);
+  b.gguf = std::move(*gguf);
+  auto tok = Tokenizer::create(*b.gguf);
   if (!tok) return Error{gguf_path + ": " + tok.error()};
-  const Tokenizer& t = **tok;
+  b.tokenizer = std::move(*tok);
+  const Tokenizer& t = *b.tokenizer;
   std::vector<std::string> bytes(static_cast<size_t>(t.n_vocab()));
   for (int32_t id = 0; id < t.n_vocab(); ++id) {
     const TokenType type = t.token_type(id);
@@ -22,7 +28,8 @@ Result<std::shared_ptr<const grammar::Vocabulary>> load_grammar_vocab(const std:
     if (type == TokenType::Control || type == TokenType::Unknown || type == TokenType::Unused) continue;
     bytes[static_cast<size_t>(id)] = t.token_to_piece(id, /*special=*/false);
   }
-  return grammar::Vocabulary::create(std::move(bytes), t.eog_ids());
+  b.vocab = grammar::Vocabulary::create(std::move(bytes), t.eog_ids());
+  return b;
 }
 
 std::shared_ptr<const grammar::Vocabulary> byte_vocabulary() {

@@ -28,9 +28,9 @@ uint64_t read_xcr0() {
 // Tables are built once (function-local statics, thread-safe initialisation) and immutable after.
 struct Tables {
   KernelTable scalar;
-  KernelTable avx2, avx512, neon;
+  KernelTable avx2, avx512, neon, neon_dotprod;
   bool has_avx2 = false, has_avx512 = false, has_neon = false;
-  const KernelTable* list[4] = {};
+  const KernelTable* list[5] = {};
   int count = 0;
 
   Tables() {
@@ -58,6 +58,11 @@ struct Tables {
       kq::fill_neon_table(neon);
       has_neon = true;
       list[count++] = &neon;
+    }
+    if (f.neon && f.dotprod) {
+      kq::fill_scalar_table(neon_dotprod);
+      kq::fill_neon_dotprod_table(neon_dotprod);
+      list[count++] = &neon_dotprod;
     }
 #endif
     (void)f;

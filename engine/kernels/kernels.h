@@ -38,6 +38,10 @@ using VecDotFn = float (*)(int64_t n, const void* w, const void* act);
 using VecDotTileFn = void (*)(int64_t n, const void* w, const void* act, size_t act_stride, int n_act, float* out,
                               int64_t out_stride);
 constexpr int kMaxDotTile = 4;
+// F32 dot for ActivationMode::Exact: 16 interleaved partial sums (element i goes to sum i % 16,
+// tail included), folded pairwise 8, 4, 2, 1, with separate multiply and add roundings. Every
+// table computes exactly this, so Exact results do not depend on the table (tested bit for bit).
+using ExactDotFn = float (*)(const float* a, const float* b, int64_t n);
 
 struct KernelTable {
   const char* name = "scalar";
@@ -45,6 +49,7 @@ struct KernelTable {
   QuantizeRowFn quantize_row[32] = {};      // for activation types (Q8_0, Q8_1, Q8_K, F16, BF16, F32)
   VecDotFn vec_dot[32] = {};                // indexed by the weight type
   VecDotTileFn vec_dot_tile[32] = {};       // optional (nullptr: matmul calls vec_dot per token)
+  ExactDotFn exact_dot_f32 = nullptr;
 };
 
 struct CpuFeatures {
@@ -55,7 +60,8 @@ struct CpuFeatures {
 CpuFeatures detect_cpu_features();
 
 const KernelTable& scalar_kernels();
-// The fastest table the CPU supports (scalar if none). Honours env PICOLM_KERNELS=scalar|avx2|avx512|neon.
+// The fastest table the CPU supports (scalar if none). Honours env
+// PICOLM_KERNELS=scalar|avx2|avx512|neon|neon_dotprod (an unavailable name falls back to the best).
 const KernelTable& best_kernels();
 // Every table this CPU can run (for tests and benchmarks), scalar first.
 int available_kernels(const KernelTable** out, int max_out);
@@ -68,6 +74,9 @@ enum class ActivationMode {
 
 // Y[t*rows + r] = dot(W row r, X row t) for t < n_tokens, r < rows.
 // W: `rows` rows of `cols` elements of `wtype`, contiguous. X: n_tokens x cols floats.
+// cols must be a whole number of blocks of wtype; shape or type errors are caller bugs and throw
+// std::logic_error (as do row_bytes, dequantize_row_ref and quantize_row_weights_ref).
+// Uses pool scratch slots 0 and 1 + worker (see ThreadPool::scratch).
 void matmul(const KernelTable& k, ThreadPool& pool, ActivationMode mode, GgmlType wtype, const void* W,
             int64_t rows, int64_t cols, const float* X, int64_t n_tokens, float* Y);
 

@@ -1,28 +1,14 @@
 // matmul: Y[t][r] = W[r] . X[t], split over the pool by row chunks.
 #include <algorithm>
-#include <cassert>
 #include <cstring>
 
 #include "kernels/kernels.h"
+#include "kernels/quant_blocks.h"
 #include "kernels/thread_pool.h"
 
 namespace picolm {
 
 namespace {
-
-// F32 dot for Exact mode: 16 independent float lanes (vectorisable, fixed order so results do not
-// depend on the table or thread count) folded pairwise; error ~ (n/16 + 4) ulp-scale terms instead
-// of n for a naive running sum.
-float dot_f32_exact(const float* a, const float* b, int64_t n) {
-  float acc[16] = {};
-  int64_t i = 0;
-  for (; i + 16 <= n; i += 16)
-    for (int j = 0; j < 16; ++j) acc[j] += a[i + j] * b[i + j];
-  for (int j = 0; i < n; ++i, ++j) acc[j] += a[i] * b[i];
-  for (int w = 8; w >= 1; w /= 2)
-    for (int j = 0; j < w; ++j) acc[j] += acc[j + w];
-  return acc[0];
-}
 
 // Rows per task: about 4 tasks per thread so the atomic task counter balances uneven progress,
 // rounded to a multiple of 8 rows (a cache line of row starts for the small types).
@@ -37,25 +23,29 @@ int64_t chunk_rows(int64_t rows, int n_threads) {
 
 void matmul(const KernelTable& k, ThreadPool& pool, ActivationMode mode, GgmlType wtype, const void* W,
             int64_t rows, int64_t cols, const float* X, int64_t n_tokens, float* Y) {
-  if (rows <= 0 || n_tokens <= 0) return;
-  const size_t wrow = row_bytes(wtype, cols);
+  PICOLM_KCHECK(rows >= 0 && n_tokens >= 0 && cols > 0, "negative or empty matmul shape");
+  if (rows == 0 || n_tokens == 0) return;
+  PICOLM_KCHECK(static_cast<uint32_t>(wtype) < 32 && k.vec_dot[static_cast<int>(wtype)] != nullptr,
+                "weight type without kernels");
+  const size_t wrow = row_bytes(wtype, cols);  // checks that cols is a whole number of blocks
   const auto* wbase = static_cast<const uint8_t*>(W);
-  const int64_t chunk = chunk_rows(rows, pool.size());
+  // Below ~128k multiply-adds (a few microseconds) waking the workers costs more than it saves.
+  const bool tiny = rows * cols * n_tokens < (int64_t{1} << 17);
+  const int64_t chunk = tiny ? rows : chunk_rows(rows, pool.size());
   const int n_tasks = static_cast<int>((rows + chunk - 1) / chunk);
 
   if (mode == ActivationMode::Quantized) {
     const GgmlType vt = vec_dot_type(wtype);
     const VecDotFn dot = k.vec_dot[static_cast<int>(wtype)];
-    assert(dot != nullptr);
     const size_t arow = row_bytes(vt, cols);
     const uint8_t* act;
     if (vt == GgmlType::F32) {
       act = reinterpret_cast<const uint8_t*>(X);
     } else {
       const QuantizeRowFn quant = k.quantize_row[static_cast<int>(vt)];
-      assert(quant != nullptr);
+      PICOLM_KCHECK(quant != nullptr, "no activation quantizer");
       uint8_t* buf = pool.scratch(0, arow * static_cast<size_t>(n_tokens));
-      if (n_tokens >= 2 * pool.size()) {
+      if (!tiny && n_tokens >= 2 * pool.size()) {
         pool.parallel_for(static_cast<int>(n_tokens),
                           [&](int t, int) { quant(X + t * cols, buf + static_cast<size_t>(t) * arow, cols); });
       } else {
@@ -91,7 +81,8 @@ void matmul(const KernelTable& k, ThreadPool& pool, ActivationMode mode, GgmlTyp
   // Exact: each weight row is dequantized once (into the worker's scratch) and dotted in F32 with
   // every token row.
   const DequantizeRowFn deq = k.dequantize_row[static_cast<int>(wtype)];
-  assert(deq != nullptr);
+  const ExactDotFn dot_f32_exact = k.exact_dot_f32;
+  PICOLM_KCHECK(deq != nullptr && dot_f32_exact != nullptr, "no dequantizer for Exact mode");
   pool.parallel_for(n_tasks, [&](int task, int worker) {
     float* wf = wtype == GgmlType::F32 ? nullptr
                                        : reinterpret_cast<float*>(pool.scratch(1 + worker, static_cast<size_t>(cols) * 4));

@@ -1,7 +1,7 @@
 // AVX-512 (F, BW, VL, VNNI) kernels, compiled with per-file flags; only called when the CPU has
 // them. The 256-bit kernels of quant_x86_impl.h are rebuilt here with VPDPBUSD for the u8 x s8
-// dots; the hottest decode types (Q4_K, Q6_K, Q8_0) get 512-bit versions below that handle two
-// 32-element groups per instruction.
+// dots; the hottest types (Q4_K, Q6_K, Q8_0, Q4_0, Q5_0) get 512-bit versions below that handle
+// two 32-element groups per instruction.
 // GCC 12's AVX-512 intrinsics headers use _mm512_undefined_*() and trigger false
 // -W(maybe-)uninitialized warnings when inlined (GCC PR 105593, fixed in GCC 13).
 #if defined(__GNUC__) && !defined(__clang__)
@@ -122,9 +122,12 @@ inline __m512i sign_epi8_512(__m512i y, __m512i x) {
   return _mm512_maskz_mov_epi8(nonzero, _mm512_mask_sub_epi8(y, neg, _mm512_setzero_si512(), y));
 }
 
-template <int N>
-void tile512_q8_0_n(int64_t n, const void* vw, const void* va, size_t astride, float* out, int64_t ostride) {
-  const auto* x = static_cast<const BlockQ8_0*>(vw);
+// Weight types whose activations are Q8_0: two 32-element blocks per 512-bit register (lanes
+// 0-7 block ib, lanes 8-15 block ib+1). `unpack` gives a block's 32 signed weights; an odd last
+// block goes through the 256-bit tile `tail` (same N, so single dots and tiles still agree).
+template <int N, class Block, class Unpack, class Tail>
+inline void tile512_q8act(int64_t n, const Block* x, const void* va, size_t astride, float* out, int64_t ostride,
+                          Unpack unpack, Tail tail) {
   const BlockQ8_0* y[N];
   act_rows(va, astride, y);
   const int64_t nb = n / QK8_0;
@@ -132,8 +135,7 @@ void tile512_q8_0_n(int64_t n, const void* vw, const void* va, size_t astride, f
   for (int t = 0; t < N; ++t) acc[t] = _mm512_setzero_ps();
   int64_t ib = 0;
   for (; ib + 2 <= nb; ib += 2) {
-    // Two blocks per register: lanes 0-7 block ib, lanes 8-15 block ib+1.
-    const __m512i qx = combine256(load256(x[ib].qs), load256(x[ib + 1].qs));
+    const __m512i qx = combine256(unpack(x[ib]), unpack(x[ib + 1]));
     const __m512i ax = _mm512_abs_epi8(qx);
     const float dx0 = x86_h2f(x[ib].d), dx1 = x86_h2f(x[ib + 1].d);
     for (int t = 0; t < N; ++t) {
@@ -146,11 +148,40 @@ void tile512_q8_0_n(int64_t n, const void* vw, const void* va, size_t astride, f
       acc[t] = _mm512_fmadd_ps(dv, _mm512_cvtepi32_ps(p), acc[t]);
     }
   }
-  float tail[N] = {};
-  if (ib < nb) tile_q8_0_n<N>(QK8_0, &x[ib], &y[0][ib], astride, tail, 1);
-  for (int t = 0; t < N; ++t) out[t * ostride] = hsum512(acc[t]) + tail[t];
+  float rest[N] = {};
+  if (ib < nb) tail(&x[ib], &y[0][ib], astride, rest);
+  for (int t = 0; t < N; ++t) out[t * ostride] = hsum512(acc[t]) + rest[t];
+}
+
+template <int N>
+void tile512_q8_0_n(int64_t n, const void* vw, const void* va, size_t astride, float* out, int64_t ostride) {
+  tile512_q8act<N>(
+      n, static_cast<const BlockQ8_0*>(vw), va, astride, out, ostride, [](const BlockQ8_0& b) { return load256(b.qs); },
+      [](const BlockQ8_0* x, const BlockQ8_0* y, size_t as, float* o) { tile_q8_0_n<N>(QK8_0, x, y, as, o, 1); });
 }
 PICOLM_TILE_ENTRY_POINTS(tile512_q8_0_n, avx512_tile_q8_0, avx512_dot_q8_0)
+
+template <int N>
+void tile512_q4_0_n(int64_t n, const void* vw, const void* va, size_t astride, float* out, int64_t ostride) {
+  tile512_q8act<N>(
+      n, static_cast<const BlockQ4_0*>(vw), va, astride, out, ostride,
+      [](const BlockQ4_0& b) { return _mm256_sub_epi8(nibbles_to_bytes(b.qs), _mm256_set1_epi8(8)); },
+      [](const BlockQ4_0* x, const BlockQ8_0* y, size_t as, float* o) { tile_q4_0_n<N>(QK4_0, x, y, as, o, 1); });
+}
+PICOLM_TILE_ENTRY_POINTS(tile512_q4_0_n, avx512_tile_q4_0, avx512_dot_q4_0)
+
+template <int N>
+void tile512_q5_0_n(int64_t n, const void* vw, const void* va, size_t astride, float* out, int64_t ostride) {
+  tile512_q8act<N>(
+      n, static_cast<const BlockQ5_0*>(vw), va, astride, out, ostride,
+      [](const BlockQ5_0& b) {
+        // value - 16 = nibble | 0xF0 (as int8) when the fifth bit is clear, the nibble when set.
+        const __m256i hi = _mm256_andnot_si256(bits_to_bytes(b.qh), _mm256_set1_epi8(static_cast<char>(0xF0)));
+        return _mm256_or_si256(nibbles_to_bytes(b.qs), hi);
+      },
+      [](const BlockQ5_0* x, const BlockQ8_0* y, size_t as, float* o) { tile_q5_0_n<N>(QK5_0, x, y, as, o, 1); });
+}
+PICOLM_TILE_ENTRY_POINTS(tile512_q5_0_n, avx512_tile_q5_0, avx512_dot_q5_0)
 
 }  // namespace
 
@@ -163,6 +194,10 @@ void fill_avx512_table(KernelTable& t) {
   t.vec_dot_tile[ix(GgmlType::Q4_K)] = avx512_tile_q4_K;
   t.vec_dot_tile[ix(GgmlType::Q6_K)] = avx512_tile_q6_K;
   t.vec_dot_tile[ix(GgmlType::Q8_0)] = avx512_tile_q8_0;
+  t.vec_dot[ix(GgmlType::Q4_0)] = avx512_dot_q4_0;
+  t.vec_dot[ix(GgmlType::Q5_0)] = avx512_dot_q5_0;
+  t.vec_dot_tile[ix(GgmlType::Q4_0)] = avx512_tile_q4_0;
+  t.vec_dot_tile[ix(GgmlType::Q5_0)] = avx512_tile_q5_0;
 }
 
 }  // namespace picolm::kq

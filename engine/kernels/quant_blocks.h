@@ -4,8 +4,20 @@
 #pragma once
 #include <cstdint>
 #include <cstring>
+#include <stdexcept>
+#include <string>
 
 #include "kernels/kernels.h"
+
+// Tier-2 check (STYLE.md) for broken caller invariants at API entry points (never in hot loops):
+// throws std::logic_error naming file and line, so a shape bug fails loudly instead of computing
+// on garbage.
+#define PICOLM_KCHECK(cond, what)                                                                    \
+  do {                                                                                               \
+    if (!(cond))                                                                                     \
+      throw std::logic_error(std::string(__FILE__) + ":" + std::to_string(__LINE__) + ": check `" + \
+                             #cond + "` failed: " + (what));                                         \
+  } while (0)
 
 namespace picolm::kq {
 
@@ -110,7 +122,8 @@ void fill_avx2_table(KernelTable& t);    // quant_avx2.cpp
 void fill_avx512_table(KernelTable& t);  // quant_avx512.cpp
 #endif
 #if defined(__aarch64__)
-void fill_neon_table(KernelTable& t);  // quant_neon.cpp
+void fill_neon_table(KernelTable& t);          // quant_neon.cpp
+void fill_neon_dotprod_table(KernelTable& t);  // quant_neon_dotprod.cpp
 #endif
 
 // Scalar activation quantizers, exposed for SIMD files that reuse them.

@@ -2,7 +2,6 @@
 // exact rounding, simple round-to-nearest weight quantizers (for synthetic data), and the fused dot
 // products with integer inner loops as ggml's generic code does them.
 #include <algorithm>
-#include <cassert>
 #include <cmath>
 #include <cstring>
 
@@ -640,23 +639,32 @@ float dot_q4_1(int64_t n, const void* w, const void* a) {
   return sumf;
 }
 
+// Q5_0/Q5_1: sum of (5-bit value - offset) * q8 over a block. The fifth bits are walked with
+// constant shifts: per-element variable shifts (and a byte array reread as vectors) are slow.
+inline int dot_q5_block(const uint8_t* qs, const uint8_t* qh_bytes, int offset, const int8_t* q8) {
+  uint32_t qh;
+  std::memcpy(&qh, qh_bytes, 4);
+  uint32_t lo = qh, hi = qh >> 16;
+  int sumi0 = 0, sumi1 = 0;
+  for (int j = 0; j < 16; ++j, lo >>= 1, hi >>= 1) {
+    sumi0 += ((qs[j] & 0x0F) | static_cast<int>((lo & 1u) << 4)) * q8[j];
+    sumi1 += ((qs[j] >> 4) | static_cast<int>((hi & 1u) << 4)) * q8[j + 16];
+  }
+  if (offset != 0) {
+    int s8 = 0;
+    for (int j = 0; j < 32; ++j) s8 += q8[j];
+    return sumi0 + sumi1 - offset * s8;
+  }
+  return sumi0 + sumi1;
+}
+
 float dot_q5_0(int64_t n, const void* w, const void* a) {
   const auto* x = static_cast<const BlockQ5_0*>(w);
   const auto* y = static_cast<const BlockQ8_0*>(a);
   float sumf = 0.0f;
   for (int64_t ib = 0; ib < n / QK8_0; ++ib) {
-    uint32_t qh;
-    std::memcpy(&qh, x[ib].qh, 4);
-    int sumi0 = 0, sumi1 = 0;
-    for (int j = 0; j < QK8_0 / 2; ++j) {
-      const int xh0 = static_cast<int>(((qh >> j) & 1u) << 4);
-      const int xh1 = static_cast<int>(((qh >> (j + 16)) & 1u) << 4);
-      const int x0 = ((x[ib].qs[j] & 0x0F) | xh0) - 16;
-      const int x1 = ((x[ib].qs[j] >> 4) | xh1) - 16;
-      sumi0 += x0 * y[ib].qs[j];
-      sumi1 += x1 * y[ib].qs[j + QK8_0 / 2];
-    }
-    sumf += (h2f(x[ib].d) * h2f(y[ib].d)) * static_cast<float>(sumi0 + sumi1);
+    const int sumi = dot_q5_block(x[ib].qs, x[ib].qh, 16, y[ib].qs);
+    sumf += (h2f(x[ib].d) * h2f(y[ib].d)) * static_cast<float>(sumi);
   }
   return sumf;
 }
@@ -666,16 +674,8 @@ float dot_q5_1(int64_t n, const void* w, const void* a) {
   const auto* y = static_cast<const BlockQ8_1*>(a);
   float sumf = 0.0f;
   for (int64_t ib = 0; ib < n / QK8_1; ++ib) {
-    uint32_t qh;
-    std::memcpy(&qh, x[ib].qh, 4);
-    int sumi0 = 0, sumi1 = 0;
-    for (int j = 0; j < QK8_1 / 2; ++j) {
-      const int xh0 = static_cast<int>(((qh >> j) & 1u) << 4);
-      const int xh1 = static_cast<int>(((qh >> (j + 16)) & 1u) << 4);
-      sumi0 += ((x[ib].qs[j] & 0x0F) | xh0) * y[ib].qs[j];
-      sumi1 += ((x[ib].qs[j] >> 4) | xh1) * y[ib].qs[j + QK8_1 / 2];
-    }
-    sumf += (h2f(x[ib].d) * h2f(y[ib].d)) * static_cast<float>(sumi0 + sumi1) + h2f(x[ib].m) * h2f(y[ib].s);
+    const int sumi = dot_q5_block(x[ib].qs, x[ib].qh, 0, y[ib].qs);
+    sumf += (h2f(x[ib].d) * h2f(y[ib].d)) * static_cast<float>(sumi) + h2f(x[ib].m) * h2f(y[ib].s);
   }
   return sumf;
 }
@@ -848,10 +848,24 @@ float dot_q6_K(int64_t n, const void* w, const void* a) {
 
 constexpr int idx(GgmlType t) { return static_cast<int>(t); }
 
+// The Exact-mode dot (see ExactDotFn): 16 partial sums, fixed order. Error ~ (n/16 + 4) roundings
+// of partial-sum size rather than n of a running sum; the SIMD twins reproduce it bit for bit.
+float exact_dot_f32_ref(const float* a, const float* b, int64_t n) {
+  float acc[16] = {};
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16)
+    for (int j = 0; j < 16; ++j) acc[j] += a[i + j] * b[i + j];
+  for (int j = 0; i < n; ++i, ++j) acc[j] += a[i] * b[i];
+  for (int w = 8; w >= 1; w /= 2)
+    for (int j = 0; j < w; ++j) acc[j] += acc[j + w];
+  return acc[0];
+}
+
 }  // namespace
 
 void fill_scalar_table(KernelTable& t) {
   t.name = "scalar";
+  t.exact_dot_f32 = exact_dot_f32_ref;
   t.dequantize_row[idx(GgmlType::F32)] = dequant_f32;
   t.dequantize_row[idx(GgmlType::F16)] = dequant_f16;
   t.dequantize_row[idx(GgmlType::BF16)] = dequant_bf16;
@@ -914,14 +928,20 @@ QuantizeRowFn weight_quantizer(GgmlType t) {
 }  // namespace kq
 
 void dequantize_row_ref(GgmlType type, const void* src, float* dst, int64_t n) {
+  const GgmlTypeTraits* tr = ggml_type_traits(type);
+  PICOLM_KCHECK(tr != nullptr && static_cast<uint32_t>(type) < 32, "unknown tensor type");
+  PICOLM_KCHECK(n >= 0 && n % tr->block_elems == 0, std::string("row length not a multiple of the ") + tr->name + " block");
   const auto fn = scalar_kernels().dequantize_row[static_cast<int>(type)];
-  assert(fn != nullptr);
+  PICOLM_KCHECK(fn != nullptr, std::string("no dequantizer for ") + tr->name);
   fn(src, dst, n);
 }
 
 void quantize_row_weights_ref(GgmlType type, const float* src, void* dst, int64_t n) {
+  const GgmlTypeTraits* tr = ggml_type_traits(type);
+  PICOLM_KCHECK(tr != nullptr, "unknown tensor type");
+  PICOLM_KCHECK(n >= 0 && n % tr->block_elems == 0, std::string("row length not a multiple of the ") + tr->name + " block");
   const auto fn = kq::weight_quantizer(type);
-  assert(fn != nullptr);
+  PICOLM_KCHECK(fn != nullptr, std::string("no quantizer for ") + tr->name);
   fn(src, dst, n);
 }
 
@@ -943,7 +963,8 @@ GgmlType vec_dot_type(GgmlType weight) {
 
 size_t row_bytes(GgmlType type, int64_t n) {
   const GgmlTypeTraits* tr = ggml_type_traits(type);
-  assert(tr != nullptr && n % tr->block_elems == 0);
+  PICOLM_KCHECK(tr != nullptr, "unknown tensor type");
+  PICOLM_KCHECK(n >= 0 && n % tr->block_elems == 0, std::string("row length not a multiple of the ") + tr->name + " block");
   return static_cast<size_t>(n / tr->block_elems) * tr->block_bytes;
 }
 

@@ -4,9 +4,10 @@
 // VL) is enabled, the u8 x s8 dot helper uses VPDPBUSD instead of VPMADDUBSW + VPMADDWD; integer
 // results are identical either way.
 //
-// Float results differ from the scalar reference only in the order of float additions (vector
-// lanes instead of a running sum); integer block sums are exact, and activation quantizers are
-// bit-exact with the reference (tested).
+// Dot products differ from the scalar reference only in the order of float additions (vector
+// lanes instead of a running sum); integer block sums are exact. Activation quantizers,
+// dequantizers and the Exact-mode F32 dot are bit-identical to the reference, and every tile
+// kernel is bit-identical to its single-row dot (all tested).
 #pragma once
 #include <immintrin.h>
 
@@ -162,9 +163,11 @@ void simd_quantize_q8_K(const float* x, void* vy, int64_t n) {
     }
     // The reference keeps the first element of largest magnitude (strict >), with its sign.
     float max = 0.0f;
-    for (int j = 0; j < QK_K; ++j) {
-      if (std::fabs(x[j]) == amax) {
-        max = x[j];
+    const __m256 vmax = _mm256_set1_ps(amax);
+    for (int j = 0; j < QK_K; j += 8) {
+      const int hit = _mm256_movemask_ps(_mm256_cmp_ps(abs_ps(_mm256_loadu_ps(x + j)), vmax, _CMP_EQ_OQ));
+      if (hit != 0) {
+        max = x[j + __builtin_ctz(static_cast<unsigned>(hit))];
         break;
       }
     }
@@ -452,47 +455,50 @@ void tile_q4_K_n(int64_t n, const void* vw, const void* va, size_t astride, floa
 }
 PICOLM_TILE_ENTRY_POINTS(tile_q4_K_n, simd_tile_q4_K, simd_dot_q4_K)
 
-float simd_dot_q5_K(int64_t n, const void* vw, const void* va) {
+template <int N>
+void tile_q5_K_n(int64_t n, const void* vw, const void* va, size_t astride, float* out, int64_t ostride) {
   const auto* x = static_cast<const BlockQ5_K*>(vw);
-  const auto* y = static_cast<const BlockQ8_K*>(va);
+  const BlockQ8_K* y[N];
+  act_rows(va, astride, y);
   const int64_t nb = n / QK_K;
   const __m256i m4 = _mm256_set1_epi8(0xF);
   const __m256i bit16 = _mm256_set1_epi8(16);
-  __m256 acc = _mm256_setzero_ps();
-  __m128 acc_m = _mm_setzero_ps();
+  __m256 acc[N];
+  __m128 acc_m[N];
+  for (int t = 0; t < N; ++t) acc[t] = _mm256_setzero_ps(), acc_m[t] = _mm_setzero_ps();
   for (int64_t i = 0; i < nb; ++i) {
-    const float d = y[i].d * x86_h2f(x[i].d);
-    const float dmin = -y[i].d * x86_h2f(x[i].dmin);
+    const float xd = x86_h2f(x[i].d), xdmin = x86_h2f(x[i].dmin);
     const __m256i ms = unpack_k4_scales_mins_i16(x[i].scales);
-    acc_m = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(k4_min_products(ms, y[i].bsums)), acc_m);
+    for (int t = 0; t < N; ++t)
+      acc_m[t] = _mm_fmadd_ps(_mm_set1_ps(-y[t][i].d * xdmin), _mm_cvtepi32_ps(k4_min_products(ms, y[t][i].bsums)), acc_m[t]);
     const __m128i sc128 = _mm256_castsi256_si128(ms);
     const __m256i scales = _mm256_set_m128i(sc128, sc128);
-    const uint8_t* q5 = x[i].qs;
-    const int8_t* q8 = y[i].qs;
-    const __m256i hbits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[i].qh));
-    __m256i sumi = _mm256_setzero_si256();
+    const __m256i hbits = load256(x[i].qh);
+    __m256i sumi[N];
+    for (int t = 0; t < N; ++t) sumi[t] = _mm256_setzero_si256();
     for (int j = 0; j < QK_K / 64; ++j) {
       const __m256i scale_l = _mm256_shuffle_epi8(scales, bcast_i16_shuffle(2 * j + 0));
       const __m256i scale_h = _mm256_shuffle_epi8(scales, bcast_i16_shuffle(2 * j + 1));
-      const __m256i q5bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q5));
-      q5 += 32;
+      const __m256i q5bits = load256(x[i].qs + 32 * j);
       // Bit 2j of qh is the fifth bit of the low-nibble values, bit 2j+1 of the high ones. Shifting
-      // 16-bit words right keeps each byte's own bit at position 0 after the mask below (the
-      // bits that cross a byte boundary land above bit 0 and are masked off).
+      // 16-bit words right keeps each byte's own bit at position 0 after the mask below (bits
+      // that cross a byte boundary land above bit 0 and are masked off).
       const __m256i hl = _mm256_and_si256(_mm256_slli_epi16(_mm256_srli_epi16(hbits, 2 * j), 4), bit16);
       const __m256i hh = _mm256_and_si256(_mm256_slli_epi16(_mm256_srli_epi16(hbits, 2 * j + 1), 4), bit16);
       const __m256i q5l = _mm256_or_si256(_mm256_and_si256(q5bits, m4), hl);
       const __m256i q5h = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q5bits, 4), m4), hh);
-      const __m256i q8l = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q8));
-      const __m256i q8h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q8 + 32));
-      q8 += 64;
-      sumi = madd_acc(sumi, scale_l, _mm256_maddubs_epi16(q5l, q8l));
-      sumi = madd_acc(sumi, scale_h, _mm256_maddubs_epi16(q5h, q8h));
+      for (int t = 0; t < N; ++t) {
+        const int8_t* q8 = y[t][i].qs + 64 * j;
+        sumi[t] = madd_acc(sumi[t], scale_l, _mm256_maddubs_epi16(q5l, load256(q8)));
+        sumi[t] = madd_acc(sumi[t], scale_h, _mm256_maddubs_epi16(q5h, load256(q8 + 32)));
+      }
     }
-    acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+    for (int t = 0; t < N; ++t)
+      acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(y[t][i].d * xd), _mm256_cvtepi32_ps(sumi[t]), acc[t]);
   }
-  return hsum_ps(acc) + hsum_ps128(acc_m);
+  for (int t = 0; t < N; ++t) out[t * ostride] = hsum_ps(acc[t]) + hsum_ps128(acc_m[t]);
 }
+PICOLM_TILE_ENTRY_POINTS(tile_q5_K_n, simd_tile_q5_K, simd_dot_q5_K)
 
 // Shuffle giving [s[i] x8, s[i+1] x8] from 16 int8 scales (before sign extension to 16 bits).
 inline __m128i pair_scale_shuffle(int i) {
@@ -547,75 +553,223 @@ void tile_q6_K_n(int64_t n, const void* vw, const void* va, size_t astride, floa
 }
 PICOLM_TILE_ENTRY_POINTS(tile_q6_K_n, simd_tile_q6_K, simd_dot_q6_K)
 
-float simd_dot_q2_K(int64_t n, const void* vw, const void* va) {
+template <int N>
+void tile_q2_K_n(int64_t n, const void* vw, const void* va, size_t astride, float* out, int64_t ostride) {
   const auto* x = static_cast<const BlockQ2_K*>(vw);
-  const auto* y = static_cast<const BlockQ8_K*>(va);
+  const BlockQ8_K* y[N];
+  act_rows(va, astride, y);
   const int64_t nb = n / QK_K;
   const __m256i m3 = _mm256_set1_epi8(3);
   const __m128i m4 = _mm_set1_epi8(0xF);
-  __m256 acc = _mm256_setzero_ps();
+  __m256 acc[N];
+  for (int t = 0; t < N; ++t) acc[t] = _mm256_setzero_ps();
   for (int64_t i = 0; i < nb; ++i) {
-    const float dall = y[i].d * x86_h2f(x[i].d);
-    const float dmin = -y[i].d * x86_h2f(x[i].dmin);
+    const float xd = x86_h2f(x[i].d), xdmin = x86_h2f(x[i].dmin);
     const __m128i mins_and_scales = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x[i].scales));
     const __m128i scales8 = _mm_and_si128(mins_and_scales, m4);
     const __m256i mins = _mm256_cvtepi8_epi16(_mm_and_si128(_mm_srli_epi16(mins_and_scales, 4), m4));
-    const __m256i prod_m = _mm256_madd_epi16(mins, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y[i].bsums)));
-    acc = _mm256_fmadd_ps(_mm256_set1_ps(dmin), _mm256_cvtepi32_ps(prod_m), acc);
-    const uint8_t* q2 = x[i].qs;
-    const int8_t* q8 = y[i].qs;
-    __m256i sumi = _mm256_setzero_si256();
+    for (int t = 0; t < N; ++t) {
+      const __m256i prod_m = _mm256_madd_epi16(mins, load256(y[t][i].bsums));
+      acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(-y[t][i].d * xdmin), _mm256_cvtepi32_ps(prod_m), acc[t]);
+    }
+    __m256i sumi[N];
+    for (int t = 0; t < N; ++t) sumi[t] = _mm256_setzero_si256();
     for (int j = 0; j < 2; ++j) {
-      const __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q2));
-      q2 += 32;
+      const __m256i bits = load256(x[i].qs + 32 * j);
       for (int k = 0; k < 4; ++k) {
         const __m256i q2v = _mm256_and_si256(_mm256_srli_epi16(bits, 2 * k), m3);
-        const __m256i q8v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q8));
-        q8 += 32;
         const __m256i sc = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(scales8, pair_scale_shuffle(8 * j + 2 * k)));
-        sumi = madd_acc(sumi, sc, _mm256_maddubs_epi16(q2v, q8v));
+        for (int t = 0; t < N; ++t)
+          sumi[t] = madd_acc(sumi[t], sc, _mm256_maddubs_epi16(q2v, load256(y[t][i].qs + 128 * j + 32 * k)));
       }
     }
-    acc = _mm256_fmadd_ps(_mm256_set1_ps(dall), _mm256_cvtepi32_ps(sumi), acc);
+    for (int t = 0; t < N; ++t)
+      acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(y[t][i].d * xd), _mm256_cvtepi32_ps(sumi[t]), acc[t]);
   }
-  return hsum_ps(acc);
+  for (int t = 0; t < N; ++t) out[t * ostride] = hsum_ps(acc[t]);
 }
+PICOLM_TILE_ENTRY_POINTS(tile_q2_K_n, simd_tile_q2_K, simd_dot_q2_K)
 
-float simd_dot_q3_K(int64_t n, const void* vw, const void* va) {
+template <int N>
+void tile_q3_K_n(int64_t n, const void* vw, const void* va, size_t astride, float* out, int64_t ostride) {
   const auto* x = static_cast<const BlockQ3_K*>(vw);
-  const auto* y = static_cast<const BlockQ8_K*>(va);
+  const BlockQ8_K* y[N];
+  act_rows(va, astride, y);
   const int64_t nb = n / QK_K;
-  const __m256i m3 = _mm256_set1_epi8(3);
-  __m256 acc = _mm256_setzero_ps();
+  const __m256i m3 = _mm256_set1_epi8(3), one = _mm256_set1_epi8(1);
+  __m256 acc[N];
+  for (int t = 0; t < N; ++t) acc[t] = _mm256_setzero_ps();
   for (int64_t i = 0; i < nb; ++i) {
-    const float d = y[i].d * x86_h2f(x[i].d);
+    const float xd = x86_h2f(x[i].d);
     int8_t sc8[16];
     unpack_q3k_scales(x[i].scales, sc8);
     const __m128i scales = _mm_loadu_si128(reinterpret_cast<const __m128i*>(sc8));
-    const __m256i hbits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[i].hmask));
-    const uint8_t* q3 = x[i].qs;
-    const int8_t* q8 = y[i].qs;
-    __m256i sumi = _mm256_setzero_si256();
+    const __m256i hbits = load256(x[i].hmask);
+    __m256i sumi[N];
+    for (int t = 0; t < N; ++t) sumi[t] = _mm256_setzero_si256();
     for (int j = 0; j < 2; ++j) {
-      const __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q3));
-      q3 += 32;
+      const __m256i bits = load256(x[i].qs + 32 * j);
       for (int k = 0; k < 4; ++k) {
-        // value = low2 - 4 * (1 - hbit): as unsigned low2 + 4*hbit in [0, 7], minus 4 via bsums
-        // is not available per 32, so compute 4*(1-hbit) products explicitly.
-        const int bit = 4 * j + k;
+        // value = low2 - 4 * (1 - hbit): products of the unsigned low bits minus 4 * q8 where the
+        // high bit is clear (both fit VPMADDUBSW without saturation).
         const __m256i low = _mm256_and_si256(_mm256_srli_epi16(bits, 2 * k), m3);
-        const __m256i hb = _mm256_and_si256(_mm256_srli_epi16(hbits, bit), _mm256_set1_epi8(1));
-        const __m256i sub4 = _mm256_slli_epi16(_mm256_xor_si256(hb, _mm256_set1_epi8(1)), 2);  // 4 where bit clear
-        const __m256i q8v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q8));
-        q8 += 32;
-        const __m256i p = _mm256_sub_epi16(_mm256_maddubs_epi16(low, q8v), _mm256_maddubs_epi16(sub4, q8v));
+        const __m256i hb = _mm256_and_si256(_mm256_srli_epi16(hbits, 4 * j + k), one);
+        const __m256i sub4 = _mm256_slli_epi16(_mm256_xor_si256(hb, one), 2);  // 4 where the bit is clear
         const __m256i sc = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(scales, pair_scale_shuffle(8 * j + 2 * k)));
-        sumi = madd_acc(sumi, sc, p);
+        for (int t = 0; t < N; ++t) {
+          const __m256i q8v = load256(y[t][i].qs + 128 * j + 32 * k);
+          const __m256i p = _mm256_sub_epi16(_mm256_maddubs_epi16(low, q8v), _mm256_maddubs_epi16(sub4, q8v));
+          sumi[t] = madd_acc(sumi[t], sc, p);
+        }
       }
     }
-    acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+    for (int t = 0; t < N; ++t)
+      acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(y[t][i].d * xd), _mm256_cvtepi32_ps(sumi[t]), acc[t]);
   }
-  return hsum_ps(acc);
+  for (int t = 0; t < N; ++t) out[t * ostride] = hsum_ps(acc[t]);
+}
+PICOLM_TILE_ENTRY_POINTS(tile_q3_K_n, simd_tile_q3_K, simd_dot_q3_K)
+
+// ---------------------------------------------------------------------------------------------
+// Exact-mode F32 dot and dequantization, bit-identical to the scalar reference: same products,
+// same order of additions, separate mul and add (the kernels library builds with
+// -ffp-contract=off so nothing is fused behind our back).
+// ---------------------------------------------------------------------------------------------
+
+float simd_exact_dot_f32(const float* a, const float* b, int64_t n) {
+  __m256 lo = _mm256_setzero_ps(), hi = _mm256_setzero_ps();  // partial sums 0..7 and 8..15
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    lo = _mm256_add_ps(lo, _mm256_mul_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i)));
+    hi = _mm256_add_ps(hi, _mm256_mul_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8)));
+  }
+  float acc[16];
+  _mm256_storeu_ps(acc, lo);
+  _mm256_storeu_ps(acc + 8, hi);
+  for (int j = 0; i < n; ++i, ++j) acc[j] += a[i] * b[i];
+  for (int w = 8; w >= 1; w /= 2)
+    for (int j = 0; j < w; ++j) acc[j] += acc[j + w];
+  return acc[0];
+}
+
+// y[k] = float(q[k]) * (k < 16 ? s0 : s1) [+ (k < 16 ? o0 : o1)] for 32 int8 values. The add is
+// optional because x*d + 0 would turn -0 into +0 where the reference has no add.
+template <bool kAdd>
+inline void dq32(__m256i q, float* y, float s0, float s1, float o0 = 0.0f, float o1 = 0.0f) {
+  const __m128i lo = _mm256_castsi256_si128(q), hi = _mm256_extracti128_si256(q, 1);
+  const __m128i parts[4] = {lo, _mm_srli_si128(lo, 8), hi, _mm_srli_si128(hi, 8)};
+  for (int g = 0; g < 4; ++g) {
+    __m256 r = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(parts[g])), _mm256_set1_ps(g < 2 ? s0 : s1));
+    if constexpr (kAdd) r = _mm256_add_ps(r, _mm256_set1_ps(g < 2 ? o0 : o1));
+    _mm256_storeu_ps(y + 8 * g, r);
+  }
+}
+
+void simd_dequant_q8_0(const void* vx, float* y, int64_t n) {
+  const auto* x = static_cast<const BlockQ8_0*>(vx);
+  for (int64_t i = 0; i < n / QK8_0; ++i, y += QK8_0) {
+    const float d = x86_h2f(x[i].d);
+    dq32<false>(load256(x[i].qs), y, d, d);
+  }
+}
+
+void simd_dequant_q4_0(const void* vx, float* y, int64_t n) {
+  const auto* x = static_cast<const BlockQ4_0*>(vx);
+  for (int64_t i = 0; i < n / QK4_0; ++i, y += QK4_0) {
+    const float d = x86_h2f(x[i].d);
+    dq32<false>(_mm256_sub_epi8(nibbles_to_bytes(x[i].qs), _mm256_set1_epi8(8)), y, d, d);
+  }
+}
+
+void simd_dequant_q5_0(const void* vx, float* y, int64_t n) {
+  const auto* x = static_cast<const BlockQ5_0*>(vx);
+  for (int64_t i = 0; i < n / QK5_0; ++i, y += QK5_0) {
+    const float d = x86_h2f(x[i].d);
+    const __m256i hi = _mm256_andnot_si256(bits_to_bytes(x[i].qh), _mm256_set1_epi8(static_cast<char>(0xF0)));
+    dq32<false>(_mm256_or_si256(nibbles_to_bytes(x[i].qs), hi), y, d, d);
+  }
+}
+
+void simd_dequant_q4_1(const void* vx, float* y, int64_t n) {
+  const auto* x = static_cast<const BlockQ4_1*>(vx);
+  for (int64_t i = 0; i < n / QK4_1; ++i, y += QK4_1) {
+    const float d = x86_h2f(x[i].d), m = x86_h2f(x[i].m);
+    dq32<true>(nibbles_to_bytes(x[i].qs), y, d, d, m, m);
+  }
+}
+
+void simd_dequant_q5_1(const void* vx, float* y, int64_t n) {
+  const auto* x = static_cast<const BlockQ5_1*>(vx);
+  for (int64_t i = 0; i < n / QK5_1; ++i, y += QK5_1) {
+    const float d = x86_h2f(x[i].d), m = x86_h2f(x[i].m);
+    const __m256i hi = _mm256_and_si256(bits_to_bytes(x[i].qh), _mm256_set1_epi8(0x10));
+    dq32<true>(_mm256_or_si256(nibbles_to_bytes(x[i].qs), hi), y, d, d, m, m);
+  }
+}
+
+void simd_dequant_q4_K(const void* vx, float* y, int64_t n) {
+  const auto* x = static_cast<const BlockQ4_K*>(vx);
+  const __m256i m4 = _mm256_set1_epi8(0xF);
+  for (int64_t i = 0; i < n / QK_K; ++i) {
+    const float d = x86_h2f(x[i].d), min = x86_h2f(x[i].dmin);
+    for (int j = 0; j < 4; ++j, y += 64) {
+      uint8_t sc, m;
+      scale_min_k4(2 * j, x[i].scales, &sc, &m);
+      const float d1 = d * sc, m1 = min * m;
+      scale_min_k4(2 * j + 1, x[i].scales, &sc, &m);
+      const float d2 = d * sc, m2 = min * m;
+      const __m256i bits = load256(x[i].qs + 32 * j);
+      // d1*q - m1 == q*d1 + (-m1) exactly in IEEE arithmetic.
+      dq32<true>(_mm256_and_si256(bits, m4), y, d1, d1, -m1, -m1);
+      dq32<true>(_mm256_and_si256(_mm256_srli_epi16(bits, 4), m4), y + 32, d2, d2, -m2, -m2);
+    }
+  }
+}
+
+void simd_dequant_q5_K(const void* vx, float* y, int64_t n) {
+  const auto* x = static_cast<const BlockQ5_K*>(vx);
+  const __m256i m4 = _mm256_set1_epi8(0xF), bit16 = _mm256_set1_epi8(16);
+  for (int64_t i = 0; i < n / QK_K; ++i) {
+    const float d = x86_h2f(x[i].d), min = x86_h2f(x[i].dmin);
+    const __m256i hbits = load256(x[i].qh);
+    for (int j = 0; j < 4; ++j, y += 64) {
+      uint8_t sc, m;
+      scale_min_k4(2 * j, x[i].scales, &sc, &m);
+      const float d1 = d * sc, m1 = min * m;
+      scale_min_k4(2 * j + 1, x[i].scales, &sc, &m);
+      const float d2 = d * sc, m2 = min * m;
+      const __m256i bits = load256(x[i].qs + 32 * j);
+      const __m256i hl = _mm256_and_si256(_mm256_slli_epi16(_mm256_srli_epi16(hbits, 2 * j), 4), bit16);
+      const __m256i hh = _mm256_and_si256(_mm256_slli_epi16(_mm256_srli_epi16(hbits, 2 * j + 1), 4), bit16);
+      dq32<true>(_mm256_or_si256(_mm256_and_si256(bits, m4), hl), y, d1, d1, -m1, -m1);
+      dq32<true>(_mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(bits, 4), m4), hh), y + 32, d2, d2, -m2, -m2);
+    }
+  }
+}
+
+void simd_dequant_q6_K(const void* vx, float* y, int64_t n) {
+  const auto* x = static_cast<const BlockQ6_K*>(vx);
+  const __m256i m4 = _mm256_set1_epi8(0xF), m2 = _mm256_set1_epi8(3), off = _mm256_set1_epi8(32);
+  for (int64_t i = 0; i < n / QK_K; ++i) {
+    const float d = x86_h2f(x[i].d);
+    const uint8_t* ql = x[i].ql;
+    const uint8_t* qh = x[i].qh;
+    for (int half = 0; half < 2; ++half, ql += 64, qh += 32, y += 128) {
+      const __m256i b1 = load256(ql), b2 = load256(ql + 32), bh = load256(qh);
+      __m256i q[4];
+      q[0] = _mm256_or_si256(_mm256_and_si256(b1, m4), _mm256_slli_epi16(_mm256_and_si256(bh, m2), 4));
+      q[1] = _mm256_or_si256(_mm256_and_si256(b2, m4), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(bh, 2), m2), 4));
+      q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(b1, 4), m4),
+                             _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(bh, 4), m2), 4));
+      q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(b2, 4), m4),
+                             _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(bh, 6), m2), 4));
+      for (int k = 0; k < 4; ++k) {
+        const int8_t* sc = x[i].scales + 8 * half + 2 * k;
+        // Reference: d * sc * q, i.e. (d * sc) rounded, then times q.
+        dq32<false>(_mm256_sub_epi8(q[k], off), y + 32 * k, d * sc[0], d * sc[1]);
+      }
+    }
+  }
 }
 
 constexpr int ix(GgmlType t) { return static_cast<int>(t); }
@@ -627,6 +781,15 @@ inline void fill_x86_common(KernelTable& t) {
   t.quantize_row[ix(GgmlType::Q8_K)] = simd_quantize_q8_K;
   t.quantize_row[ix(GgmlType::F16)] = simd_quantize_f16;
   t.dequantize_row[ix(GgmlType::F16)] = simd_dequantize_f16;
+  t.dequantize_row[ix(GgmlType::Q8_0)] = simd_dequant_q8_0;
+  t.dequantize_row[ix(GgmlType::Q4_0)] = simd_dequant_q4_0;
+  t.dequantize_row[ix(GgmlType::Q5_0)] = simd_dequant_q5_0;
+  t.dequantize_row[ix(GgmlType::Q4_1)] = simd_dequant_q4_1;
+  t.dequantize_row[ix(GgmlType::Q5_1)] = simd_dequant_q5_1;
+  t.dequantize_row[ix(GgmlType::Q4_K)] = simd_dequant_q4_K;
+  t.dequantize_row[ix(GgmlType::Q5_K)] = simd_dequant_q5_K;
+  t.dequantize_row[ix(GgmlType::Q6_K)] = simd_dequant_q6_K;
+  t.exact_dot_f32 = simd_exact_dot_f32;
   t.vec_dot[ix(GgmlType::F32)] = simd_dot_f32;
   t.vec_dot[ix(GgmlType::F16)] = simd_dot_f16;
   t.vec_dot[ix(GgmlType::BF16)] = simd_dot_bf16;
@@ -645,6 +808,9 @@ inline void fill_x86_common(KernelTable& t) {
   t.vec_dot_tile[ix(GgmlType::Q5_0)] = simd_tile_q5_0;
   t.vec_dot_tile[ix(GgmlType::Q4_K)] = simd_tile_q4_K;
   t.vec_dot_tile[ix(GgmlType::Q6_K)] = simd_tile_q6_K;
+  t.vec_dot_tile[ix(GgmlType::Q5_K)] = simd_tile_q5_K;
+  t.vec_dot_tile[ix(GgmlType::Q2_K)] = simd_tile_q2_K;
+  t.vec_dot_tile[ix(GgmlType::Q3_K)] = simd_tile_q3_K;
 }
 
 }  // namespace
