@@ -582,68 +582,89 @@ bool call_from_object(dom::element obj, GeneratedToolCall& call) {
 }
 }  // namespace
 
-std::vector<GeneratedToolCall> parse_tagged_tool_calls(std::string_view text, std::string_view open_tag,
-                                                       std::string_view close_tag) {
-  std::vector<GeneratedToolCall> calls;
-  size_t pos = 0;
-  while ((pos = text.find(open_tag, pos)) != std::string_view::npos) {
-    size_t start = pos + open_tag.size();
-    size_t end = close_tag.empty() ? std::string_view::npos : text.find(close_tag, start);
-    std::string_view body = text.substr(start, end == std::string_view::npos ? std::string_view::npos : end - start);
-    pos = end == std::string_view::npos ? text.size() : end + close_tag.size();
-    dom::parser parser;
-    dom::element root;
-    if (parser.parse(std::string(body)).get(root)) continue;
-    GeneratedToolCall call;
-    if (root.type() == dom::element_type::ARRAY) {
-      for (dom::element e : dom::array(root)) {
-        if (call_from_object(e, call)) calls.push_back(call);
-      }
-    } else if (call_from_object(root, call)) {
-      calls.push_back(std::move(call));
-    }
-  }
-  return calls;
-}
-
 namespace {
-// For a reply cut off by max_tokens inside {"tool_calls":[...: the complete elements of that array.
-std::vector<GeneratedToolCall> complete_calls_of_cut_envelope(std::string_view text) {
-  std::vector<GeneratedToolCall> calls;
-  size_t key = text.find("\"tool_calls\"");
-  if (key == std::string_view::npos) return calls;
-  size_t open = text.find('[', key);
-  if (open == std::string_view::npos) return calls;
+
+// Index one past the JSON object or array that starts at text[start] ('{' or '['), skipping over
+// strings (so brackets or tags inside string values do not count); npos if it does not close.
+size_t json_container_end(std::string_view text, size_t start) {
   int depth = 0;
   bool in_string = false, escaped = false;
-  size_t start = std::string_view::npos;
-  for (size_t i = open + 1; i < text.size(); ++i) {
-    char c = text[i];
+  for (size_t i = start; i < text.size(); ++i) {
+    const char c = text[i];
     if (in_string) {
       if (escaped) escaped = false;
       else if (c == '\\') escaped = true;
       else if (c == '"') in_string = false;
       continue;
     }
-    if (c == '"') { in_string = true; continue; }
-    if (c == '{' || c == '[') {
-      if (depth++ == 0) start = i;
-    } else if (c == '}' || c == ']') {
-      if (depth == 0) break;  // the array itself closed (then the full parse would have worked)
-      if (--depth == 0 && start != std::string_view::npos) {
-        dom::parser parser;
-        dom::element e;
-        GeneratedToolCall call;
-        if (!parser.parse(std::string(text.substr(start, i + 1 - start))).get(e) && call_from_object(e, call)) {
-          calls.push_back(std::move(call));
-        }
-        start = std::string_view::npos;
-      }
+    if (c == '"') in_string = true;
+    else if (c == '{' || c == '[') ++depth;
+    else if ((c == '}' || c == ']') && --depth == 0) return i + 1;
+  }
+  return std::string_view::npos;
+}
+
+void calls_from_json(std::string_view json, std::vector<GeneratedToolCall>& calls) {
+  dom::parser parser;
+  dom::element root;
+  if (parser.parse(std::string(json)).get(root)) return;
+  GeneratedToolCall call;
+  if (root.type() == dom::element_type::ARRAY) {
+    for (dom::element e : dom::array(root))
+      if (call_from_object(e, call)) calls.push_back(call);
+  } else if (call_from_object(root, call)) {
+    calls.push_back(std::move(call));
+  }
+}
+
+// For a reply cut off by max_tokens inside {"tool_calls":[...: the complete elements of that array.
+std::vector<GeneratedToolCall> complete_calls_of_cut_envelope(std::string_view text) {
+  std::vector<GeneratedToolCall> calls;
+  size_t key = text.find("\"tool_calls\"");
+  if (key == std::string_view::npos) return calls;
+  size_t i = text.find('[', key);
+  if (i == std::string_view::npos) return calls;
+  for (++i; i < text.size(); ++i) {
+    if (text[i] == ']') break;  // the array itself closed (then the full parse would have worked)
+    if (text[i] != '{') continue;
+    const size_t end = json_container_end(text, i);
+    if (end == std::string_view::npos) break;
+    calls_from_json(text.substr(i, end - i), calls);
+    i = end - 1;
+  }
+  return calls;
+}
+
+}  // namespace
+
+std::vector<GeneratedToolCall> parse_tagged_tool_calls(std::string_view text, std::string_view open_tag,
+                                                       std::string_view close_tag) {
+  // The call after each open tag is a JSON value; its end is found by a string-aware scan, because
+  // the close tag may legitimately appear inside a string argument.
+  std::vector<GeneratedToolCall> calls;
+  size_t pos = 0;
+  while ((pos = text.find(open_tag, pos)) != std::string_view::npos) {
+    size_t start = pos + open_tag.size();
+    while (start < text.size() && (text[start] == ' ' || text[start] == '\n' || text[start] == '\r' || text[start] == '\t'))
+      ++start;
+    if (start >= text.size() || (text[start] != '{' && text[start] != '[')) {
+      pos = start;
+      continue;
+    }
+    const size_t end = json_container_end(text, start);
+    if (end == std::string_view::npos) break;  // cut off mid-call
+    calls_from_json(text.substr(start, end - start), calls);
+    pos = end;
+    if (!close_tag.empty() && text.substr(pos).find(close_tag) != std::string_view::npos) {
+      // Skip to after the close tag that follows this call (whitespace may precede it).
+      size_t after = pos;
+      while (after < text.size() && (text[after] == ' ' || text[after] == '\n' || text[after] == '\r' || text[after] == '\t'))
+        ++after;
+      if (text.substr(after, close_tag.size()) == close_tag) pos = after + close_tag.size();
     }
   }
   return calls;
 }
-}  // namespace
 
 bool parse_envelope(std::string_view text, std::vector<GeneratedToolCall>& calls, std::optional<std::string>& content) {
   dom::parser parser;

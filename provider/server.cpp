@@ -340,6 +340,12 @@ void Server::Impl::setup_routes() {
     } else if (res.status == 413) {
       e.message = "the request body is larger than " + std::to_string(opts.max_body_bytes) + " bytes";
       e.code = "request_too_large";
+      // cpp-httplib caps form-encoded bodies at 8 KB before any handler runs; `curl -d` sends that
+      // content type unless told otherwise, so say what to do instead of blaming the size.
+      if (req.get_header_value("Content-Type").rfind("application/x-www-form-urlencoded", 0) == 0) {
+        e.message = "the body was sent as application/x-www-form-urlencoded, which is limited to 8192 bytes; "
+                    "send JSON with the header 'Content-Type: application/json'";
+      }
     }
     send_error(res, e);
     metrics.count_request("other", res.status);
@@ -370,7 +376,8 @@ Result<int> Server::start() {
   size_t threads = s.opts.http_threads > 0 ? static_cast<size_t>(s.opts.http_threads)
                                            : std::max<size_t>(8, s.opts.engine.max_queue + 4);
   s.http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
-  s.http.set_keep_alive_timeout(30);
+  // An idle keep-alive connection holds one HTTP thread, and stop() waits for it to time out.
+  s.http.set_keep_alive_timeout(5);
   s.http.set_read_timeout(60);
   // Long generations stream slowly; a write must not time out while the client is reading.
   s.http.set_write_timeout(600);

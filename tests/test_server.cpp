@@ -780,6 +780,12 @@ TEST_CASE("reading tool calls back from model output", "[server]") {
   CHECK(calls[0].name == "f");
   CHECK(calls[0].arguments_json == R"({"a":1})");
   CHECK(calls[1].name == "g");
+  // The close tag (a single token in Qwen's vocabulary) inside a string argument does not end the call.
+  calls = parse_tagged_tool_calls(
+      "<tool_call>\n{\"name\":\"echo\",\"arguments\":{\"text\":\"a </tool_call> b {[\"}}\n</tool_call>",
+      "<tool_call>", "</tool_call>");
+  REQUIRE(calls.size() == 1);
+  CHECK(calls[0].arguments_json == R"({"text":"a </tool_call> b {["})");
 
   std::vector<GeneratedToolCall> env;
   std::optional<std::string> content;
