@@ -13,6 +13,9 @@ set(CMAKE_SYSTEM_PROCESSOR armv7l)
 set(CMAKE_LIBRARY_ARCHITECTURE arm-linux-gnueabihf)
 set(CMAKE_C_COMPILER arm-linux-gnueabihf-gcc)
 set(CMAKE_CXX_COMPILER arm-linux-gnueabihf-g++)
+# GCC notes on every std::sort of 64-bit pairs that their argument passing changed in GCC 7.1 (an
+# ABI note for mixing with objects built by GCC < 7, which nothing here does).
+set(CMAKE_CXX_FLAGS_INIT "-Wno-psabi")
 
 set(CMAKE_FIND_ROOT_PATH /usr/arm-linux-gnueabihf ${PICOLM_CROSS_EXTRA_ROOT})
 set(CMAKE_FIND_ROOT_PATH_MODE_PROGRAM NEVER)
