@@ -295,8 +295,8 @@ void Engine::Impl::run(Job& job) {
     if (matcher && matcher->is_terminated()) { finish = "stop"; break; }
   }
   if (!in_call) text += decoder.flush();
-  // The prompt's KV is final; snapshot it (block-aligned) for later requests with this prefix.
-  if (cache && !cancelled) cache->store(*session, job.prompt.size());
+  // The prompt's KV is final; snapshot its stable part (block-aligned) for later requests.
+  if (cache && !cancelled && job.stable_len > 0) cache->store(*session, job.stable_len);
   const auto decoded = Clock::now();
   out.completion_tokens = generated;
   out.timings.predicted_n = generated;
@@ -476,6 +476,32 @@ std::shared_ptr<Job> Engine::prepare(const ChatRequest& req, ApiError& err) {
   job->prompt = tok.encode(rendered.text, false, true);
   if (tok.add_bos() && tok.bos_id() >= 0 && (job->prompt.empty() || job->prompt[0] != tok.bos_id())) {
     job->prompt.insert(job->prompt.begin(), tok.bos_id());
+  }
+  job->stable_len = job->prompt.size();
+  size_t last_user = messages.size();
+  for (size_t i = messages.size(); i-- > 0;)
+    if (messages[i].role == "user") {
+      last_user = i;
+      break;
+    }
+  if (last_user < messages.size()) {
+    // Render the conversation before the last user message; the tokens it shares with the full
+    // prompt are the stable prefix (the junction token may tokenize differently, so compare).
+    std::vector<ChatMessage> head(messages.begin(), messages.begin() + static_cast<std::ptrdiff_t>(last_user));
+    RenderOptions hro = ro;
+    hro.add_generation_prompt = false;
+    size_t common = 0;
+    if (!head.empty()) {
+      ChatRenderResult h = render_chat(s.family, head, hro);
+      if (h.ok) {
+        std::vector<int32_t> ht = tok.encode(h.text, false, true);
+        if (tok.add_bos() && tok.bos_id() >= 0 && (ht.empty() || ht[0] != tok.bos_id())) ht.insert(ht.begin(), tok.bos_id());
+        while (common < ht.size() && common < job->prompt.size() && ht[common] == job->prompt[common]) ++common;
+      } else {
+        common = job->prompt.size();  // cannot tell: cache the whole prompt
+      }
+    }
+    job->stable_len = common;
   }
   const int64_t n_ctx = s.n_ctx;
   if (job->prompt.empty()) {

@@ -57,6 +57,10 @@ class Job {
  public:
   // ---- inputs (set by Engine::prepare) ----
   std::vector<int32_t> prompt;
+  // Tokens of the prompt that later turns will repeat: everything before the last user message
+  // (the system prompt, tools and history). Only this part is saved to the prompt cache, so the
+  // new turn and any dynamic tail do not pollute the cache keys.
+  size_t stable_len = 0;
   SamplerParams sampling;
   int64_t max_tokens = 0;
   OutputMode mode = OutputMode::Plain;

@@ -724,6 +724,31 @@ TEST_CASE("the prompt cache survives a restart (disk tier)", "[server]") {
   fs::remove_all(dir);
 }
 
+TEST_CASE("only the stable part of a chat prompt (before the last user message) is cached", "[server]") {
+  fs::path dir = fs::temp_directory_path() / ("picolm_test_server_stable_" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  const std::string user =
+      "Once upon a time there was a little dog who liked to run in the park with all of his friends and "
+      "his brother and his sister every single day of the week";
+  const std::string body = chat_body(R"("max_tokens":4,"seed":1)", user);
+  for (int round = 0; round < 2; ++round) {
+    Started s = start_server(kStories, 2048, 8, 1 << 20, "", 300.0, dir.string());
+    auto c = client(s.port);
+    auto res = c->Post("/v1/chat/completions", body, "application/json");
+    REQUIRE(res);
+    REQUIRE(res->status == 200);
+    Json j(res->body);
+    int64_t cached = int64_t(j.root["usage"]["prompt_tokens_details"]["cached_tokens"]);
+    int64_t prompt_tokens = int64_t(j.root["usage"]["prompt_tokens"]);
+    if (round == 1) {
+      // The system turn came from the file; the long user turn (30+ tokens) was not stored.
+      CHECK(cached > 0);
+      CHECK(cached <= prompt_tokens - 30);
+    }
+  }
+  fs::remove_all(dir);
+}
+
 TEST_CASE("concurrent clients are all served", "[server]") {
   auto& s = stories();
   std::vector<std::thread> threads;
