@@ -7,17 +7,13 @@
 
 #include "kernels/thread_pool.h"
 #include "model.h"
+#include "test_util.h"
 
 using namespace picolm;
 
 namespace {
-std::string model_path(const std::string& name) { return std::string(PICOLM_SHARED_DIR) + "/models/" + name; }
-
-std::vector<uint8_t> read_all(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  REQUIRE(in.good());
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
+using test_util::model_path;
+using test_util::read_all;
 
 void replace_once(std::vector<uint8_t>& b, const std::string& from, const std::string& to) {
   REQUIRE(from.size() == to.size());
