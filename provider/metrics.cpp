@@ -14,6 +14,11 @@ void Metrics::set_queue_depth_source(std::function<size_t()> fn) {
   queue_depth_ = std::move(fn);
 }
 
+void Metrics::set_prompt_cache_source(std::function<PromptCacheFigures()> fn) {
+  std::lock_guard<std::mutex> lock(mu_);
+  prompt_cache_ = std::move(fn);
+}
+
 namespace {
 void counter(std::string& out, const char* name, const char* help, int64_t v) {
   out += "# HELP "; out += name; out += ' '; out += help; out += '\n';
@@ -37,6 +42,7 @@ void gauge(std::string& out, const char* name, const char* help, int64_t v) {
 std::string Metrics::render() const {
   std::string out;
   std::function<size_t()> depth;
+  std::function<PromptCacheFigures()> cache;
   {
     std::lock_guard<std::mutex> lock(mu_);
     out += "# HELP picolm_requests_total HTTP requests by endpoint and status.\n";
@@ -46,6 +52,7 @@ std::string Metrics::render() const {
              std::to_string(v) + "\n";
     }
     depth = queue_depth_;
+    cache = prompt_cache_;
   }
   counter(out, "picolm_prompt_tokens_total", "Prompt tokens evaluated (prefill).", prompt_tokens_);
   counter(out, "picolm_prompt_tokens_cached_total", "Prompt tokens reused from the KV or prompt cache.", cached_tokens_);
@@ -59,6 +66,18 @@ std::string Metrics::render() const {
   counter(out, "picolm_kv_prefix_misses_total", "Requests that reused nothing from the KV slot.", kv_misses_);
   counter(out, "picolm_prompt_cache_hits_total", "Prompt-cache restores.", cache_hits_);
   counter(out, "picolm_prompt_cache_misses_total", "Prompt-cache lookups that found nothing.", cache_misses_);
+  if (cache) {
+    const PromptCacheFigures f = cache();
+    gauge(out, "picolm_prompt_cache_disk_bytes", "Bytes of KV-cache files in the cache directory.", f.disk_bytes);
+    gauge(out, "picolm_prompt_cache_ram_bytes", "Bytes of prefix snapshots kept in RAM.", f.ram_bytes);
+    counter(out, "picolm_prompt_cache_files_written_total", "KV-cache files written.", f.files_written);
+    counter(out, "picolm_prompt_cache_files_rejected_total",
+            "KV-cache files ignored and deleted (wrong model/tokenizer, corrupt, truncated).", f.files_rejected);
+    counter(out, "picolm_prompt_cache_disk_evictions_total", "KV-cache files evicted to keep the disk budget.",
+            f.disk_evictions);
+    counter(out, "picolm_prompt_cache_ram_evictions_total", "RAM snapshots evicted to keep the RAM budget.",
+            f.ram_evictions);
+  }
   gauge(out, "picolm_queue_depth", "Jobs waiting for the engine.", depth ? static_cast<int64_t>(depth()) : 0);
   gauge(out, "picolm_engine_busy", "1 while a generation runs.", busy_ ? 1 : 0);
   return out;

@@ -13,6 +13,12 @@
 
 namespace picolm {
 
+// Prompt-cache figures read at render time (from PromptCacheStore::stats()).
+struct PromptCacheFigures {
+  int64_t disk_bytes = 0, ram_bytes = 0, files_written = 0, files_rejected = 0;
+  int64_t disk_evictions = 0, ram_evictions = 0;
+};
+
 class Metrics {
  public:
   void count_request(std::string_view endpoint, int status);
@@ -26,6 +32,7 @@ class Metrics {
   void count_kv_reuse(bool hit) { ++(hit ? kv_hits_ : kv_misses_); }
   void count_prompt_cache(bool hit) { ++(hit ? cache_hits_ : cache_misses_); }
   void set_queue_depth_source(std::function<size_t()> fn);
+  void set_prompt_cache_source(std::function<PromptCacheFigures()> fn);
   void set_busy(bool busy) { busy_ = busy; }
 
   int64_t cancelled() const { return cancelled_; }
@@ -42,6 +49,7 @@ class Metrics {
   mutable std::mutex mu_;
   std::map<std::pair<std::string, int>, int64_t> requests_;  // (endpoint, status) -> count
   std::function<size_t()> queue_depth_;
+  std::function<PromptCacheFigures()> prompt_cache_;
 };
 
 }  // namespace picolm

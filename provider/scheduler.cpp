@@ -353,6 +353,7 @@ Engine::~Engine() {
   shutdown();
   if (impl_->worker.joinable()) impl_->worker.join();
   impl_->metrics.set_queue_depth_source({});  // it points into this engine
+  impl_->metrics.set_prompt_cache_source({});
 }
 
 void Engine::shutdown() {
@@ -426,6 +427,19 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineOptions& opts, Metric
     std::lock_guard<std::mutex> lock(raw->mu);
     return raw->queue.size();
   });
+  if (raw->cache) {
+    metrics.set_prompt_cache_source([raw] {
+      const PromptCacheStats st = raw->cache->stats();
+      PromptCacheFigures f;
+      f.disk_bytes = static_cast<int64_t>(st.disk_bytes);
+      f.ram_bytes = static_cast<int64_t>(st.ram_bytes);
+      f.files_written = static_cast<int64_t>(st.files_written);
+      f.files_rejected = static_cast<int64_t>(st.files_rejected);
+      f.disk_evictions = static_cast<int64_t>(st.disk_evictions);
+      f.ram_evictions = static_cast<int64_t>(st.ram_evictions);
+      return f;
+    });
+  }
   impl->worker = std::thread([raw] { raw->worker_loop(); });
   return std::unique_ptr<Engine>(new Engine(std::move(impl)));
 }

@@ -740,6 +740,8 @@ TEST_CASE("only the stable part of a chat prompt (before the last user message) 
     Json j(res->body);
     int64_t cached = int64_t(j.root["usage"]["prompt_tokens_details"]["cached_tokens"]);
     int64_t prompt_tokens = int64_t(j.root["usage"]["prompt_tokens"]);
+    CHECK(metric(s.port, "picolm_prompt_cache_files_written_total") == (round == 0 ? 1 : 0));
+    CHECK(metric(s.port, "picolm_prompt_cache_disk_bytes") > 0);
     if (round == 1) {
       // The system turn came from the file; the long user turn (30+ tokens) was not stored.
       CHECK(cached > 0);
