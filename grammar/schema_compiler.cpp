@@ -926,11 +926,14 @@ class SchemaCompiler {
   uint32_t number_rule(const Flat& f) {
     bool bounded = f.lo > -kInf || f.hi < kInf;
     bool frac = (f.types & kNumFrac) && f.multiple_of == 0;
+    // Without bounds the digits are still capped, so a small model cannot loop on digits until it
+    // runs out of tokens: integers up to 15 digits (below 2^53, exact in every JSON consumer,
+    // JavaScript and float64 decoders included), fractions up to 15 digits, exponents up to 3.
     if (!bounded && f.multiple_of == 0)
-      return regex_rule(frac ? "-?(0|[1-9][0-9]*)(\\.[0-9]+)?([eE][+-]?[0-9]+)?" : "(0|-?[1-9][0-9]*)");
+      return regex_rule(frac ? "-?(0|[1-9][0-9]{0,14})(\\.[0-9]{1,15})?([eE][+-]?[0-9]{1,3})?" : "(0|-?[1-9][0-9]{0,14})");
     IntBounds ib = int_bounds(f.lo, f.lo_excl, f.hi, f.hi_excl, f.ptr);
     if (!ib.ok) return rb_.new_rule();
-    std::string ire = bounded ? int_regex(ib) : "(0|-?[1-9][0-9]*)";
+    std::string ire = bounded ? int_regex(ib) : "(0|-?[1-9][0-9]{0,14})";
     uint32_t r = rb_.new_rule();
     if (f.multiple_of > 0) {
       if (ire.empty()) return r;

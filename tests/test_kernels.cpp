@@ -485,7 +485,9 @@ TEST_CASE("tile dots are bit-identical to single dots", "[kernels][dot]") {
           auto x = random_floats(rng, n);
           k->quantize_row[ti(at)](x.data(), acts.data() + t * arow, n);
         }
-        for (int n_act = 1; n_act <= kMaxDotTile; ++n_act) {
+        REQUIRE(k->max_dot_tile >= 1);
+        REQUIRE(k->max_dot_tile <= kMaxDotTile);
+        for (int n_act = 1; n_act <= k->max_dot_tile; ++n_act) {
           INFO("type " << tname(wt) << " table " << k->name << " n " << n << " n_act " << n_act);
           std::vector<float> out(static_cast<size_t>(3 * kMaxDotTile), -7.0f);
           k->vec_dot_tile[ti(wt)](n, w.data(), acts.data(), arow, n_act, out.data(), 3);

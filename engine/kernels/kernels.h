@@ -31,13 +31,13 @@ using DequantizeRowFn = void (*)(const void* src, float* dst, int64_t n);
 using QuantizeRowFn = void (*)(const float* src, void* dst, int64_t n);
 // dot(weight row of type T, activation row already in vec_dot_type(T)), n elements.
 using VecDotFn = float (*)(int64_t n, const void* w, const void* act);
-// One weight row against n_act (1..kMaxDotTile) activation rows `act_stride` bytes apart; writes
+// One weight row against n_act (1..KernelTable::max_dot_tile) activation rows `act_stride` bytes apart; writes
 // out[t * out_stride]. Reads and unpacks the weight row once for the whole tile, and gives results
 // bit-identical to vec_dot on each activation row (same arithmetic, tested), so a matmul does not
 // depend on how many tokens it is given.
 using VecDotTileFn = void (*)(int64_t n, const void* w, const void* act, size_t act_stride, int n_act, float* out,
                               int64_t out_stride);
-constexpr int kMaxDotTile = 4;
+constexpr int kMaxDotTile = 8;  // upper bound of KernelTable::max_dot_tile
 // F32 dot for ActivationMode::Exact: 16 interleaved partial sums (element i goes to sum i % 16,
 // tail included), folded pairwise 8, 4, 2, 1, with separate multiply and add roundings. Every
 // table computes exactly this, so Exact results do not depend on the table (tested bit for bit).
@@ -49,6 +49,10 @@ struct KernelTable {
   QuantizeRowFn quantize_row[32] = {};      // for activation types (Q8_0, Q8_1, Q8_K, F16, BF16, F32)
   VecDotFn vec_dot[32] = {};                // indexed by the weight type
   VecDotTileFn vec_dot_tile[32] = {};       // optional (nullptr: matmul calls vec_dot per token)
+  // Largest n_act every vec_dot_tile entry of this table accepts (<= kMaxDotTile). Wider tiles
+  // unpack each weight block once for more tokens, but need 2-3 accumulators per token: 8 fits
+  // the 32 vector registers of AVX-512, 4 the 16 of AVX2.
+  int max_dot_tile = 4;
   ExactDotFn exact_dot_f32 = nullptr;
 };
 

@@ -55,22 +55,33 @@ void matmul(const KernelTable& k, ThreadPool& pool, ActivationMode mode, GgmlTyp
     }
     // Token blocks keep a block's activations (<= 64 rows) and the task's weight rows in L2 while
     // every weight row of the task meets every token of the block; inside a block, tiles of
-    // kMaxDotTile tokens share one unpacking of each weight block.
+    // max_dot_tile tokens share one unpacking of each weight block.
     constexpr int64_t kTokenBlock = 64;
     const VecDotTileFn tile = k.vec_dot_tile[static_cast<int>(wtype)];
+    const int64_t max_tile = std::clamp(k.max_dot_tile, 1, kMaxDotTile);
+    // ~16 KiB of weight rows per group (half of a 32 KiB L1d, the rest for the activation tile).
+    const int64_t group = std::max<int64_t>(1, std::min<int64_t>(16, static_cast<int64_t>((16u << 10) / wrow)));
     pool.parallel_for(n_tasks, [&](int task, int) {
       const int64_t r0 = task * chunk, r1 = std::min(rows, r0 + chunk);
       for (int64_t tb = 0; tb < n_tokens; tb += kTokenBlock) {
         const int64_t te = std::min(n_tokens, tb + kTokenBlock);
-        for (int64_t r = r0; r < r1; ++r) {
-          const uint8_t* wr = wbase + static_cast<size_t>(r) * wrow;
-          if (tile != nullptr && te - tb > 1) {
-            for (int64_t t = tb; t < te; t += kMaxDotTile) {
-              const int nt = static_cast<int>(std::min<int64_t>(kMaxDotTile, te - t));
-              tile(cols, wr, act + static_cast<size_t>(t) * arow, arow, nt, Y + t * rows + r, rows);
-            }
-          } else {
+        if (tile == nullptr || te - tb == 1) {
+          for (int64_t r = r0; r < r1; ++r) {
+            const uint8_t* wr = wbase + static_cast<size_t>(r) * wrow;
             for (int64_t t = tb; t < te; ++t) Y[t * rows + r] = dot(cols, wr, act + static_cast<size_t>(t) * arow);
+          }
+          continue;
+        }
+        // Row groups small enough that their weights stay in L1 while every token tile of the
+        // block passes over them; each tile's activations (<= 4 rows) are then read from L1 by
+        // all rows of the group instead of from L2 once per row.
+        for (int64_t g0 = r0; g0 < r1; g0 += group) {
+          const int64_t g1 = std::min(r1, g0 + group);
+          for (int64_t t = tb; t < te; t += max_tile) {
+            const int nt = static_cast<int>(std::min<int64_t>(max_tile, te - t));
+            const uint8_t* at = act + static_cast<size_t>(t) * arow;
+            for (int64_t r = g0; r < g1; ++r)
+              tile(cols, wbase + static_cast<size_t>(r) * wrow, at, arow, nt, Y + t * rows + r, rows);
           }
         }
       }

@@ -406,6 +406,62 @@ void tile_q6_K_n(int64_t n, const void* vw, const void* va, size_t astride, floa
 }
 PICOLM_NEON_TILE_ENTRY_POINTS(tile_q6_K_n, neon_tile_q6_K, neon_dot_q6_K)
 
+float neon_dot_q2_K(int64_t n, const void* vw, const void* va) {
+  const auto* x = static_cast<const BlockQ2_K*>(vw);
+  const auto* y = static_cast<const BlockQ8_K*>(va);
+  const uint8x16_t m3 = vdupq_n_u8(3);
+  float sumf = 0.0f;
+  for (int64_t i = 0; i < n / QK_K; ++i) {
+    const uint8_t* sc = x[i].scales;
+    int summs = 0;
+    for (int j = 0; j < 16; ++j) summs += y[i].bsums[j] * (sc[j] >> 4);
+    int isum = 0;
+    for (int j = 0; j < 2; ++j) {
+      const uint8x16_t b0 = vld1q_u8(x[i].qs + 32 * j), b1 = vld1q_u8(x[i].qs + 32 * j + 16);
+      for (int k = 0; k < 4; ++k) {
+        const int8_t* q8 = y[i].qs + 128 * j + 32 * k;
+        const int8x16_t v0 = vreinterpretq_s8_u8(vandq_u8(vshlq_u8(b0, vdupq_n_s8(static_cast<int8_t>(-2 * k))), m3));
+        const int8x16_t v1 = vreinterpretq_s8_u8(vandq_u8(vshlq_u8(b1, vdupq_n_s8(static_cast<int8_t>(-2 * k))), m3));
+        isum += (sc[8 * j + 2 * k] & 0xF) * vaddvq_s32(dot16(vdupq_n_s32(0), v0, vld1q_s8(q8)));
+        isum += (sc[8 * j + 2 * k + 1] & 0xF) * vaddvq_s32(dot16(vdupq_n_s32(0), v1, vld1q_s8(q8 + 16)));
+      }
+    }
+    const float dall = y[i].d * h2f(x[i].d), dmin = y[i].d * h2f(x[i].dmin);
+    sumf += dall * static_cast<float>(isum) - dmin * static_cast<float>(summs);
+  }
+  return sumf;
+}
+
+float neon_dot_q3_K(int64_t n, const void* vw, const void* va) {
+  const auto* x = static_cast<const BlockQ3_K*>(vw);
+  const auto* y = static_cast<const BlockQ8_K*>(va);
+  const uint8x16_t m3 = vdupq_n_u8(3), four = vdupq_n_u8(4);
+  float sumf = 0.0f;
+  for (int64_t i = 0; i < n / QK_K; ++i) {
+    int8_t sc[16];
+    unpack_q3k_scales(x[i].scales, sc);
+    const uint8x16_t h0 = vld1q_u8(x[i].hmask), h1 = vld1q_u8(x[i].hmask + 16);
+    int isum = 0;
+    for (int j = 0; j < 2; ++j) {
+      const uint8x16_t b0 = vld1q_u8(x[i].qs + 32 * j), b1 = vld1q_u8(x[i].qs + 32 * j + 16);
+      for (int k = 0; k < 4; ++k) {
+        const int8_t* q8 = y[i].qs + 128 * j + 32 * k;
+        const int8x16_t sh = vdupq_n_s8(static_cast<int8_t>(-2 * k));
+        const uint8x16_t hb = vdupq_n_u8(static_cast<uint8_t>(1u << (4 * j + k)));
+        // value = low 2 bits - 4 where the high bit is clear.
+        const int8x16_t v0 = vsubq_s8(vreinterpretq_s8_u8(vandq_u8(vshlq_u8(b0, sh), m3)),
+                                      vreinterpretq_s8_u8(vbicq_u8(four, vtstq_u8(h0, hb))));
+        const int8x16_t v1 = vsubq_s8(vreinterpretq_s8_u8(vandq_u8(vshlq_u8(b1, sh), m3)),
+                                      vreinterpretq_s8_u8(vbicq_u8(four, vtstq_u8(h1, hb))));
+        isum += sc[8 * j + 2 * k] * vaddvq_s32(dot16(vdupq_n_s32(0), v0, vld1q_s8(q8)));
+        isum += sc[8 * j + 2 * k + 1] * vaddvq_s32(dot16(vdupq_n_s32(0), v1, vld1q_s8(q8 + 16)));
+      }
+    }
+    sumf += (h2f(x[i].d) * y[i].d) * static_cast<float>(isum);
+  }
+  return sumf;
+}
+
 // Exact-mode dot: the reference's 16 partial sums in four registers, same order, no fusion.
 float neon_exact_dot_f32(const float* a, const float* b, int64_t n) {
   float32x4_t acc4[4] = {vdupq_n_f32(0), vdupq_n_f32(0), vdupq_n_f32(0), vdupq_n_f32(0)};
@@ -443,6 +499,8 @@ inline void fill_neon_common(KernelTable& t) {
   t.vec_dot[ix(GgmlType::Q4_1)] = neon_dot_q4_1;
   t.vec_dot[ix(GgmlType::Q5_1)] = neon_dot_q5_1;
   t.vec_dot[ix(GgmlType::BF16)] = neon_dot_bf16;
+  t.vec_dot[ix(GgmlType::Q2_K)] = neon_dot_q2_K;
+  t.vec_dot[ix(GgmlType::Q3_K)] = neon_dot_q3_K;
   t.vec_dot_tile[ix(GgmlType::Q5_K)] = neon_tile_q5_K;
   t.vec_dot_tile[ix(GgmlType::Q4_0)] = neon_tile_q4_0;
   t.vec_dot_tile[ix(GgmlType::Q5_0)] = neon_tile_q5_0;
