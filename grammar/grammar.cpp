@@ -159,7 +159,7 @@ CompileResult compile_tool_list(std::string_view tools_json, const ToolListOptio
     ws(seq);
     seq.push_back(rb.byte(','));
     ws(seq);
-    rb.lit(seq, "\"arguments\"");
+    rb.lit(seq, json_quote(opts.arguments_key));
     ws(seq);
     seq.push_back(rb.byte(':'));
     ws(seq);
@@ -330,7 +330,8 @@ CompileResult GrammarCache::tools(std::string_view tools_json, const ToolListOpt
   std::string key = "T" + options_key(opts.schema) + "," + std::to_string(int(opts.format)) + "," +
                     std::to_string(opts.parallel) + "," + std::to_string(opts.allow_text) + "," +
                     std::to_string(opts.forced_tool.size()) + ":" + opts.forced_tool + "," +
-                    std::to_string(opts.trigger.size()) + ":" + opts.trigger + "\n" + std::string(tools_json);
+                    std::to_string(opts.trigger.size()) + ":" + opts.trigger + "," +
+                    std::to_string(opts.arguments_key.size()) + ":" + opts.arguments_key + "\n" + std::string(tools_json);
   return impl_->get(std::move(key), [&] { return compile_tool_list(tools_json, opts); });
 }
 

@@ -61,6 +61,7 @@ struct ToolListOptions {
   std::string forced_tool;     // non-empty: only this tool may be called
   bool allow_text = false;     // Envelope: also allow {"content":"..."}; TriggeredText: text before trigger
   std::string trigger;         // TriggeredText: e.g. "<tool_call>"
+  std::string arguments_key = "arguments";  // Llama 3.x writes its calls with "parameters"
   CompileOptions schema;       // additional_properties_default is forced to false for tool parameters
 };
 

@@ -637,6 +637,15 @@ std::vector<GeneratedToolCall> complete_calls_of_cut_envelope(std::string_view t
 
 }  // namespace
 
+std::vector<GeneratedToolCall> parse_bare_tool_calls(std::string_view text) {
+  std::vector<GeneratedToolCall> calls;
+  size_t start = text.find_first_not_of(" \t\r\n");
+  if (start == std::string_view::npos || (text[start] != '{' && text[start] != '[')) return calls;
+  const size_t end = json_container_end(text, start);
+  if (end != std::string_view::npos) calls_from_json(text.substr(start, end - start), calls);
+  return calls;
+}
+
 std::vector<GeneratedToolCall> parse_tagged_tool_calls(std::string_view text, std::string_view open_tag,
                                                        std::string_view close_tag) {
   // The call after each open tag is a JSON value; its end is found by a string-aware scan, because

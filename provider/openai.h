@@ -107,6 +107,8 @@ std::string models_json(const std::string& model_id, int64_t created, int64_t n_
 
 // Parses the text inside <tool_call>...</tool_call> tags (Hermes/Qwen output) into calls. Entries
 // that are not a JSON object with a string "name" and an object "arguments" are skipped.
+// A reply that is itself one call (or an array of calls): {"name": ..., "arguments"|"parameters": {...}}.
+std::vector<GeneratedToolCall> parse_bare_tool_calls(std::string_view text);
 std::vector<GeneratedToolCall> parse_tagged_tool_calls(std::string_view text, std::string_view open_tag,
                                                        std::string_view close_tag);
 // Parses the generic envelope {"tool_calls":[{"name","arguments"}...]} or {"content":"..."}.

@@ -267,9 +267,13 @@ void Engine::Impl::run(Job& job) {
         for (const auto& s : holds) {
           if (s.empty()) continue;
           size_t p = text.find(s, from);
+          const bool trig = job.mode == OutputMode::ToolsTagged && s == job.trigger;
+          // A bare-JSON call (Llama 3.x) is the whole reply: '{' opens a call only before any text.
+          if (trig && job.trigger_at_start && p != std::string::npos && !all_space(std::string_view(text).substr(0, p)))
+            continue;
           if (p != std::string::npos && p < stop_at) {
             stop_at = p;
-            is_trigger = job.mode == OutputMode::ToolsTagged && s == job.trigger;
+            is_trigger = trig;
           }
         }
         if (stop_at != std::string::npos) {
@@ -314,12 +318,14 @@ void Engine::Impl::run(Job& job) {
       out.content = text;
       break;
     case OutputMode::ToolsTagged:
-      out.tool_calls = parse_tagged_tool_calls(call_text, job.trigger, job.close_tag);
+      out.tool_calls = job.trigger_at_start ? parse_bare_tool_calls(call_text)
+                                            : parse_tagged_tool_calls(call_text, job.trigger, job.close_tag);
       if (!out.tool_calls.empty() && all_space(text)) out.content.reset();
       else out.content = text;
       break;
     case OutputMode::ToolsForced:
-      out.tool_calls = parse_tagged_tool_calls(text, job.trigger, job.close_tag);
+      out.tool_calls = job.trigger_at_start ? parse_bare_tool_calls(text)
+                                            : parse_tagged_tool_calls(text, job.trigger, job.close_tag);
       break;
     case OutputMode::Envelope: {
       std::optional<std::string> content;
@@ -452,7 +458,10 @@ std::shared_ptr<Job> Engine::prepare(const ChatRequest& req, ApiError& err) {
   job->deadline = job->arrived + std::chrono::milliseconds(static_cast<int64_t>(s.opts.timeout_sec * 1000.0));
 
   const bool tools_active = !req.tools.empty() && req.tool_choice != ToolChoice::None;
-  const bool native = traits.tool_call_style == ToolCallStyle::TaggedJson;
+  // Native call syntaxes we constrain: <tool_call>{...}</tool_call> (Qwen2.5, Hermes) and a bare JSON
+  // object {"name": ..., "parameters": {...}} as the whole reply (Llama 3.1/3.2/3.3).
+  const bool bare_json = traits.tool_call_style == ToolCallStyle::BareJson;
+  const bool native = traits.tool_call_style == ToolCallStyle::TaggedJson || bare_json;
   if (tools_active) {
     job->mode = native ? (req.tool_choice == ToolChoice::Auto ? OutputMode::ToolsTagged : OutputMode::ToolsForced)
                        : OutputMode::Envelope;
@@ -550,6 +559,14 @@ std::shared_ptr<Job> Engine::prepare(const ChatRequest& req, ApiError& err) {
     if (job->mode == OutputMode::Envelope) {
       to.format = grammar::ToolCallFormat::Envelope;
       to.allow_text = req.tool_choice == ToolChoice::Auto;
+    } else if (bare_json) {
+      // The reply is the call itself: it starts with '{' (the trigger, only at the start of the
+      // reply) and uses the family's key for the arguments. One call per reply, as the template has.
+      to.format = grammar::ToolCallFormat::JsonObject;
+      to.parallel = false;
+      to.arguments_key = std::string(traits.arguments_key);
+      job->trigger = "{";
+      job->trigger_at_start = true;
     } else {
       to.format = grammar::ToolCallFormat::Hermes;
       job->trigger = std::string(traits.tool_call_start);

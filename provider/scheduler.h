@@ -67,6 +67,7 @@ class Job {
   std::shared_ptr<const grammar::Grammar> grammar;  // null for Plain
   std::string trigger;     // ToolsTagged/ToolsForced: "<tool_call>"
   std::string close_tag;   // "</tool_call>"
+  bool trigger_at_start = false;  // bare-JSON calls (Llama 3.x): the trigger counts only before any text
   std::vector<std::string> stop;  // Plain/ToolsTagged: text that ends the reply
   std::chrono::steady_clock::time_point arrived, deadline;
   std::string endpoint;    // for the log line

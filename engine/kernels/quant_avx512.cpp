@@ -136,13 +136,6 @@ void tile512_q6_K_n(int64_t n, const void* vw, const void* va, size_t astride, f
 }
 PICOLM_TILE_ENTRY_POINTS(tile512_q6_K_n, avx512_tile_q6_K, avx512_dot_q6_K)
 
-// y * sign(x) for 64 bytes (there is no 512-bit VPSIGNB): negate where x < 0, zero where x == 0.
-inline __m512i sign_epi8_512(__m512i y, __m512i x) {
-  const __mmask64 neg = _mm512_movepi8_mask(x);
-  const __mmask64 nonzero = _mm512_test_epi8_mask(x, x);
-  return _mm512_maskz_mov_epi8(nonzero, _mm512_mask_sub_epi8(y, neg, _mm512_setzero_si512(), y));
-}
-
 // Weight types whose activations are Q8_0: two 32-element blocks per 512-bit register (lanes
 // 0-7 block ib, lanes 8-15 block ib+1). `unpack` gives a block's 32 signed weights; an odd last
 // block goes through the 256-bit tile `tail` (same N, so single dots and tiles still agree).
