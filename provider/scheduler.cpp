@@ -554,6 +554,11 @@ std::shared_ptr<Job> Engine::prepare(const ChatRequest& req, ApiError& err) {
     }
   } else if (job->mode != OutputMode::Plain) {
     grammar::ToolListOptions to;
+    // One optional whitespace byte wherever JSON allows it: models write calls the way their
+    // templates show them ({"name": "f", "arguments": {...}}, with spaces), and a run of one byte
+    // cannot turn into a whitespace loop.
+    to.schema.whitespace = grammar::Whitespace::Flexible;
+    to.schema.max_whitespace_run = 1;
     to.parallel = req.parallel_tool_calls;
     if (req.tool_choice == ToolChoice::Named) to.forced_tool = req.tool_choice_name;
     if (job->mode == OutputMode::Envelope) {
