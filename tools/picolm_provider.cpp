@@ -13,6 +13,7 @@
 #include <string>
 #include <thread>
 
+#include "prompt_cache.h"
 #include "server.h"
 
 using namespace picolm;
@@ -33,7 +34,8 @@ void usage(FILE* out) {
       "  --max-queue N           requests waiting for the engine before 429 (default 16)\n"
       "  --timeout SEC           per-request limit incl. queue wait, then finish_reason length (default 110)\n"
       "  --max-body-mb N         largest request body (default 8)\n"
-      "  --cache-dir DIR         prompt cache on disk\n"
+      "  --cache-dir DIR         prompt cache on disk (default $XDG_CACHE_HOME/picolm or ~/.cache/picolm;\n"
+      "                          'none' keeps the cache in RAM only)\n"
       "  --cache-max-mb N        disk budget of the prompt cache (default 1024)\n"
       "  --cache-ram-mb N        RAM budget of the prompt cache (default 256)\n"
       "  --warm FILE             a chat request (JSON) whose prompt is prefilled at start-up\n"
@@ -62,6 +64,7 @@ int main(int argc, char** argv) {
   spdlog::cfg::load_env_levels();  // SPDLOG_LEVEL=debug shows raw model output
   ServerOptions o;
   o.engine.max_queue = 16;
+  bool cache_dir_given = false;
   for (int i = 1; i < argc; ++i) {
     std::string k = argv[i];
     auto val = [&]() -> const char* {
@@ -91,7 +94,10 @@ int main(int argc, char** argv) {
     else if (k == "--max-queue") o.engine.max_queue = static_cast<size_t>(num(0, 1 << 20));
     else if (k == "--timeout") o.engine.timeout_sec = static_cast<double>(num(1, 1 << 24));
     else if (k == "--max-body-mb") o.max_body_bytes = static_cast<size_t>(num(1, 4096)) << 20;
-    else if (k == "--cache-dir") o.engine.cache_dir = val();
+    else if (k == "--cache-dir") {
+      o.engine.cache_dir = val();
+      cache_dir_given = true;
+    }
     else if (k == "--cache-max-mb") o.engine.cache_max_mb = static_cast<size_t>(num(0, 1 << 24));
     else if (k == "--cache-ram-mb") o.engine.cache_ram_mb = static_cast<size_t>(num(0, 1 << 24));
     else if (k == "--warm") o.warm_file = val();
@@ -102,6 +108,8 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
+  if (!cache_dir_given) o.engine.cache_dir = PromptCacheStore::default_dir();
+  if (o.engine.cache_dir == "none") o.engine.cache_dir.clear();
   if (o.engine.model_path.empty()) {
     o.engine.model_path = default_model_path(argv[0]);
     if (!std::filesystem::exists(o.engine.model_path)) {

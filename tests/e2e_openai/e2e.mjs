@@ -40,7 +40,7 @@ const TOOLS = [
 
 function startProvider() {
   return new Promise((resolve, reject) => {
-    const child = spawn(args.provider, ["-m", args.model, "--port", "0", "-c", "2048", "-j", "1"], {
+    const child = spawn(args.provider, ["-m", args.model, "--port", "0", "-c", "2048", "-j", "1", "--cache-dir", "none"], {
       stdio: ["ignore", "pipe", "inherit"],
     });
     let out = "";
