@@ -169,6 +169,9 @@ Result<std::shared_ptr<Model>> Model::from_gguf(std::unique_ptr<GgufFile> file, 
   I.tok_embd = L.matrix("token_embd.weight", hp.n_vocab, E);
   I.output_norm = L.vec("output_norm.weight", E);
   I.output = L.matrix("output.weight", hp.n_vocab, E, /*optional=*/true);
+  I.rope_freq_factors = L.vec("rope_freqs.weight", hp.head_dim / 2, /*optional=*/true);
+  for (float f : I.rope_freq_factors)
+    if (!(f > 0.0f) || !std::isfinite(f)) L.errors.push_back("rope_freqs.weight has a non-positive or non-finite factor");
   if (!I.output.data) {
     hp.tied_output = true;
     I.output = I.tok_embd;
@@ -281,7 +284,8 @@ Session::Session(std::shared_ptr<const Model> model, ThreadPool& pool, const Ses
   S.rope_sin.resize(size_t(S.n_ctx) * half);
   for (int i = 0; i < half; ++i) {
     // theta_i = base^(-2i/d), computed in double so long contexts keep their phase accurate.
-    const double theta = std::pow(double(hp.rope_base), -2.0 * i / hp.head_dim);
+    double theta = std::pow(double(hp.rope_base), -2.0 * i / hp.head_dim);
+    if (!S.m->rope_freq_factors.empty()) theta /= double(S.m->rope_freq_factors[size_t(i)]);
     for (int32_t p = 0; p < S.n_ctx; ++p) {
       const double a = p * theta;
       S.rope_cos[size_t(p) * half + i] = static_cast<float>(std::cos(a));

@@ -29,6 +29,9 @@ struct Model::Impl {
   WeightView tok_embd;  // [n_vocab][n_embd]
   WeightView output;    // [n_vocab][n_embd] (== tok_embd when tied)
   std::vector<float> output_norm;
+  // Llama 3.x "rope_freqs.weight": per-frequency divisors of the rotation angle ([head_dim/2]);
+  // empty when the model has none (all 1).
+  std::vector<float> rope_freq_factors;
   std::vector<LayerWeights> layers;
   uint64_t fingerprint = 0;
   bool locked = false;  // mlock succeeded

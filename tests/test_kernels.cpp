@@ -476,7 +476,7 @@ TEST_CASE("tile dots are bit-identical to single dots", "[kernels][dot]") {
     for (GgmlType wt : kWeightTypes) {
       if (k->vec_dot_tile[ti(wt)] == nullptr) continue;
       const GgmlType at = vec_dot_type(wt);
-      for (int nblk : {1, 3, 7}) {
+      for (int nblk : {1, 3, 7, 8}) {  // 7 and 8: the 4-, 2- and 1-block steps of the AVX-512 Q8_0-activation tiles
         const int64_t n = granule(wt) * nblk;
         const size_t arow = row_bytes(at, n) + 40;  // a stride that is not the row size
         auto w = random_weights(rng, wt, n);

@@ -2,9 +2,12 @@
 #include <catch2/catch.hpp>
 
 #include <cstring>
+#include <filesystem>
+#include <unistd.h>
 #include <fstream>
 #include <iterator>
 
+#include "gguf_writer.h"
 #include "kernels/thread_pool.h"
 #include "model.h"
 #include "test_util.h"
@@ -142,4 +145,52 @@ TEST_CASE("session: context limit, bad tokens and memory report", "[model]") {
   const size_t kv = 2ull * hp.n_layer * 16 * hp.n_head_kv * hp.head_dim * sizeof(uint16_t);
   CHECK(s.memory_bytes() >= kv);
   CHECK(s.kv_bytes_per_position_per_layer() == size_t(hp.n_head_kv) * hp.head_dim * 2);
+}
+
+namespace {
+// A copy of `src` with a "rope_freqs.weight" tensor (Llama 3.x rope scaling) of the given factors.
+std::string with_rope_freqs(const std::string& src, const std::vector<float>& factors, const std::string& out) {
+  auto f = GgufFile::open(src);
+  REQUIRE(f.ok());
+  GgufWriter w;
+  for (const auto& [k, v] : (*f)->metadata()) w.set_value(k, v);
+  for (const GgufTensor& t : (*f)->tensors()) REQUIRE(w.add_tensor(t.name, t.type, t.ne).ok());
+  REQUIRE(w.add_tensor("rope_freqs.weight", GgmlType::F32, {factors.size()}).ok());
+  REQUIRE(w.begin(out).ok());
+  for (const GgufTensor& t : (*f)->tensors()) REQUIRE(w.write_tensor_data(t.data, t.n_bytes).ok());
+  REQUIRE(w.write_tensor_data(factors.data(), factors.size() * sizeof(float)).ok());
+  REQUIRE(w.finish().ok());
+  return out;
+}
+}  // namespace
+
+TEST_CASE("model: Llama 3 rope frequency factors (rope_freqs.weight) scale the rotation", "[model]") {
+  const std::string src = model_path("zoo-Q8_0.gguf");
+  auto base = Model::load(src);
+  REQUIRE(base.ok());
+  const int half = base.value()->hparams().head_dim / 2;
+  const std::string dir = "/tmp/picolm_test_rope_" + std::to_string(::getpid());
+  std::filesystem::create_directories(dir);
+  auto ones = Model::load(with_rope_freqs(src, std::vector<float>(size_t(half), 1.0f), dir + "/ones.gguf"));
+  auto eights = Model::load(with_rope_freqs(src, std::vector<float>(size_t(half), 8.0f), dir + "/eights.gguf"));
+  REQUIRE(ones.ok());
+  REQUIRE(eights.ok());
+  ThreadPool pool(1);
+  std::vector<int32_t> toks = {1, 100, 200, 300};
+  auto logits = [&](std::shared_ptr<Model> m) {
+    Session s(m, pool);
+    REQUIRE(s.eval(toks, true).ok());
+    std::vector<std::vector<float>> out;
+    for (size_t i = 0; i < toks.size(); ++i) out.push_back(copy(s.logits_at(i)));
+    return out;
+  };
+  auto a = logits(base.value()), b = logits(ones.value()), c = logits(eights.value());
+  CHECK(a == b);        // factors of 1 change nothing
+  CHECK(a[0] == c[0]);  // position 0 is never rotated
+  CHECK(a[3] != c[3]);  // later positions rotate by angle / factor
+  auto bad = with_rope_freqs(src, std::vector<float>(size_t(half), -1.0f), dir + "/bad.gguf");
+  auto m = Model::load(bad);
+  REQUIRE(!m.ok());
+  CHECK(m.error().find("rope_freqs") != std::string::npos);
+  std::filesystem::remove_all(dir);
 }
