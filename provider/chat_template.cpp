@@ -1097,6 +1097,12 @@ TemplateFamily detect_template_family(std::string_view t) {
   return TemplateFamily::Unknown;
 }
 
+std::string python_json_quote(std::string_view s) {
+  std::string out;
+  dump_string(s, out);
+  return out;
+}
+
 bool python_tojson(std::string_view json_text, std::string& out, int indent, std::string* error) {
   Json v;
   std::string err;

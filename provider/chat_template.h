@@ -114,5 +114,7 @@ ChatRenderResult render_chat(TemplateFamily family, std::span<const ChatMessage>
 // order kept, Python's number spelling): re-serialises JSON text into `out`. indent < 0 gives one
 // line with ", " and ": " separators. False, with a message in `error`, if the text is not JSON.
 bool python_tojson(std::string_view json_text, std::string& out, int indent = -1, std::string* error = nullptr);
+// A JSON string literal as Python's json.dumps(ensure_ascii=False) writes it.
+std::string python_json_quote(std::string_view s);
 
 }  // namespace picolm

@@ -42,33 +42,7 @@ std::vector<std::string_view> split_array(std::string_view text) {
   return out;
 }
 
-// A JSON string literal as json.dumps(ensure_ascii=False) writes it.
-std::string json_quote(std::string_view s) {
-  std::string out = "\"";
-  for (char ch : s) {
-    const unsigned char c = static_cast<unsigned char>(ch);
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      case '\b': out += "\\b"; break;
-      case '\f': out += "\\f"; break;
-      default:
-        if (c < 0x20) {
-          static constexpr char kHex[] = "0123456789abcdef";
-          out += "\\u00";
-          out += kHex[c >> 4];
-          out += kHex[c & 15];
-        } else {
-          out += ch;
-        }
-    }
-  }
-  out += '"';
-  return out;
-}
+std::string json_quote(std::string_view s) { return python_json_quote(s); }
 
 bool is_blank(std::string_view s) {
   for (char c : s)
