@@ -38,6 +38,7 @@ constexpr const char* kUsage =
     "  --allow-text                             envelope: also allow {\"content\":\"...\"}\n"
     "  --forced-tool NAME                       only this tool may be called\n"
     "  --whitespace compact|flexible            default compact\n"
+    "  --ws-run N                               flexible: longest whitespace run (default 16; the provider uses 1)\n"
     "  --no-additional-properties               schema: additionalProperties defaults to false\n"
     "  --instance I.json | --instances I.jsonl  check: one instance per file / per line\n"
     "  --vocab V.gguf                           sample, bench (check: optional, default single bytes)\n"
@@ -50,6 +51,7 @@ struct Args {
   std::string schema_path, tools_path, vocab_path, instance_path, instances_path;
   std::string format = "object";
   std::string whitespace = "compact";
+  int ws_run = -1;  // -1: the library default
   std::string forced_tool;
   bool parallel = false, allow_text = false, no_additional = false;
   uint64_t seed = 1;
@@ -94,6 +96,7 @@ Args parse_args(int argc, char** argv) {
     else if (f == "--instances") a.instances_path = value();
     else if (f == "--format") a.format = value();
     else if (f == "--whitespace") a.whitespace = value();
+    else if (f == "--ws-run") a.ws_run = static_cast<int>(parse_int(f, value(), 0, 1 << 10));
     else if (f == "--forced-tool") a.forced_tool = value();
     else if (f == "--parallel") a.parallel = true;
     else if (f == "--allow-text") a.allow_text = true;
@@ -167,6 +170,7 @@ Source make_source(const Args& a) {
   s.is_tools = !a.tools_path.empty();
   s.text = read_or_die(s.is_tools ? a.tools_path : a.schema_path);
   s.schema_opts.whitespace = a.whitespace == "flexible" ? Whitespace::Flexible : Whitespace::Compact;
+  if (a.ws_run >= 0) s.schema_opts.max_whitespace_run = a.ws_run;
   s.schema_opts.additional_properties_default = !a.no_additional;
   s.tool_opts.schema = s.schema_opts;
   s.tool_opts.format = a.format == "array"      ? ToolCallFormat::JsonArray
