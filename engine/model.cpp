@@ -258,8 +258,17 @@ struct Session::Impl {
   std::vector<float> x, xn, q, k, v, att, gate, up, ffn;  // [n_batch][dim]
   std::vector<float> logits;          // [n_out][n_vocab]
   size_t n_logit_rows = 0;
+  // Attention scratch, one slice per pool worker (VecOps::attention's work area for a tile of at
+  // most attn_tile_tokens tokens x the query heads of one KV head).
+  std::vector<uint8_t> attn_work;     // [worker][attn_work_stride] bytes from attn_work_base
+  size_t attn_work_base = 0;          // offset of the first 64-byte aligned byte
+  size_t attn_work_stride = 0;
+  int attn_tile_tokens = 1;
 
   void ensure_scratch(int64_t T);
+  // fn(t) for every token of the batch; spread over the pool when the batch is large enough.
+  template <class Fn>
+  void for_tokens(int64_t T, const Fn& fn);
   void forward(const int32_t* toks, int64_t T, int32_t pos0, bool need_logits, bool all_logits, size_t logit_row0);
   void rope(float* vec, int n_heads, int32_t pos) const;
   void attention(int layer, int64_t T, int32_t pos0);
@@ -292,6 +301,13 @@ Session::Session(std::shared_ptr<const Model> model, ThreadPool& pool, const Ses
       S.rope_sin[size_t(p) * half + i] = static_cast<float>(std::sin(a));
     }
   }
+  // Attention tiles of about kTileRows query rows share each K/V block converted to f32.
+  constexpr int kTileRows = 128;
+  const int group = hp.n_head / hp.n_head_kv;
+  S.attn_tile_tokens = std::max(1, kTileRows / group);
+  S.attn_work_stride = (attention_work_bytes(hp.head_dim, S.attn_tile_tokens * group) + 63) / 64 * 64;
+  S.attn_work.resize(S.attn_work_stride * size_t(pool.size()) + 64);
+  S.attn_work_base = (64 - reinterpret_cast<uintptr_t>(S.attn_work.data()) % 64) % 64;
 }
 
 Session::~Session() = default;
@@ -345,51 +361,54 @@ void Session::Impl::rope(float* vec, int n_heads, int32_t pos) const {
   }
 }
 
+template <class Fn>
+void Session::Impl::for_tokens(int64_t T, const Fn& fn) {
+  const int n_workers = pool->size();
+  if (T < 4 || n_workers == 1) {
+    for (int64_t t = 0; t < T; ++t) fn(t);
+    return;
+  }
+  const int n_tasks = int(std::min<int64_t>(T, int64_t(n_workers) * 4));
+  pool->parallel_for(n_tasks, [&](int task, int) {
+    for (int64_t t = T * task / n_tasks; t < T * (task + 1) / n_tasks; ++t) fn(t);
+  });
+}
+
+// One task per (token tile, KV head[, slice of its query heads]): the query heads of a KV head
+// share its K/V blocks. Tasks are handed out last tile first, since later tokens see more positions.
 void Session::Impl::attention(int layer, int64_t T, int32_t pos0) {
   const HParams& hp = m->hp;
   const int hd = hp.head_dim;
   const int group = hp.n_head / hp.n_head_kv;
-  const float scale = 1.0f / std::sqrt(float(hd));
-  const VecOps& ops = *m->vec_ops;
+  const int64_t q_dim = int64_t(hp.n_head) * hd;
   const uint16_t* K = k_cache.data() + size_t(layer) * n_ctx * kv_row;
   const uint16_t* V = v_cache.data() + size_t(layer) * n_ctx * kv_row;
-  const int n_tasks = int(T) * hp.n_head;
-  pool->parallel_for(n_tasks, [&](int task, int) {
-    const int64_t t = task / hp.n_head;
-    const int h = task % hp.n_head;
-    const int kvh = h / group;
-    const float* qv = q.data() + size_t(t) * hp.n_head * hd + size_t(h) * hd;
-    float* out = att.data() + size_t(t) * hp.n_head * hd + size_t(h) * hd;
-    const int32_t n_pos = pos0 + int32_t(t) + 1;  // causal: attend to positions [0, pos0 + t]
-    // Online softmax over blocks of positions (one pass over K and V): running max mx, running
-    // sum of weights, accumulator acc rescaled whenever a block raises the max.
-    constexpr int kBlock = 64;
-    float scores[kBlock];
-    float acc[1024];
-    std::fill(acc, acc + hd, 0.0f);
-    float mx = -INFINITY, sum = 0.0f;
-    for (int32_t p0 = 0; p0 < n_pos; p0 += kBlock) {
-      const int nb = std::min<int32_t>(kBlock, n_pos - p0);
-      float bmax = -INFINITY;
-      for (int j = 0; j < nb; ++j) {
-        const uint16_t* kp = K + size_t(p0 + j) * kv_row + size_t(kvh) * hd;
-        scores[j] = ops.dot_f16_f32(hd, kp, qv) * scale;
-        bmax = std::max(bmax, scores[j]);
-      }
-      if (bmax > mx) {
-        const float r = std::exp(mx - bmax);  // exp(-inf) = 0 on the first block
-        sum *= r;
-        for (int i = 0; i < hd; ++i) acc[i] *= r;
-        mx = bmax;
-      }
-      for (int j = 0; j < nb; ++j) {
-        const float w = std::exp(scores[j] - mx);
-        sum += w;
-        ops.axpy_f16(hd, w, V + size_t(p0 + j) * kv_row + size_t(kvh) * hd, acc);
-      }
-    }
-    const float inv = 1.0f / sum;
-    for (int i = 0; i < hd; ++i) out[i] = acc[i] * inv;
+  const int tile_tokens = attn_tile_tokens;
+  const int n_tiles = int((T + tile_tokens - 1) / tile_tokens);
+  // Few tiles (decode): split the query heads of a group so that every worker has a task.
+  int n_split = 1;
+  if (n_tiles * hp.n_head_kv < pool->size())
+    n_split = std::min(group, (pool->size() + n_tiles * hp.n_head_kv - 1) / (n_tiles * hp.n_head_kv));
+  const int per_tile = hp.n_head_kv * n_split;
+  pool->parallel_for(n_tiles * per_tile, [&](int task, int worker) {
+    const int tile = n_tiles - 1 - task / per_tile;
+    const int kvh = task % per_tile / n_split, part = task % n_split;
+    const int g0 = group * part / n_split, g1 = group * (part + 1) / n_split;
+    const int64_t t0 = int64_t(tile) * tile_tokens;
+    AttentionTile a;
+    a.head_dim = hd;
+    a.n_tok = int(std::min<int64_t>(tile_tokens, T - t0));
+    a.n_grp = g1 - g0;
+    a.pos0 = pos0 + int32_t(t0);
+    a.scale = 1.0f / std::sqrt(float(hd));
+    a.q = q.data() + t0 * q_dim + (int64_t(kvh) * group + g0) * hd;
+    a.out = att.data() + t0 * q_dim + (int64_t(kvh) * group + g0) * hd;
+    a.row_stride = q_dim;
+    a.k = K + int64_t(kvh) * hd;
+    a.v = V + int64_t(kvh) * hd;
+    a.kv_stride = kv_row;
+    a.work = attn_work.data() + attn_work_base + size_t(worker) * attn_work_stride;
+    m->vec_ops->attention(a);
   });
 }
 
@@ -397,28 +416,37 @@ void Session::Impl::forward(const int32_t* toks, int64_t T, int32_t pos0, bool n
                             size_t logit_row0) {
   const HParams& hp = m->hp;
   const KernelTable& K = *m->kernels;
+  const VecOps& ops = *m->vec_ops;
   const ActivationMode mode = m->opts.activations;
-  const int64_t E = hp.n_embd, hd = hp.head_dim, q_dim = int64_t(hp.n_head) * hd;
+  const int64_t E = hp.n_embd, q_dim = int64_t(hp.n_head) * hp.head_dim, n_ff = hp.n_ff;
   ensure_scratch(T);
 
   auto mm = [&](const WeightView& w, const float* X, float* Y) {
     matmul(K, *pool, mode, w.type, w.data, w.rows, w.cols, X, T, Y);
   };
+  // Matrices that share their input: one activation quantization and one pass of the pool.
+  auto mm2 = [&](const WeightView& a, float* ya, const WeightView& b, float* yb, const float* X) {
+    const MatmulTarget t[2] = {{a.type, a.data, a.rows, ya}, {b.type, b.data, b.rows, yb}};
+    matmul_multi(K, *pool, mode, t, 2, a.cols, X, T);
+  };
+  auto mm3 = [&](const WeightView& a, float* ya, const WeightView& b, float* yb, const WeightView& c, float* yc,
+                 const float* X) {
+    const MatmulTarget t[3] = {{a.type, a.data, a.rows, ya}, {b.type, b.data, b.rows, yb}, {c.type, c.data, c.rows, yc}};
+    matmul_multi(K, *pool, mode, t, 3, a.cols, X, T);
+  };
 
-  // Embeddings: dequantize the token's row.
+  // Embeddings (dequantize the token's row), then the first layer's attention norm.
   const size_t emb_row_bytes = row_bytes(m->tok_embd.type, E);
-  for (int64_t t = 0; t < T; ++t) {
+  for_tokens(T, [&](int64_t t) {
     const auto* row = static_cast<const uint8_t*>(m->tok_embd.data) + size_t(toks[t]) * emb_row_bytes;
     K.dequantize_row[static_cast<uint32_t>(m->tok_embd.type)](row, x.data() + t * E, E);
-  }
+    rms_norm(&x[t * E], m->layers[0].attn_norm.data(), &xn[t * E], E, hp.rms_eps);
+  });
 
   for (int l = 0; l < hp.n_layer; ++l) {
     const LayerWeights& w = m->layers[size_t(l)];
-    for (int64_t t = 0; t < T; ++t) rms_norm(&x[t * E], w.attn_norm.data(), &xn[t * E], E, hp.rms_eps);
-    mm(w.wq, xn.data(), q.data());
-    mm(w.wk, xn.data(), k.data());
-    mm(w.wv, xn.data(), v.data());
-    for (int64_t t = 0; t < T; ++t) {
+    mm3(w.wq, q.data(), w.wk, k.data(), w.wv, v.data(), xn.data());
+    for_tokens(T, [&](int64_t t) {
       float* qt = &q[t * q_dim];
       float* kt = &k[t * kv_row];
       float* vt = &v[t * kv_row];
@@ -432,29 +460,34 @@ void Session::Impl::forward(const int32_t* toks, int64_t T, int32_t pos0, bool n
       rope(kt, hp.n_head_kv, pos);
       uint16_t* kc = k_cache.data() + (size_t(l) * n_ctx + pos) * kv_row;
       uint16_t* vc = v_cache.data() + (size_t(l) * n_ctx + pos) * kv_row;
-      m->vec_ops->f32_to_f16(int(kv_row), kt, kc);
-      m->vec_ops->f32_to_f16(int(kv_row), vt, vc);
-    }
+      ops.f32_to_f16(int(kv_row), kt, kc);
+      ops.f32_to_f16(int(kv_row), vt, vc);
+    });
     attention(l, T, pos0);
     mm(w.wo, att.data(), ffn.data());
-    for (int64_t i = 0; i < T * E; ++i) x[i] += ffn[i];
+    for_tokens(T, [&](int64_t t) {
+      for (int64_t i = t * E; i < (t + 1) * E; ++i) x[i] += ffn[i];
+      rms_norm(&x[t * E], w.ffn_norm.data(), &xn[t * E], E, hp.rms_eps);
+    });
 
-    for (int64_t t = 0; t < T; ++t) rms_norm(&x[t * E], w.ffn_norm.data(), &xn[t * E], E, hp.rms_eps);
-    mm(w.w_gate, xn.data(), gate.data());
-    mm(w.w_up, xn.data(), up.data());
-    for (int64_t i = 0; i < T * hp.n_ff; ++i) {
-      const float g = gate[i];
-      gate[i] = g / (1.0f + std::exp(-g)) * up[i];  // SiLU(gate) * up
-    }
+    mm2(w.w_gate, gate.data(), w.w_up, up.data(), xn.data());
+    for_tokens(T, [&](int64_t t) { ops.silu_mul(int(n_ff), &gate[t * n_ff], &up[t * n_ff]); });
     mm(w.w_down, gate.data(), ffn.data());
-    for (int64_t i = 0; i < T * E; ++i) x[i] += ffn[i];
+    // Residual, then the next layer's attention norm while the row is in cache.
+    const float* next_norm = l + 1 < hp.n_layer ? m->layers[size_t(l) + 1].attn_norm.data() : nullptr;
+    for_tokens(T, [&](int64_t t) {
+      for (int64_t i = t * E; i < (t + 1) * E; ++i) x[i] += ffn[i];
+      if (next_norm) rms_norm(&x[t * E], next_norm, &xn[t * E], E, hp.rms_eps);
+    });
   }
 
   if (!need_logits) return;
   // Output: all positions, or only the last.
   const int64_t first = all_logits ? 0 : T - 1;
   const int64_t n_out = T - first;
-  for (int64_t t = first; t < T; ++t) rms_norm(&x[t * E], m->output_norm.data(), &xn[(t - first) * E], E, hp.rms_eps);
+  for_tokens(n_out, [&](int64_t i) {
+    rms_norm(&x[(first + i) * E], m->output_norm.data(), &xn[i * E], E, hp.rms_eps);
+  });
   float* out = logits.data() + logit_row0 * size_t(hp.n_vocab);
   matmul(K, *pool, mode, m->output.type, m->output.data, m->output.rows, m->output.cols, xn.data(), n_out, out);
 }
@@ -473,7 +506,12 @@ Status Session::eval(std::span<const int32_t> toks, bool all_logits, const std::
   S.n_logit_rows = n_rows;
   size_t done = 0;
   while (done < toks.size()) {
-    const size_t n = std::min(toks.size() - done, size_t(S.opts.n_batch));
+    size_t n = std::min(toks.size() - done, size_t(S.opts.n_batch));
+    // Never leave a single token for the last micro-batch of a longer eval (this one takes it):
+    // one-token matmuls run the decode kernels, whose float rounding order differs from the
+    // many-token GEMM, and every token of a multi-token eval must get the same arithmetic
+    // whatever the split (the prompt cache restores prefixes bit-exactly).
+    if (toks.size() - done - n == 1) ++n;
     const bool last_chunk = done + n == toks.size();
     const int32_t pos0 = int32_t(S.tokens.size());
     S.forward(toks.data() + done, int64_t(n), pos0, all_logits || last_chunk, all_logits, all_logits ? done : 0);
@@ -521,7 +559,7 @@ size_t Session::memory_bytes() const {
   const Impl& S = *impl_;
   auto b = [](const auto& v) { return v.capacity() * sizeof(v[0]); };
   return b(S.k_cache) + b(S.v_cache) + b(S.rope_cos) + b(S.rope_sin) + b(S.x) + b(S.xn) + b(S.q) + b(S.k) + b(S.v) +
-         b(S.att) + b(S.gate) + b(S.up) + b(S.ffn) + b(S.logits) + b(S.tokens);
+         b(S.att) + b(S.gate) + b(S.up) + b(S.ffn) + b(S.logits) + b(S.tokens) + b(S.attn_work);
 }
 
 const Model& Session::model() const { return *impl_->model; }

@@ -69,8 +69,9 @@ class Model {
 
 struct SessionOptions {
   int32_t n_ctx = 0;        // 0: min(n_ctx_train, 4096)
-  // Tokens per prefill micro-batch. Scratch grows with it (~10 KB per token per 1k of n_embd for a
-  // llama shape); 64 keeps it small while weight rows are still reused across many tokens.
+  // Tokens per prefill micro-batch (one more when that avoids a last micro-batch of one token).
+  // Scratch grows with it (~10 KB per token per 1k of n_embd for a llama shape); every micro-batch
+  // re-reads and repacks all weights once, which larger batches amortize better.
   int32_t n_batch = 64;
 };
 

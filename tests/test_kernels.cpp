@@ -133,6 +133,11 @@ double q8_1_sum_slack(GgmlType wt, const uint8_t* w, const uint8_t* act, int64_t
   return slack;
 }
 
+// Whether matmul takes the table's many-token GEMM path for this shape (see matmul_multi).
+bool uses_gemm(const KernelTable& k, GgmlType wt, int64_t rows, int64_t n_tok) {
+  return k.gemm[ti(wt)].run != nullptr && n_tok >= k.gemm_min_tokens && rows % 16 == 0;
+}
+
 struct DotOracle {
   double exact;    // sum of dequant(w)_i * dequant(a)_i in double
   double abs_sum;  // sum of |dequant(w)_i * dequant(a)_i|
@@ -533,6 +538,75 @@ TEST_CASE("every table's dequantize and quantize agree with scalar", "[kernels][
   }
 }
 
+TEST_CASE("GEMM kernels match the fused dots and the oracle, every table", "[kernels][gemm]") {
+  // Each GEMM computes the integer block sums of the fused dot exactly (unsigned codes, offsets
+  // folded back through per-token sums), so it may differ from the scalar dot only in float
+  // rounding order: tolerance 4e-6 * sum|w_i a_i| (a few more roundings than a dot's 2e-6). Shapes:
+  // 16 and 48 rows (one and three panels: the 2-panel tile and the 1-panel tail), token counts that
+  // cover every tile width and its remainders, 1 to 5 blocks, rows sub-ranges as matmul's tasks.
+  std::mt19937 rng(21);
+  int tested = 0;
+  for (const KernelTable* k : all_tables()) {
+    for (GgmlType wt : kWeightTypes) {
+      const GemmKernel& g = k->gemm[ti(wt)];
+      if (g.run == nullptr) continue;
+      REQUIRE(g.prepare != nullptr);
+      REQUIRE(g.meta_bytes != nullptr);
+      REQUIRE(g.scratch_bytes != nullptr);
+      const GgmlType at = vec_dot_type(wt);
+      for (int64_t rows : {16, 48}) {
+        for (int64_t n_tok : {1, 4, 5, 6, 7, 13, 25}) {
+          for (int nblk : {1, 2, 5}) {
+            const int64_t cols = block_of(wt) * nblk;
+            INFO("type " << tname(wt) << " table " << k->name << " rows " << rows << " tokens " << n_tok << " cols " << cols);
+            const size_t wrow = row_bytes(wt, cols), arow = row_bytes(at, cols);
+            std::vector<uint8_t> W;
+            for (int64_t r = 0; r < rows; ++r) {
+              auto wr = random_weights(rng, wt, cols);
+              W.insert(W.end(), wr.begin(), wr.end());
+            }
+            std::vector<uint8_t> act(arow * static_cast<size_t>(n_tok));
+            for (int64_t t = 0; t < n_tok; ++t) {
+              auto x = random_floats(rng, cols, t % 2 ? 1.0f : 30.0f);
+              if (t == 2) std::fill(x.begin(), x.end(), 0.0f);  // an all-zero activation row
+              scalar_kernels().quantize_row[ti(at)](x.data(), act.data() + t * arow, cols);
+            }
+            std::vector<uint8_t> meta(g.meta_bytes(cols) * static_cast<size_t>(n_tok));
+            g.prepare(cols, act.data(), arow, 0, n_tok, meta.data());
+            std::vector<uint8_t> scratch(g.scratch_bytes(cols) + 64);
+            std::vector<float> Y(static_cast<size_t>(rows * n_tok), NAN);
+            // Two calls over row ranges, as matmul's tasks split the rows.
+            const int64_t split = rows > 16 ? 16 : rows;
+            g.run(cols, W.data(), wrow, 0, split, act.data(), arow, meta.data(), n_tok, Y.data(), rows, scratch.data());
+            if (split < rows)
+              g.run(cols, W.data(), wrow, split, rows, act.data(), arow, meta.data(), n_tok, Y.data(), rows, scratch.data());
+            for (int64_t t = 0; t < n_tok; ++t) {
+              for (int64_t r = 0; r < rows; ++r) {
+                const uint8_t* wr = W.data() + r * wrow;
+                const uint8_t* ar = act.data() + t * arow;
+                const DotOracle o = oracle(wt, wr, at, ar, cols);
+                const float ref = scalar_kernels().vec_dot[ti(wt)](cols, wr, ar);
+                const float got = Y[t * rows + r];
+                INFO("token " << t << " row " << r << " got " << got << " oracle " << o.exact << " scalar dot " << ref);
+                REQUIRE(std::fabs(got - o.exact) <= 4e-6 * o.abs_sum + 1e-30);
+                REQUIRE(std::fabs(got - ref) <= 6e-6 * o.abs_sum + 1e-30);
+              }
+            }
+            ++tested;
+          }
+        }
+      }
+    }
+  }
+  INFO("GEMM kernels tested: " << tested);
+#if defined(__x86_64__)
+  // The AVX-512 table has GEMM kernels for Q4_0, Q5_0, Q8_0, Q4_K, Q5_K, Q6_K: on a CPU that runs
+  // it, all of them must have been exercised.
+  const CpuFeatures f = detect_cpu_features();
+  if (f.avx512f && f.avx512bw && f.avx512vl && f.avx512vnni && f.avx2 && f.fma && f.f16c) CHECK(tested == 6 * 2 * 7 * 3);
+#endif
+}
+
 TEST_CASE("matmul matches naive loops, both modes, 1-3 threads", "[kernels][matmul]") {
   std::mt19937 rng(8);
   for (int nt = 1; nt <= 3; ++nt) {
@@ -540,7 +614,7 @@ TEST_CASE("matmul matches naive loops, both modes, 1-3 threads", "[kernels][matm
     for (const KernelTable* k : all_tables()) {
       for (GgmlType wt : kWeightTypes) {
         const GgmlType at = vec_dot_type(wt);
-        for (int64_t rows : {1, 7, 33}) {
+        for (int64_t rows : {1, 7, 33, 48}) {
           for (int64_t n_tok : {1, 3, 9, 70}) {
             const int64_t cols = granule(wt) * (rows == 7 ? 3 : 1);
             INFO("type " << tname(wt) << " table " << k->name << " threads " << nt << " rows " << rows << " tokens "
@@ -561,9 +635,16 @@ TEST_CASE("matmul matches naive loops, both modes, 1-3 threads", "[kernels][matm
               k->quantize_row[ti(at)](X.data() + t * cols, act.data(), cols);
               for (int64_t r = 0; r < rows; ++r) {
                 const uint8_t* wr = W.data() + r * wrow;
-                // Quantized mode is exactly the table's own fused dot on the quantized activation.
+                // Quantized mode is exactly the table's own fused dot on the quantized activation,
+                // or, where the many-token GEMM runs, the same integers with the float roundings
+                // in another order.
                 const float expect = k->vec_dot[ti(wt)](cols, wr, act.data());
-                REQUIRE(Yq[t * rows + r] == expect);
+                if (uses_gemm(*k, wt, rows, n_tok)) {
+                  const DotOracle o = oracle(wt, wr, at, act.data(), cols);
+                  REQUIRE(std::fabs(Yq[t * rows + r] - expect) <= 4e-6 * o.abs_sum + 1e-30);
+                } else {
+                  REQUIRE(Yq[t * rows + r] == expect);
+                }
                 // Exact mode: dequantized weights times F32 activations; float sum vs double.
                 dequantize_row_ref(wt, wr, wf.data(), cols);
                 double ex = 0, ab = 0;

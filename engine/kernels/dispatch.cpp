@@ -48,6 +48,7 @@ struct Tables {
       kq::fill_scalar_table(avx512);
       kq::fill_avx2_table(avx512);  // entries the AVX-512 file lacks use AVX2, not scalar
       kq::fill_avx512_table(avx512);
+      kq::fill_avx512_gemm(avx512);
       has_avx512 = true;
       list[count++] = &avx512;
     }

@@ -43,6 +43,20 @@ constexpr int kMaxDotTile = 8;  // upper bound of KernelTable::max_dot_tile
 // table computes exactly this, so Exact results do not depend on the table (tested bit for bit).
 using ExactDotFn = float (*)(const float* a, const float* b, int64_t n);
 
+// Many-token matmul kernel for one weight type (optional; prefill). Activations are rows already
+// in vec_dot_type(weight), `arow` bytes apart. prepare() fills a small per-token table (scales,
+// offset corrections) for tokens [t0, t1); run() computes Y[t * ldy + r] for weight rows
+// [r0, r1) (r1 - r0 a multiple of 16) and every token, repacking the weights it reads into
+// `scratch` (scratch_bytes(cols)). Results equal vec_dot's up to the order of float roundings
+// (integer sums are exact), not bit for bit.
+struct GemmKernel {
+  void (*prepare)(int64_t cols, const void* act, size_t arow, int64_t t0, int64_t t1, uint8_t* meta) = nullptr;
+  void (*run)(int64_t cols, const void* w, size_t wrow, int64_t r0, int64_t r1, const void* act, size_t arow,
+              const uint8_t* meta, int64_t n_tokens, float* y, int64_t ldy, uint8_t* scratch) = nullptr;
+  size_t (*meta_bytes)(int64_t cols) = nullptr;  // per token
+  size_t (*scratch_bytes)(int64_t cols) = nullptr;
+};
+
 struct KernelTable {
   const char* name = "scalar";
   DequantizeRowFn dequantize_row[32] = {};  // indexed by GgmlType
@@ -54,6 +68,9 @@ struct KernelTable {
   // the 32 vector registers of AVX-512, 4 the 16 of AVX2.
   int max_dot_tile = 4;
   ExactDotFn exact_dot_f32 = nullptr;
+  GemmKernel gemm[32] = {};  // indexed by the weight type; run == nullptr: no many-token kernel
+  // matmul uses gemm[] from this many tokens on (repacking weights costs about one token's work).
+  int gemm_min_tokens = 1 << 30;
 };
 
 struct CpuFeatures {
@@ -80,9 +97,22 @@ enum class ActivationMode {
 // W: `rows` rows of `cols` elements of `wtype`, contiguous. X: n_tokens x cols floats.
 // cols must be a whole number of blocks of wtype; shape or type errors are caller bugs and throw
 // std::logic_error (as do row_bytes, dequantize_row_ref and quantize_row_weights_ref).
-// Uses pool scratch slots 0 and 1 + worker (see ThreadPool::scratch).
+// Uses pool scratch slots 0 and 1 + worker (see ThreadPool::scratch). From gemm_min_tokens tokens on,
+// types with a GemmKernel take the many-token path (equal to the dots up to float rounding order).
 void matmul(const KernelTable& k, ThreadPool& pool, ActivationMode mode, GgmlType wtype, const void* W,
             int64_t rows, int64_t cols, const float* X, int64_t n_tokens, float* Y);
+
+// Several weights sharing one input X (q/k/v, gate/up): the activations are quantized once per
+// activation type and all targets' rows go through one pass of the pool. Target i writes
+// Y_i[t * rows_i + r]. Same results as one matmul() per target.
+struct MatmulTarget {
+  GgmlType wtype;
+  const void* W;
+  int64_t rows;
+  float* Y;
+};
+void matmul_multi(const KernelTable& k, ThreadPool& pool, ActivationMode mode, const MatmulTarget* targets,
+                  int n_targets, int64_t cols, const float* X, int64_t n_tokens);
 
 // fp16 <-> fp32 (IEEE binary16), round-to-nearest-even.
 float fp16_to_fp32(uint16_t h);

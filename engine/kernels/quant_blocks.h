@@ -120,6 +120,7 @@ void fill_scalar_table(KernelTable& t);
 #if defined(__x86_64__) || defined(_M_X64)
 void fill_avx2_table(KernelTable& t);    // quant_avx2.cpp
 void fill_avx512_table(KernelTable& t);  // quant_avx512.cpp
+void fill_avx512_gemm(KernelTable& t);   // gemm_avx512.cpp
 #endif
 #if defined(__aarch64__)
 void fill_neon_table(KernelTable& t);          // quant_neon.cpp

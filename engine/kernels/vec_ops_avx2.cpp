@@ -3,6 +3,8 @@
 
 #include "kernels/kernels.h"
 #include "kernels/vec_ops.h"
+#include "kernels/vec_ops_x86_impl.h"
+#include "kernels/vec_ops_x86_v256.h"
 
 namespace picolm {
 namespace {
@@ -52,6 +54,17 @@ void to_f16_avx2(int n, const float* x, uint16_t* y) {
   for (; i < n; ++i) y[i] = fp32_to_fp16(x[i]);
 }
 
+// Rows in lanes for tiles of many rows; positions in lanes when a tile would fill at most half a
+// vector. The two give bit-identical rows.
+void attention_avx2(const AttentionTile& a) {
+  using vecops_detail::V256;
+  if (2 * a.n_tok * a.n_grp <= V256::W) vecops_detail::attention_rows_simd<V256>(a);
+  else vecops_detail::attention_simd<V256>(a);
+}
+void silu_mul_avx2(int n, float* gate, const float* up) {
+  vecops_detail::silu_mul_simd<vecops_detail::V256>(n, gate, up);
+}
+
 }  // namespace
 
 void vecops_detail::fill_avx2(VecOps& v) {
@@ -59,6 +72,8 @@ void vecops_detail::fill_avx2(VecOps& v) {
   v.dot_f16_f32 = dot_avx2;
   v.axpy_f16 = axpy_avx2;
   v.f32_to_f16 = to_f16_avx2;
+  v.attention = attention_avx2;
+  v.silu_mul = silu_mul_avx2;
 }
 
 }  // namespace picolm

@@ -1,0 +1,536 @@
+// Many-token matmul for prefill on AVX-512 VNNI: weight panels repacked per call, GEMM tiles of
+// VPDPBUSD with broadcast activations.
+//
+// Layout (the one fast CPU GEMMs use, e.g. ik_llama.cpp's interleaved "_r16" types; own code):
+// 16 weight rows are unpacked to bytes and interleaved so that one 64-byte vector holds 4
+// consecutive weights of each of the 16 rows ("panel"). A tile keeps R panels x N tokens of
+// accumulators in registers; each step loads R weight vectors and broadcasts 4 activation bytes
+// per token, so every weight byte loaded feeds N multiply-adds and every activation byte 16 R.
+// Outputs of a panel are 16 consecutive rows of one token: one vector store.
+//
+// Weights are the unsigned operand of VPDPBUSD: each type is unpacked to its natural unsigned
+// code (Q4_0 q in [0,15], Q5_0 in [0,31], Q8_0 q + 128, Q4_K/Q5_K q, Q6_K q in [0,63]), and the
+// offset it carries (8, 16, 128, 0, 0, 32) comes back as -offset * sum(activations of the block),
+// which is per token, not per row: it is the starting value of the block's integer accumulator.
+// Activations stay in their Q8_0 / Q8_K rows (read in place); a small per-token table holds their
+// float scales and those corrections. All integer sums are exact, so results equal the fused
+// single-row dots up to the order of float roundings (tested against them and a double oracle).
+//
+// Repacking reads every weight once per call (as a decode step does) and costs about as much as
+// a few tokens' multiply-adds, amortized over all tokens of the call; the panels live in the
+// worker's scratch (2 x 16 rows, a few hundred KB at most) and are never kept.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstring>
+#include <type_traits>
+
+#include "kernels/quant_blocks.h"
+
+#define PICOLM_GEMM_UNROLL _Pragma("GCC unroll 16")
+
+namespace picolm::kq {
+namespace {
+
+inline float h2f(uint16_t h) { return _cvtsh_ss(h); }
+inline __m256i load256(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
+inline int32_t load_i32(const void* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+
+// 16 packed nibbles -> 32 bytes (low nibbles = elements 0..15, high = 16..31).
+inline __m256i nibbles32(const uint8_t* qs) {
+  const __m128i tmp = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
+  return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(tmp, 4), tmp), _mm256_set1_epi8(0x0F));
+}
+
+// Interleaves 16 rows of 32 bytes (rows[i] = row i) into 8 vectors: out[j] holds bytes 4j..4j+3
+// of rows 0..15 (row i in 32-bit lane i). An 8x8 transpose of 32-bit words in each 256-bit half,
+// after pairing row i (low half) with row i + 8 (high half).
+inline void transpose_16x8(const __m256i (&rows)[16], __m512i (&out)[8]) {
+  __m512i z[8], t[8], u[8];
+  PICOLM_GEMM_UNROLL for (int i = 0; i < 8; ++i) z[i] = _mm512_inserti64x4(_mm512_castsi256_si512(rows[i]), rows[i + 8], 1);
+  PICOLM_GEMM_UNROLL for (int i = 0; i < 4; ++i) {
+    t[2 * i] = _mm512_unpacklo_epi32(z[2 * i], z[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_epi32(z[2 * i], z[2 * i + 1]);
+  }
+  // u[0..3]: words 0,1,2,3 (+4 in the upper 128-bit lane) of rows 0-3; u[4..7]: of rows 4-7.
+  PICOLM_GEMM_UNROLL for (int h = 0; h < 2; ++h) {
+    u[4 * h + 0] = _mm512_unpacklo_epi64(t[4 * h + 0], t[4 * h + 2]);
+    u[4 * h + 1] = _mm512_unpackhi_epi64(t[4 * h + 0], t[4 * h + 2]);
+    u[4 * h + 2] = _mm512_unpacklo_epi64(t[4 * h + 1], t[4 * h + 3]);
+    u[4 * h + 3] = _mm512_unpackhi_epi64(t[4 * h + 1], t[4 * h + 3]);
+  }
+  const __m512i lo = _mm512_setr_epi64(0, 1, 8, 9, 4, 5, 12, 13);
+  const __m512i hi = _mm512_setr_epi64(2, 3, 10, 11, 6, 7, 14, 15);
+  PICOLM_GEMM_UNROLL for (int w = 0; w < 4; ++w) {
+    out[w] = _mm512_permutex2var_epi64(u[w], lo, u[4 + w]);
+    out[w + 4] = _mm512_permutex2var_epi64(u[w], hi, u[4 + w]);
+  }
+}
+
+inline void store_transposed(const __m256i (&rows)[16], uint8_t* dst) {
+  __m512i v[8];
+  transpose_16x8(rows, v);
+  PICOLM_GEMM_UNROLL for (int j = 0; j < 8; ++j) _mm512_storeu_si512(dst + 64 * j, v[j]);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Q8_0-activation types (blocks of 32): Q4_0, Q5_0, Q8_0.
+// Panel per block: [8 steps][16 rows][4 bytes] codes, then 16 float row scales: 576 bytes.
+// Per-token table per block: {float d, int32 -offset * sum(q)}.
+// ---------------------------------------------------------------------------------------------
+
+constexpr size_t kPanelBlockA = 8 * 64 + 64;
+struct MetaA {
+  float d;
+  int32_t corr;
+};
+
+struct TypeQ8_0 {
+  using Block = BlockQ8_0;
+  static constexpr int kOffset = 128;
+  static __m256i codes(const Block& b) { return _mm256_xor_si256(load256(b.qs), _mm256_set1_epi8(static_cast<char>(0x80))); }
+};
+struct TypeQ4_0 {
+  using Block = BlockQ4_0;
+  static constexpr int kOffset = 8;
+  static __m256i codes(const Block& b) { return nibbles32(b.qs); }
+};
+struct TypeQ5_0 {
+  using Block = BlockQ5_0;
+  static constexpr int kOffset = 16;
+  static __m256i codes(const Block& b) {
+    // Bit j of qh is the fifth bit of element j: add 16 where it is set.
+    const __m256i nib = nibbles32(b.qs);
+    return _mm256_mask_add_epi8(nib, _cvtu32_mask32(static_cast<uint32_t>(load_i32(b.qh))), nib, _mm256_set1_epi8(16));
+  }
+};
+
+template <class T>
+void repack_panel_a(const uint8_t* w, size_t wrow, int64_t nb, uint8_t* panel) {
+  using Block = typename T::Block;
+  for (int64_t b = 0; b < nb; ++b) {
+    __m256i rows[16];
+    alignas(64) float d[16];
+    PICOLM_GEMM_UNROLL for (int i = 0; i < 16; ++i) {
+      const Block* row = reinterpret_cast<const Block*>(w + static_cast<size_t>(i) * wrow);
+      if (b + 8 < nb) _mm_prefetch(reinterpret_cast<const char*>(row + b + 8), _MM_HINT_T0);
+      const Block& blk = row[b];
+      rows[i] = T::codes(blk);
+      d[i] = h2f(blk.d);
+    }
+    uint8_t* dst = panel + static_cast<size_t>(b) * kPanelBlockA;
+    store_transposed(rows, dst);
+    std::memcpy(dst + 512, d, 64);
+  }
+}
+
+template <class T>
+void prepare_a(int64_t cols, const void* act, size_t arow, int64_t t0, int64_t t1, uint8_t* meta) {
+  const int64_t nb = cols / QK8_0;
+  const __m256i ones = _mm256_set1_epi8(1);
+  for (int64_t t = t0; t < t1; ++t) {
+    const auto* y = reinterpret_cast<const BlockQ8_0*>(static_cast<const uint8_t*>(act) + static_cast<size_t>(t) * arow);
+    auto* m = reinterpret_cast<MetaA*>(meta) + t * nb;
+    for (int64_t b = 0; b < nb; ++b) {
+      // sum(q) with VPDPBUSD against ones (1 * q summed in groups of 4), then a horizontal add.
+      const __m256i s = _mm256_dpbusd_epi32(_mm256_setzero_si256(), ones, load256(y[b].qs));
+      __m128i r = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+      r = _mm_add_epi32(r, _mm_shuffle_epi32(r, 0x4E));
+      r = _mm_add_epi32(r, _mm_shuffle_epi32(r, 0xB1));
+      m[b].d = h2f(y[b].d);
+      m[b].corr = -T::kOffset * _mm_cvtsi128_si32(r);
+    }
+  }
+}
+
+template <int R, int N>
+void tile_a(int64_t nb, const uint8_t* panel, size_t panel_stride, const uint8_t* act, size_t arow, const MetaA* meta,
+            int64_t nb_meta, float* y, int64_t ldy) {
+  __m512 acc[R][N];
+  PICOLM_GEMM_UNROLL for (int r = 0; r < R; ++r) PICOLM_GEMM_UNROLL for (int n = 0; n < N; ++n) acc[r][n] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    __m512i s[R][N];
+    PICOLM_GEMM_UNROLL for (int n = 0; n < N; ++n) {
+      const __m512i c = _mm512_set1_epi32(meta[n * nb_meta + b].corr);
+      PICOLM_GEMM_UNROLL for (int r = 0; r < R; ++r) s[r][n] = c;
+    }
+    const uint8_t* pb = panel + static_cast<size_t>(b) * kPanelBlockA;
+    const uint8_t* ab = act + static_cast<size_t>(b) * sizeof(BlockQ8_0) + offsetof(BlockQ8_0, qs);
+    PICOLM_GEMM_UNROLL for (int j = 0; j < 8; ++j) {
+      __m512i wv[R];
+      PICOLM_GEMM_UNROLL for (int r = 0; r < R; ++r) wv[r] = _mm512_loadu_si512(pb + r * panel_stride + 64 * j);
+      PICOLM_GEMM_UNROLL for (int n = 0; n < N; ++n) {
+        const __m512i a = _mm512_set1_epi32(load_i32(ab + n * arow + 4 * j));
+        PICOLM_GEMM_UNROLL for (int r = 0; r < R; ++r) s[r][n] = _mm512_dpbusd_epi32(s[r][n], wv[r], a);
+      }
+    }
+    PICOLM_GEMM_UNROLL for (int r = 0; r < R; ++r) {
+      const __m512 dw = _mm512_loadu_ps(pb + r * panel_stride + 512);
+      PICOLM_GEMM_UNROLL for (int n = 0; n < N; ++n)
+        acc[r][n] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[r][n]), _mm512_mul_ps(dw, _mm512_set1_ps(meta[n * nb_meta + b].d)), acc[r][n]);
+    }
+  }
+  PICOLM_GEMM_UNROLL for (int n = 0; n < N; ++n) PICOLM_GEMM_UNROLL for (int r = 0; r < R; ++r)
+    _mm512_storeu_ps(y + n * ldy + 16 * r, acc[r][n]);
+}
+
+// ---------------------------------------------------------------------------------------------
+// K-quants (Q8_K activations, super-blocks of 256): Q4_K, Q5_K (8 sub-blocks of 32 with a
+// scale and a min), Q6_K (16 sub-blocks of 16 with a signed scale, codes offset by 32).
+// Panel per super-block: [64 steps][16 rows][4 bytes] codes (4096 bytes); [n_sub][16] int32
+// scales; [16] float d; for Q4_K/Q5_K also [16] float -dmin and [4][16] int32 min pairs
+// (16-bit mins of sub-blocks 2p, 2p+1) for VPDPWSSD against the token's sub-block sums.
+// Per-token table per super-block: {float d; int32 words[NW]}: Q4_K/Q5_K: 4 pairs of 16-bit
+// sub-block sums; Q6_K: -32 * sum of each 16-element sub-block.
+// ---------------------------------------------------------------------------------------------
+
+template <int NSUB, bool MINS>
+struct KLayout {
+  static constexpr int kSub = NSUB;
+  static constexpr size_t kScales = 4096;
+  static constexpr size_t kD = kScales + static_cast<size_t>(NSUB) * 64;
+  static constexpr size_t kNegDmin = kD + 64;
+  static constexpr size_t kMins = kNegDmin + 64;
+  static constexpr size_t kBytes = MINS ? kMins + 4 * 64 : kD + 64;
+  static constexpr int kMetaWords = MINS ? 4 : NSUB;
+  static constexpr size_t kMetaBytes = 4 + 4 * static_cast<size_t>(kMetaWords);
+};
+
+// Q4_K/Q5_K: the 8 6-bit scales and 8 mins of a super-block as 16 bytes (ggml's
+// get_scale_min_k4 for all sub-blocks at once).
+inline void k4_scales_mins(const uint8_t* packed, uint8_t (&out)[16]) {
+  constexpr uint32_t kmask1 = 0x3f3f3f3f, kmask2 = 0x0f0f0f0f, kmask3 = 0x03030303;
+  uint32_t u[4];
+  std::memcpy(u, packed, 12);
+  u[3] = ((u[2] >> 4) & kmask2) | (((u[1] >> 6) & kmask3) << 4);
+  const uint32_t uaux = u[1] & kmask1;
+  u[1] = (u[2] & kmask2) | (((u[0] >> 6) & kmask3) << 4);
+  u[2] = uaux;
+  u[0] &= kmask1;
+  std::memcpy(out, u, 16);
+}
+
+// One Q4_K/Q5_K super-block of a row: 256 codes in element order to `codes`.
+template <bool Q5>
+inline void unpack_k45_codes(const uint8_t* qs, const uint8_t* qh, uint8_t* codes) {
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  const __m256i hbits = Q5 ? load256(qh) : _mm256_setzero_si256();
+  PICOLM_GEMM_UNROLL for (int j = 0; j < 4; ++j) {
+    const __m256i q = load256(qs + 32 * j);
+    __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+    if constexpr (Q5) {
+      // Element 64j + l takes bit 2j of qh[l], element 64j + 32 + l bit 2j + 1.
+      lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_slli_epi16(_mm256_srli_epi16(hbits, 2 * j), 4), _mm256_set1_epi8(16)));
+      hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_slli_epi16(_mm256_srli_epi16(hbits, 2 * j + 1), 4), _mm256_set1_epi8(16)));
+    }
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(codes + 64 * j), lo);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(codes + 64 * j + 32), hi);
+  }
+}
+
+// One Q6_K super-block of a row: 256 codes in [0, 63] in element order.
+inline void unpack_q6k_codes(const BlockQ6_K& b, uint8_t* codes) {
+  const __m256i m4 = _mm256_set1_epi8(0x0F), m2 = _mm256_set1_epi8(3);
+  PICOLM_GEMM_UNROLL for (int half = 0; half < 2; ++half) {
+    const __m256i l0 = load256(b.ql + 64 * half), l1 = load256(b.ql + 64 * half + 32);
+    const __m256i h = load256(b.qh + 32 * half);
+    // Elements 128 half + [0,32): ql[l] low | qh bits 0-1; [32,64): ql[l+32] low | bits 2-3;
+    // [64,96): ql[l] high | bits 4-5; [96,128): ql[l+32] high | bits 6-7.
+    const __m256i c0 = _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_slli_epi16(_mm256_and_si256(h, m2), 4));
+    const __m256i c1 = _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 2), m2), 4));
+    const __m256i c2 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
+                                       _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 4), m2), 4));
+    const __m256i c3 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
+                                       _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 6), m2), 4));
+    uint8_t* o = codes + 128 * half;
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(o), c0);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + 32), c1);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + 64), c2);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + 96), c3);
+  }
+}
+
+struct TypeQ4_K {
+  using L = KLayout<8, true>;
+  static constexpr size_t kBlockBytes = sizeof(BlockQ4_K);
+};
+struct TypeQ5_K {
+  using L = KLayout<8, true>;
+  static constexpr size_t kBlockBytes = sizeof(BlockQ5_K);
+};
+struct TypeQ6_K {
+  using L = KLayout<16, false>;
+  static constexpr size_t kBlockBytes = sizeof(BlockQ6_K);
+};
+
+// Rows are unpacked one at a time into a row-major staging area (plain stores), then moved
+// into the panel by 16 x 8 word transposes; scales go through a small byte table. The weight
+// rows are read here for the first time, from memory: prefetch a few super-blocks ahead on each
+// of the 16 row streams.
+template <class T>
+void repack_panel_k(const uint8_t* w, size_t wrow, int64_t nsb, uint8_t* panel) {
+  using L = typename T::L;
+  constexpr int kAhead = 4;
+  alignas(64) uint8_t codes[16][QK_K];
+  alignas(64) uint8_t sm[16][16];  // per row: Q4_K/Q5_K 8 scales + 8 mins; Q6_K 16 signed scales
+  alignas(64) float d[16], ndmin[16];
+  alignas(64) int32_t sc[L::kSub][16];
+  alignas(64) int32_t mins[4][16];
+  for (int64_t sb = 0; sb < nsb; ++sb) {
+    for (int i = 0; i < 16; ++i) {
+      const uint8_t* blk = w + static_cast<size_t>(i) * wrow + static_cast<size_t>(sb) * T::kBlockBytes;
+      if (sb + kAhead < nsb) {
+        _mm_prefetch(reinterpret_cast<const char*>(blk + kAhead * T::kBlockBytes), _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(blk + kAhead * T::kBlockBytes + 64), _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(blk + kAhead * T::kBlockBytes + 128), _MM_HINT_T0);
+        if constexpr (T::kBlockBytes > 192)
+          _mm_prefetch(reinterpret_cast<const char*>(blk + kAhead * T::kBlockBytes + 192), _MM_HINT_T0);
+      }
+      if constexpr (std::is_same_v<T, TypeQ6_K>) {
+        const auto& b = *reinterpret_cast<const BlockQ6_K*>(blk);
+        d[i] = h2f(b.d);
+        std::memcpy(sm[i], b.scales, 16);
+        unpack_q6k_codes(b, codes[i]);
+      } else if constexpr (std::is_same_v<T, TypeQ5_K>) {
+        const auto& b = *reinterpret_cast<const BlockQ5_K*>(blk);
+        d[i] = h2f(b.d);
+        ndmin[i] = -h2f(b.dmin);
+        k4_scales_mins(b.scales, sm[i]);
+        unpack_k45_codes<true>(b.qs, b.qh, codes[i]);
+      } else {
+        const auto& b = *reinterpret_cast<const BlockQ4_K*>(blk);
+        d[i] = h2f(b.d);
+        ndmin[i] = -h2f(b.dmin);
+        k4_scales_mins(b.scales, sm[i]);
+        unpack_k45_codes<false>(b.qs, nullptr, codes[i]);
+      }
+    }
+    uint8_t* dst = panel + static_cast<size_t>(sb) * L::kBytes;
+    for (int c = 0; c < 8; ++c) {
+      __m256i rows[16];
+      PICOLM_GEMM_UNROLL for (int i = 0; i < 16; ++i) rows[i] = load256(codes[i] + 32 * c);
+      store_transposed(rows, dst + 512 * c);
+    }
+    if constexpr (L::kSub == 8) {
+      for (int i = 0; i < 16; ++i) {
+        for (int s = 0; s < 8; ++s) sc[s][i] = sm[i][s];
+        for (int p = 0; p < 4; ++p) mins[p][i] = sm[i][8 + 2 * p] | (sm[i][9 + 2 * p] << 16);
+      }
+      std::memcpy(dst + L::kNegDmin, ndmin, 64);
+      std::memcpy(dst + L::kMins, mins, sizeof mins);
+    } else {
+      for (int i = 0; i < 16; ++i)
+        for (int s = 0; s < 16; ++s) sc[s][i] = static_cast<int8_t>(sm[i][s]);
+    }
+    std::memcpy(dst + L::kScales, sc, sizeof sc);
+    std::memcpy(dst + L::kD, d, 64);
+  }
+}
+
+template <class T>
+void prepare_k(int64_t cols, const void* act, size_t arow, int64_t t0, int64_t t1, uint8_t* meta) {
+  using L = typename T::L;
+  const int64_t nsb = cols / QK_K;
+  for (int64_t t = t0; t < t1; ++t) {
+    const auto* y = reinterpret_cast<const BlockQ8_K*>(static_cast<const uint8_t*>(act) + static_cast<size_t>(t) * arow);
+    uint8_t* m = meta + static_cast<size_t>(t * nsb) * L::kMetaBytes;
+    for (int64_t sb = 0; sb < nsb; ++sb, m += L::kMetaBytes) {
+      std::memcpy(m, &y[sb].d, 4);
+      int32_t words[L::kMetaWords];
+      if constexpr (L::kSub == 8) {
+        for (int p = 0; p < 4; ++p) {
+          const int b0 = y[sb].bsums[4 * p] + y[sb].bsums[4 * p + 1];
+          const int b1 = y[sb].bsums[4 * p + 2] + y[sb].bsums[4 * p + 3];
+          words[p] = static_cast<int32_t>((static_cast<uint32_t>(b0) & 0xFFFFu) | (static_cast<uint32_t>(b1) << 16));
+        }
+      } else {
+        for (int s = 0; s < 16; ++s) words[s] = -32 * y[sb].bsums[s];
+      }
+      std::memcpy(m + 4, words, sizeof words);
+    }
+  }
+}
+
+template <class T, int R, int N>
+void tile_k(int64_t nsb, const uint8_t* panel, size_t panel_stride, const uint8_t* act, size_t arow, const uint8_t* meta,
+            size_t meta_stride, float* y, int64_t ldy) {
+  using L = typename T::L;
+  constexpr int kSteps = 64 / L::kSub;  // 4-byte steps per sub-block
+  constexpr bool kMins = L::kSub == 8;
+  __m512 acc[R][N];
+  PICOLM_GEMM_UNROLL for (int r = 0; r < R; ++r) PICOLM_GEMM_UNROLL for (int n = 0; n < N; ++n) acc[r][n] = _mm512_setzero_ps();
+  for (int64_t sb = 0; sb < nsb; ++sb) {
+    const uint8_t* pb = panel + static_cast<size_t>(sb) * L::kBytes;
+    const uint8_t* ab = act + static_cast<size_t>(sb) * sizeof(BlockQ8_K) + offsetof(BlockQ8_K, qs);
+    const uint8_t* mb = meta + static_cast<size_t>(sb) * L::kMetaBytes;
+    __m512i isum[R][N];
+    PICOLM_GEMM_UNROLL for (int r = 0; r < R; ++r) PICOLM_GEMM_UNROLL for (int n = 0; n < N; ++n) isum[r][n] = _mm512_setzero_si512();
+    for (int s = 0; s < L::kSub; ++s) {
+      __m512i p[R][N];
+      PICOLM_GEMM_UNROLL for (int n = 0; n < N; ++n) {
+        const __m512i c = kMins ? _mm512_setzero_si512() : _mm512_set1_epi32(load_i32(mb + n * meta_stride + 4 + 4 * s));
+        PICOLM_GEMM_UNROLL for (int r = 0; r < R; ++r) p[r][n] = c;
+      }
+      PICOLM_GEMM_UNROLL for (int j = 0; j < kSteps; ++j) {
+        const int k4 = s * kSteps + j;
+        __m512i wv[R];
+        PICOLM_GEMM_UNROLL for (int r = 0; r < R; ++r) wv[r] = _mm512_loadu_si512(pb + r * panel_stride + 64 * k4);
+        PICOLM_GEMM_UNROLL for (int n = 0; n < N; ++n) {
+          const __m512i a = _mm512_set1_epi32(load_i32(ab + n * arow + 4 * k4));
+          PICOLM_GEMM_UNROLL for (int r = 0; r < R; ++r) p[r][n] = _mm512_dpbusd_epi32(p[r][n], wv[r], a);
+        }
+      }
+      PICOLM_GEMM_UNROLL for (int r = 0; r < R; ++r) {
+        const __m512i scv = _mm512_loadu_si512(pb + r * panel_stride + L::kScales + 64 * s);
+        PICOLM_GEMM_UNROLL for (int n = 0; n < N; ++n) isum[r][n] = _mm512_add_epi32(isum[r][n], _mm512_mullo_epi32(p[r][n], scv));
+      }
+    }
+    PICOLM_GEMM_UNROLL for (int r = 0; r < R; ++r) {
+      const __m512 dv = _mm512_loadu_ps(pb + r * panel_stride + L::kD);
+      PICOLM_GEMM_UNROLL for (int n = 0; n < N; ++n) {
+        float da;
+        std::memcpy(&da, mb + n * meta_stride, 4);
+        const __m512 dav = _mm512_set1_ps(da);
+        acc[r][n] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[r][n]), _mm512_mul_ps(dv, dav), acc[r][n]);
+        if constexpr (kMins) {
+          __m512i m = _mm512_setzero_si512();
+          PICOLM_GEMM_UNROLL for (int q = 0; q < 4; ++q)
+            m = _mm512_dpwssd_epi32(m, _mm512_loadu_si512(pb + r * panel_stride + L::kMins + 64 * q),
+                                    _mm512_set1_epi32(load_i32(mb + n * meta_stride + 4 + 4 * q)));
+          const __m512 ndm = _mm512_loadu_ps(pb + r * panel_stride + L::kNegDmin);
+          acc[r][n] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(m), _mm512_mul_ps(ndm, dav), acc[r][n]);
+        }
+      }
+    }
+  }
+  PICOLM_GEMM_UNROLL for (int n = 0; n < N; ++n) PICOLM_GEMM_UNROLL for (int r = 0; r < R; ++r)
+    _mm512_storeu_ps(y + n * ldy + 16 * r, acc[r][n]);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Drivers: panels of 2 x 16 rows (one of 16 at the end), all tokens in tiles of N.
+// ---------------------------------------------------------------------------------------------
+
+constexpr int kTileTokensA = 6;  // 2 panels x 6 tokens: 12 integer + 12 float accumulators
+constexpr int kTileTokensK = 4;  // 2 x 4: 8 sub-block + 8 super-block + 8 float accumulators
+
+template <int R, int N, class Fn>
+inline void dispatch_n(int n, Fn&& fn) {
+  if constexpr (N >= 1) {
+    if (n == N) {
+      fn(std::integral_constant<int, R>{}, std::integral_constant<int, N>{});
+      return;
+    }
+    dispatch_n<R, N - 1>(n, fn);
+  }
+}
+
+template <class T>
+size_t panel_bytes_a(int64_t cols) {
+  return static_cast<size_t>(cols / QK8_0) * kPanelBlockA;
+}
+template <class T>
+size_t panel_bytes_k(int64_t cols) {
+  return static_cast<size_t>(cols / QK_K) * T::L::kBytes;
+}
+
+template <class T>
+void run_a(int64_t cols, const void* w, size_t wrow, int64_t r0, int64_t r1, const void* act, size_t arow,
+           const uint8_t* meta, int64_t n_tokens, float* y, int64_t ldy, uint8_t* scratch) {
+  const int64_t nb = cols / QK8_0;
+  const size_t pstride = panel_bytes_a<T>(cols);
+  const auto* wb = static_cast<const uint8_t*>(w);
+  const auto* ab = static_cast<const uint8_t*>(act);
+  const auto* mt = reinterpret_cast<const MetaA*>(meta);
+  for (int64_t r = r0; r < r1;) {
+    const int R = r1 - r >= 32 ? 2 : 1;
+    for (int i = 0; i < R; ++i) repack_panel_a<T>(wb + static_cast<size_t>(r + 16 * i) * wrow, wrow, nb, scratch + i * pstride);
+    for (int64_t t = 0; t < n_tokens; t += kTileTokensA) {
+      const int n = static_cast<int>(std::min<int64_t>(kTileTokensA, n_tokens - t));
+      auto call = [&](auto Rc, auto Nc) {
+        tile_a<decltype(Rc)::value, decltype(Nc)::value>(nb, scratch, pstride, ab + static_cast<size_t>(t) * arow, arow,
+                                                         mt + t * nb, nb, y + t * ldy + r, ldy);
+      };
+      if (R == 2) dispatch_n<2, kTileTokensA>(n, call);
+      else dispatch_n<1, kTileTokensA>(n, call);
+    }
+    r += 16 * R;
+  }
+}
+
+template <class T>
+void run_k(int64_t cols, const void* w, size_t wrow, int64_t r0, int64_t r1, const void* act, size_t arow,
+           const uint8_t* meta, int64_t n_tokens, float* y, int64_t ldy, uint8_t* scratch) {
+  using L = typename T::L;
+  const int64_t nsb = cols / QK_K;
+  const size_t pstride = panel_bytes_k<T>(cols);
+  const size_t mstride = static_cast<size_t>(nsb) * L::kMetaBytes;
+  const auto* wb = static_cast<const uint8_t*>(w);
+  const auto* ab = static_cast<const uint8_t*>(act);
+  for (int64_t r = r0; r < r1;) {
+    const int R = r1 - r >= 32 ? 2 : 1;
+    for (int i = 0; i < R; ++i) repack_panel_k<T>(wb + static_cast<size_t>(r + 16 * i) * wrow, wrow, nsb, scratch + i * pstride);
+    for (int64_t t = 0; t < n_tokens; t += kTileTokensK) {
+      const int n = static_cast<int>(std::min<int64_t>(kTileTokensK, n_tokens - t));
+      auto call = [&](auto Rc, auto Nc) {
+        tile_k<T, decltype(Rc)::value, decltype(Nc)::value>(nsb, scratch, pstride, ab + static_cast<size_t>(t) * arow, arow,
+                                                            meta + static_cast<size_t>(t) * mstride, mstride, y + t * ldy + r, ldy);
+      };
+      if (R == 2) dispatch_n<2, kTileTokensK>(n, call);
+      else dispatch_n<1, kTileTokensK>(n, call);
+    }
+    r += 16 * R;
+  }
+}
+
+template <class T>
+size_t meta_bytes_a(int64_t cols) {
+  return static_cast<size_t>(cols / QK8_0) * sizeof(MetaA);
+}
+template <class T>
+size_t meta_bytes_k(int64_t cols) {
+  return static_cast<size_t>(cols / QK_K) * T::L::kMetaBytes;
+}
+template <class T>
+size_t scratch_bytes_a(int64_t cols) {
+  return 2 * panel_bytes_a<T>(cols);
+}
+template <class T>
+size_t scratch_bytes_k(int64_t cols) {
+  return 2 * panel_bytes_k<T>(cols);
+}
+
+template <class T>
+GemmKernel gemm_a() {
+  return {prepare_a<T>, run_a<T>, meta_bytes_a<T>, scratch_bytes_a<T>};
+}
+template <class T>
+GemmKernel gemm_k() {
+  return {prepare_k<T>, run_k<T>, meta_bytes_k<T>, scratch_bytes_k<T>};
+}
+
+}  // namespace
+
+void fill_avx512_gemm(KernelTable& t) {
+  t.gemm[static_cast<int>(GgmlType::Q8_0)] = gemm_a<TypeQ8_0>();
+  t.gemm[static_cast<int>(GgmlType::Q4_0)] = gemm_a<TypeQ4_0>();
+  t.gemm[static_cast<int>(GgmlType::Q5_0)] = gemm_a<TypeQ5_0>();
+  t.gemm[static_cast<int>(GgmlType::Q4_K)] = gemm_k<TypeQ4_K>();
+  t.gemm[static_cast<int>(GgmlType::Q5_K)] = gemm_k<TypeQ5_K>();
+  t.gemm[static_cast<int>(GgmlType::Q6_K)] = gemm_k<TypeQ6_K>();
+  // From 2 tokens on, so that every token of a multi-token eval takes the same path whatever the
+  // batch split (Session never makes a 1-token micro-batch out of a longer eval): prefill results
+  // do not depend on how a prompt was cut (prompt cache restores are bit-exact).
+  t.gemm_min_tokens = 2;
+}
+
+}  // namespace picolm::kq
