@@ -255,7 +255,11 @@ struct Session::Impl {
   std::vector<float> rope_cos, rope_sin;  // [position][head_dim/2]
   std::vector<int32_t> tokens;
   // Scratch, sized for n_batch tokens.
-  std::vector<float> x, xn, q, k, v, att, gate, up, ffn;  // [n_batch][dim]
+  // Scratch for n_batch tokens, [token][dim]. Two buffers serve twice per layer, since their first
+  // use is over when the second begins: xn (normed input of q/k/v) also holds the attention output
+  // (read by attn_output before the FFN norm rewrites xn); q also holds the attn_output and
+  // ffn_down results (q is dead once attention has run). Both are sized for either use.
+  std::vector<float> x, xn, q, k, v, gate;  // gate: SiLU(gate) * up, the input of ffn_down
   std::vector<float> logits;          // [n_out][n_vocab]
   size_t n_logit_rows = 0;
   // Attention scratch, one slice per pool worker (VecOps::attention's work area for a tile of at
@@ -316,15 +320,13 @@ void Session::Impl::ensure_scratch(int64_t T) {
   const HParams& hp = m->hp;
   const size_t t = size_t(T);
   if (x.size() >= t * hp.n_embd) return;
+  const size_t wide = std::max<size_t>(size_t(hp.n_embd), size_t(hp.n_head) * size_t(hp.head_dim));
   x.resize(t * hp.n_embd);
-  xn.resize(t * hp.n_embd);
-  q.resize(t * hp.n_head * hp.head_dim);
+  xn.resize(t * wide);
+  q.resize(t * wide);
   k.resize(t * kv_row);
   v.resize(t * kv_row);
-  att.resize(t * hp.n_head * hp.head_dim);
   gate.resize(t * hp.n_ff);
-  up.resize(t * hp.n_ff);
-  ffn.resize(t * hp.n_embd);
 }
 
 namespace {
@@ -402,7 +404,7 @@ void Session::Impl::attention(int layer, int64_t T, int32_t pos0) {
     a.pos0 = pos0 + int32_t(t0);
     a.scale = 1.0f / std::sqrt(float(hd));
     a.q = q.data() + t0 * q_dim + (int64_t(kvh) * group + g0) * hd;
-    a.out = att.data() + t0 * q_dim + (int64_t(kvh) * group + g0) * hd;
+    a.out = xn.data() + t0 * q_dim + (int64_t(kvh) * group + g0) * hd;
     a.row_stride = q_dim;
     a.k = K + int64_t(kvh) * hd;
     a.v = V + int64_t(kvh) * hd;
@@ -418,17 +420,13 @@ void Session::Impl::forward(const int32_t* toks, int64_t T, int32_t pos0, bool n
   const KernelTable& K = *m->kernels;
   const VecOps& ops = *m->vec_ops;
   const ActivationMode mode = m->opts.activations;
-  const int64_t E = hp.n_embd, q_dim = int64_t(hp.n_head) * hp.head_dim, n_ff = hp.n_ff;
+  const int64_t E = hp.n_embd, q_dim = int64_t(hp.n_head) * hp.head_dim;
   ensure_scratch(T);
 
   auto mm = [&](const WeightView& w, const float* X, float* Y) {
     matmul(K, *pool, mode, w.type, w.data, w.rows, w.cols, X, T, Y);
   };
   // Matrices that share their input: one activation quantization and one pass of the pool.
-  auto mm2 = [&](const WeightView& a, float* ya, const WeightView& b, float* yb, const float* X) {
-    const MatmulTarget t[2] = {{a.type, a.data, a.rows, ya}, {b.type, b.data, b.rows, yb}};
-    matmul_multi(K, *pool, mode, t, 2, a.cols, X, T);
-  };
   auto mm3 = [&](const WeightView& a, float* ya, const WeightView& b, float* yb, const WeightView& c, float* yc,
                  const float* X) {
     const MatmulTarget t[3] = {{a.type, a.data, a.rows, ya}, {b.type, b.data, b.rows, yb}, {c.type, c.data, c.rows, yc}};
@@ -464,15 +462,18 @@ void Session::Impl::forward(const int32_t* toks, int64_t T, int32_t pos0, bool n
       ops.f32_to_f16(int(kv_row), vt, vc);
     });
     attention(l, T, pos0);
-    mm(w.wo, att.data(), ffn.data());
+    float* const att = xn.data();  // attention output (see the scratch comment)
+    float* const ffn = q.data();
+    mm(w.wo, att, ffn);
     for_tokens(T, [&](int64_t t) {
       for (int64_t i = t * E; i < (t + 1) * E; ++i) x[i] += ffn[i];
       rms_norm(&x[t * E], w.ffn_norm.data(), &xn[t * E], E, hp.rms_eps);
     });
 
-    mm2(w.w_gate, gate.data(), w.w_up, up.data(), xn.data());
-    for_tokens(T, [&](int64_t t) { ops.silu_mul(int(n_ff), &gate[t * n_ff], &up[t * n_ff]); });
-    mm(w.w_down, gate.data(), ffn.data());
+    // SiLU(gate) * up, chunk of rows by chunk of rows: the up products are never stored whole.
+    matmul_pair(K, *pool, mode, {w.w_gate.type, w.w_gate.data, w.w_gate.rows, gate.data()},
+                {w.w_up.type, w.w_up.data, w.w_up.rows, nullptr}, E, xn.data(), T, ops.silu_mul);
+    mm(w.w_down, gate.data(), ffn);
     // Residual, then the next layer's attention norm while the row is in cache.
     const float* next_norm = l + 1 < hp.n_layer ? m->layers[size_t(l) + 1].attn_norm.data() : nullptr;
     for_tokens(T, [&](int64_t t) {
@@ -559,7 +560,7 @@ size_t Session::memory_bytes() const {
   const Impl& S = *impl_;
   auto b = [](const auto& v) { return v.capacity() * sizeof(v[0]); };
   return b(S.k_cache) + b(S.v_cache) + b(S.rope_cos) + b(S.rope_sin) + b(S.x) + b(S.xn) + b(S.q) + b(S.k) + b(S.v) +
-         b(S.att) + b(S.gate) + b(S.up) + b(S.ffn) + b(S.logits) + b(S.tokens) + b(S.attn_work);
+         b(S.gate) + b(S.logits) + b(S.tokens) + b(S.attn_work);
 }
 
 const Model& Session::model() const { return *impl_->model; }

@@ -664,6 +664,49 @@ TEST_CASE("matmul matches naive loops, both modes, 1-3 threads", "[kernels][matm
   }
 }
 
+TEST_CASE("matmul_pair equals two matmuls and the combine, and matmul_multi equals matmul", "[kernels][matmul]") {
+  // Row chunks of a pair (or of several targets) go through the same kernels per row and token,
+  // so the results are bit-identical to separate calls.
+  std::mt19937 rng(31);
+  auto combine = [](int n, float* a, const float* b) {
+    for (int i = 0; i < n; ++i) a[i] = a[i] * 0.5f - b[i];
+  };
+  for (int nt = 1; nt <= 3; nt += 2) {
+    ThreadPool pool(nt);
+    for (const KernelTable* k : all_tables()) {
+      for (GgmlType wt : {GgmlType::Q4_K, GgmlType::Q5_0, GgmlType::Q8_0, GgmlType::F16}) {
+        for (ActivationMode mode : {ActivationMode::Quantized, ActivationMode::Exact}) {
+          for (int64_t rows : {48, 320}) {
+            for (int64_t n_tok : {1, 2, 19}) {
+              const int64_t cols = block_of(wt) == 1 ? 64 : block_of(wt) * 2;
+              INFO("type " << tname(wt) << " table " << k->name << " threads " << nt << " rows " << rows << " tokens " << n_tok);
+              std::vector<uint8_t> A, B;
+              for (int64_t r = 0; r < rows; ++r) {
+                auto a = random_weights(rng, wt, cols), b = random_weights(rng, wt, cols);
+                A.insert(A.end(), a.begin(), a.end());
+                B.insert(B.end(), b.begin(), b.end());
+              }
+              auto X = random_floats(rng, cols * n_tok);
+              const size_t ny = static_cast<size_t>(rows * n_tok);
+              std::vector<float> ya(ny), yb(ny), yp(ny, NAN), ym(ny, NAN), ym2(ny, NAN);
+              matmul(*k, pool, mode, wt, A.data(), rows, cols, X.data(), n_tok, ya.data());
+              matmul(*k, pool, mode, wt, B.data(), rows, cols, X.data(), n_tok, yb.data());
+              const MatmulTarget ta{wt, A.data(), rows, yp.data()}, tb{wt, B.data(), rows, nullptr};
+              matmul_pair(*k, pool, mode, ta, tb, cols, X.data(), n_tok, combine);
+              const MatmulTarget tm[2] = {{wt, A.data(), rows, ym.data()}, {wt, B.data(), rows, ym2.data()}};
+              matmul_multi(*k, pool, mode, tm, 2, cols, X.data(), n_tok);
+              REQUIRE(std::memcmp(ym.data(), ya.data(), ny * sizeof(float)) == 0);
+              REQUIRE(std::memcmp(ym2.data(), yb.data(), ny * sizeof(float)) == 0);
+              for (int64_t t = 0; t < n_tok; ++t) combine(static_cast<int>(rows), ya.data() + t * rows, yb.data() + t * rows);
+              REQUIRE(std::memcmp(yp.data(), ya.data(), ny * sizeof(float)) == 0);
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST_CASE("matmul and row helpers reject bad shapes", "[kernels][matmul]") {
   ThreadPool pool(1);
   std::vector<uint8_t> w(1024);

@@ -123,6 +123,8 @@ void usage(FILE* out) {
                "  -n N                generated tokens for tg (default 64; 0 skips tg)\n"
                "  -r N                repetitions (default 5)\n"
                "  -b N                prefill micro-batch (default: p)\n"
+               "  -c N                context of the sessions (default: max(p, n) + 16); the FP16 KV cache\n"
+               "                      for all of it is allocated and counted in private memory\n"
                "  --exact             F32 activations (reference path)\n"
                "  --bandwidth         also probe memory read bandwidth (512 MiB buffer)\n"
                "  --json              one JSON object on stdout\n"
@@ -131,7 +133,7 @@ void usage(FILE* out) {
 
 struct Args {
   std::string model;
-  int threads = 0, p = 512, n = 64, r = 5, batch = 0;
+  int threads = 0, p = 512, n = 64, r = 5, batch = 0, ctx = 0;
   bool json = false, bandwidth = false, exact = false;
 };
 
@@ -187,6 +189,8 @@ int main(int argc, char** argv) {
       if (!num(a.r)) return 2;
     } else if (k == "-b") {
       if (!num(a.batch)) return 2;
+    } else if (k == "-c") {
+      if (!num(a.ctx)) return 2;
     } else if (k == "--json") {
       a.json = true;
     } else if (k == "--bandwidth") {
@@ -240,7 +244,11 @@ int main(int argc, char** argv) {
   for (int32_t& t : prompt) t = rand_tok();
 
   SessionOptions so;
-  so.n_ctx = std::max(a.p, a.n) + 16;
+  so.n_ctx = a.ctx > 0 ? a.ctx : std::max(a.p, a.n) + 16;
+  if (so.n_ctx < std::max(a.p, a.n) + 4) {
+    std::fprintf(stderr, "picolm-bench: -c %d is too small for -p %d / -n %d\n", a.ctx, a.p, a.n);
+    return 2;
+  }
   so.n_batch = a.batch > 0 ? a.batch : std::max(a.p, 1);
   long private_kb = 0;
   auto sample_private = [&]() { private_kb = std::max(private_kb, status_kb("RssAnon")); };
@@ -305,6 +313,10 @@ int main(int argc, char** argv) {
   const Stats spp = stats(pp), stg = stats(tg), spp_cpu = stats(pp_cpu), stg_cpu = stats(tg_cpu);
   const double peak_rss_mb = status_kb("VmHWM") / 1024.0;
   const double private_mb = private_kb / 1024.0;
+  // The session's FP16 KV cache (K and V, every layer, n_ctx positions): allocated and written at
+  // construction, so all of it is resident and private.
+  const HParams& hpk = model->hparams();
+  const double kv_mb = 2.0 * hpk.n_layer * so.n_ctx * hpk.n_head_kv * hpk.head_dim * 2.0 / (1024.0 * 1024.0);
   const double file_mb = status_kb("RssFile") / 1024.0;
   Bandwidth bwr;
   if (a.bandwidth) bwr = probe_read_bandwidth(pool, size_t(512) << 20);
@@ -317,12 +329,13 @@ int main(int argc, char** argv) {
                 "\"p\":%d,\"n\":%d,\"r\":%d,\"n_batch\":%d,"
                 "\"pp_tok_s\":%.3f,\"pp_min\":%.3f,\"pp_max\":%.3f,"
                 "\"tg_tok_s\":%.3f,\"tg_min\":%.3f,\"tg_max\":%.3f,"
+                "\"n_ctx\":%d,\"kv_cache_mb\":%.1f,\"private_over_kv_mb\":%.1f,"
                 "\"peak_rss_mb\":%.1f,\"private_mb\":%.1f,\"file_rss_mb\":%.1f,\"load_s\":%.3f,"
                 "\"model_bytes\":%llu,\"weight_bytes_per_token\":%llu,\"cpu_util\":%.3f,"
                 "\"pp_tok_per_cpu_s\":%.3f,\"tg_tok_per_cpu_s\":%.3f",
                 json_escape(a.model).c_str(), json_escape(model->description()).c_str(), kernels,
                 a.exact ? "exact" : "quantized", a.threads, a.p, a.n, a.r, so.n_batch, spp.median, spp.min, spp.max,
-                stg.median, stg.min, stg.max, peak_rss_mb, private_mb, file_mb, load_s,
+                stg.median, stg.min, stg.max, so.n_ctx, kv_mb, private_mb - kv_mb, peak_rss_mb, private_mb, file_mb, load_s,
                 static_cast<unsigned long long>(model_bytes), static_cast<unsigned long long>(weight_bytes_per_token), cpu_util,
                 spp_cpu.median, stg_cpu.median);
     if (a.bandwidth)
@@ -345,6 +358,8 @@ int main(int argc, char** argv) {
                 stg_cpu.median);
   std::printf("memory:   peak RSS %.1f MiB, private (RssAnon) %.1f MiB, file-backed RSS %.1f MiB\n", peak_rss_mb,
               private_mb, file_mb);
+  std::printf("          KV cache (n_ctx %d, FP16) %.1f MiB; private beyond it %.1f MiB\n", so.n_ctx, kv_mb,
+              private_mb - kv_mb);
   std::printf("decode:   %.1f MB of weights read per token", gb_per_tok * 1e3);
   if (a.n > 0) std::printf(" -> %.2f GB/s effective", stg.median * gb_per_tok);
   std::printf("\n");

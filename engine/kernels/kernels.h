@@ -113,6 +113,13 @@ struct MatmulTarget {
 };
 void matmul_multi(const KernelTable& k, ThreadPool& pool, ActivationMode mode, const MatmulTarget* targets,
                   int n_targets, int64_t cols, const float* X, int64_t n_tokens);
+// Two matrices of the same shape sharing X whose products are only needed combined (FFN gate and
+// up): A.Y[t * rows + r] = combine(A row r . X[t], B row r . X[t]), computed chunk of rows by chunk
+// of rows in scratch, so neither product is stored whole (B.Y is not used). combine(n, a, b)
+// overwrites a[0..n) with the combination of a and b. Same values as two matmuls then combine.
+using PairCombineFn = void (*)(int n, float* a, const float* b);
+void matmul_pair(const KernelTable& k, ThreadPool& pool, ActivationMode mode, const MatmulTarget& a,
+                 const MatmulTarget& b, int64_t cols, const float* X, int64_t n_tokens, PairCombineFn combine);
 
 // fp16 <-> fp32 (IEEE binary16), round-to-nearest-even.
 float fp16_to_fp32(uint16_t h);

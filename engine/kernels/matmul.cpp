@@ -37,9 +37,8 @@ struct Plan {
   size_t meta_row = 0;
 };
 
-constexpr size_t kPrefetchAhead = 4096;
-
-void run_dots(const KernelTable& k, GgmlType wtype, const uint8_t* wbase, size_t wrow, int64_t rows, int64_t cols,
+// Rows [r0, r1) of W (wbase = row 0) for every token: Y[t * ldy + r].
+void run_dots(const KernelTable& k, GgmlType wtype, const uint8_t* wbase, size_t wrow, int64_t ldy, int64_t cols,
               const uint8_t* act, size_t arow, int64_t n_tokens, float* Y, int64_t r0, int64_t r1) {
   const VecDotFn dot = k.vec_dot[static_cast<int>(wtype)];
   // Token blocks keep a block's activations (<= 64 rows) and the task's weight rows in L2 while
@@ -56,15 +55,7 @@ void run_dots(const KernelTable& k, GgmlType wtype, const uint8_t* wbase, size_t
     if (tile == nullptr || te - tb == 1) {
       for (int64_t r = r0; r < r1; ++r) {
         const uint8_t* wr = wbase + static_cast<size_t>(r) * wrow;
-        // Decode streams the weights once: prefetch kPrefetchAhead bytes ahead of this row, so
-        // the stream does not stall at every 4 KiB page of the file mapping, where the
-        // hardware prefetchers stop.
-        if (r + 1 < r1) {
-          const uint8_t* p = wr + kPrefetchAhead;
-          const uint8_t* end = std::min(wr + wrow + kPrefetchAhead, wbase + static_cast<size_t>(r1) * wrow);
-          for (; p < end; p += 64) __builtin_prefetch(p, 0, 3);
-        }
-        for (int64_t t = tb; t < te; ++t) Y[t * rows + r] = dot(cols, wr, act + static_cast<size_t>(t) * arow);
+        for (int64_t t = tb; t < te; ++t) Y[t * ldy + r] = dot(cols, wr, act + static_cast<size_t>(t) * arow);
       }
       continue;
     }
@@ -77,22 +68,18 @@ void run_dots(const KernelTable& k, GgmlType wtype, const uint8_t* wbase, size_t
       for (int64_t t = tb; t < te; t += max_tile) {
         const int nt = static_cast<int>(std::min<int64_t>(max_tile, te - t));
         const uint8_t* at = act + static_cast<size_t>(t) * arow;
-        for (int64_t r = g0; r < g1; ++r) tile(cols, wbase + static_cast<size_t>(r) * wrow, at, arow, nt, Y + t * rows + r, rows);
+        for (int64_t r = g0; r < g1; ++r) tile(cols, wbase + static_cast<size_t>(r) * wrow, at, arow, nt, Y + t * ldy + r, ldy);
       }
     }
   }
 }
 
-}  // namespace
 
-void matmul(const KernelTable& k, ThreadPool& pool, ActivationMode mode, GgmlType wtype, const void* W,
-            int64_t rows, int64_t cols, const float* X, int64_t n_tokens, float* Y) {
-  const MatmulTarget t{wtype, W, rows, Y};
-  matmul_multi(k, pool, mode, &t, 1, cols, X, n_tokens);
-}
-
-void matmul_multi(const KernelTable& k, ThreadPool& pool, ActivationMode mode, const MatmulTarget* targets,
-                  int n_targets, int64_t cols, const float* X, int64_t n_tokens) {
+// The shared implementation. With `combine` (two targets of equal rows), each task computes the
+// same row range of both into its scratch and writes combine(a, b) to targets[0].Y; targets[1].Y
+// is not used.
+void matmul_impl(const KernelTable& k, ThreadPool& pool, ActivationMode mode, const MatmulTarget* targets,
+                 int n_targets, int64_t cols, const float* X, int64_t n_tokens, PairCombineFn combine) {
   PICOLM_KCHECK(n_targets >= 0 && n_tokens >= 0 && cols > 0, "negative or empty matmul shape");
   int64_t total_work = 0;
   for (int i = 0; i < n_targets; ++i) {
@@ -108,19 +95,21 @@ void matmul_multi(const KernelTable& k, ThreadPool& pool, ActivationMode mode, c
   const bool tiny = total_work * cols * n_tokens < (int64_t{1} << 17);
   const int n_threads = tiny ? 1 : pool.size();
 
+  std::vector<Plan> plan(static_cast<size_t>(n_targets));
+  uint8_t* buf = nullptr;
+  GgmlType vts[4];
+  size_t vt_off[4] = {};
+  int n_vt = 0;
+  for (int i = 0; i < n_targets; ++i) plan[static_cast<size_t>(i)].wrow = row_bytes(targets[i].wtype, cols);
   if (mode == ActivationMode::Quantized) {
-    std::vector<Plan> plan(static_cast<size_t>(n_targets));
     // Activations: quantized once per distinct vec_dot type (q/k/v or gate/up often share one),
     // then the GEMM tables of the targets that take the many-token path; all in scratch slot 0.
-    GgmlType vts[4];
-    size_t vt_off[4] = {};
-    int n_vt = 0;
     size_t bytes = 0;
+    std::vector<size_t> meta_off(static_cast<size_t>(n_targets), 0);
     for (int i = 0; i < n_targets; ++i) {
       const GgmlType wt = targets[i].wtype;
       const GgmlType vt = vec_dot_type(wt);
       Plan& p = plan[static_cast<size_t>(i)];
-      p.wrow = row_bytes(wt, cols);
       p.arow = row_bytes(vt, cols);
       int j = 0;
       while (j < n_vt && vts[j] != vt) ++j;
@@ -137,20 +126,20 @@ void matmul_multi(const KernelTable& k, ThreadPool& pool, ActivationMode mode, c
       if (g.run != nullptr && n_tokens >= k.gemm_min_tokens && targets[i].rows % 16 == 0) {
         p.gemm = &g;
         p.meta_row = g.meta_bytes(cols);
-        p.meta = reinterpret_cast<uint8_t*>(bytes);  // offset for now
+        meta_off[static_cast<size_t>(i)] = bytes;
         bytes += (p.meta_row * static_cast<size_t>(n_tokens) + 63) & ~size_t{63};
       }
     }
-    uint8_t* buf = pool.scratch(0, std::max<size_t>(bytes, 64));
+    buf = pool.scratch(0, std::max<size_t>(bytes, 64));
     for (int i = 0; i < n_targets; ++i) {
       Plan& p = plan[static_cast<size_t>(i)];
       const GgmlType vt = vec_dot_type(targets[i].wtype);
       int j = 0;
       while (vts[j] != vt) ++j;
       p.act = vt == GgmlType::F32 ? reinterpret_cast<const uint8_t*>(X) : buf + vt_off[j];
-      if (p.gemm != nullptr) p.meta = buf + reinterpret_cast<size_t>(p.meta);
+      if (p.gemm != nullptr) p.meta = buf + meta_off[static_cast<size_t>(i)];
     }
-    auto prepare_token = [&](int64_t t0, int64_t t1) {
+    auto prepare_tokens = [&](int64_t t0, int64_t t1) {
       for (int j = 0; j < n_vt; ++j) {
         if (vts[j] == GgmlType::F32) continue;
         const QuantizeRowFn quant = k.quantize_row[static_cast<int>(vts[j])];
@@ -164,71 +153,114 @@ void matmul_multi(const KernelTable& k, ThreadPool& pool, ActivationMode mode, c
       const int64_t per = (n_tokens + 4 * n_threads - 1) / (4 * n_threads);
       pool.parallel_for(static_cast<int>((n_tokens + per - 1) / per), [&](int task, int) {
         const int64_t t0 = task * per;
-        prepare_token(t0, std::min(n_tokens, t0 + per));
+        prepare_tokens(t0, std::min(n_tokens, t0 + per));
       });
     } else {
-      prepare_token(0, n_tokens);
+      prepare_tokens(0, n_tokens);
     }
-
-    std::vector<Task> tasks;
-    size_t gemm_scratch = 0;
-    for (int i = 0; i < n_targets; ++i) {
-      const Plan& p = plan[static_cast<size_t>(i)];
-      const int64_t rows = targets[i].rows;
-      const int64_t chunk = n_threads == 1 ? rows : chunk_rows(rows, n_threads, p.gemm ? 32 : 8);
-      for (int64_t r0 = 0; r0 < rows; r0 += chunk) tasks.push_back({i, r0, std::min(rows, r0 + chunk)});
-      if (p.gemm != nullptr) gemm_scratch = std::max(gemm_scratch, p.gemm->scratch_bytes(cols));
-    }
-    auto run_task = [&](int ti, int worker) {
-      const Task& task = tasks[static_cast<size_t>(ti)];
-      const MatmulTarget& tg = targets[task.target];
-      const Plan& p = plan[static_cast<size_t>(task.target)];
-      if (p.gemm != nullptr) {
-        p.gemm->run(cols, tg.W, p.wrow, task.r0, task.r1, p.act, p.arow, p.meta, n_tokens, tg.Y, tg.rows,
-                    pool.scratch(1 + worker, gemm_scratch));
-      } else {
-        run_dots(k, tg.wtype, static_cast<const uint8_t*>(tg.W), p.wrow, tg.rows, cols, p.act, p.arow, n_tokens, tg.Y,
-                 task.r0, task.r1);
-      }
-    };
-    if (n_threads == 1) {
-      for (size_t i = 0; i < tasks.size(); ++i) run_task(static_cast<int>(i), 0);
-    } else {
-      pool.parallel_for(static_cast<int>(tasks.size()), run_task);
-    }
-    return;
+  } else {
+    PICOLM_KCHECK(k.exact_dot_f32 != nullptr, "no dequantizer for Exact mode");
+    for (int i = 0; i < n_targets; ++i)
+      PICOLM_KCHECK(k.dequantize_row[static_cast<int>(targets[i].wtype)] != nullptr, "no dequantizer for Exact mode");
   }
 
-  // Exact: each weight row is dequantized once (into the worker's scratch) and dotted in F32 with
-  // every token row.
-  const ExactDotFn dot_f32_exact = k.exact_dot_f32;
+  // Tasks: row chunks of every target (of the pair, once for both).
+  std::vector<Task> tasks;
+  size_t kernel_scratch = 0;
+  int64_t max_chunk = 0;
+  const int n_chunked = combine != nullptr ? 1 : n_targets;
+  for (int i = 0; i < n_chunked; ++i) {
+    const int64_t rows = targets[i].rows;
+    bool gemm = plan[static_cast<size_t>(i)].gemm != nullptr;
+    if (combine != nullptr) gemm = gemm || plan[1].gemm != nullptr;
+    int64_t chunk = n_threads == 1 ? rows : chunk_rows(rows, n_threads, gemm ? 32 : 8);
+    // A pair's products of a chunk are held in scratch: at most ~128 rows of them.
+    if (combine != nullptr) chunk = std::min(chunk, int64_t{128});
+    max_chunk = std::max(max_chunk, chunk);
+    for (int64_t r0 = 0; r0 < rows; r0 += chunk) tasks.push_back({i, r0, std::min(rows, r0 + chunk)});
+  }
   for (int i = 0; i < n_targets; ++i) {
-    const MatmulTarget& tg = targets[i];
-    if (tg.rows == 0) continue;
-    const GgmlType wtype = tg.wtype;
-    const DequantizeRowFn deq = k.dequantize_row[static_cast<int>(wtype)];
-    PICOLM_KCHECK(deq != nullptr && dot_f32_exact != nullptr, "no dequantizer for Exact mode");
-    const size_t wrow = row_bytes(wtype, cols);
-    const auto* wbase = static_cast<const uint8_t*>(tg.W);
-    const int64_t chunk = tiny ? tg.rows : chunk_rows(tg.rows, pool.size(), 8);
-    const int n_tasks = static_cast<int>((tg.rows + chunk - 1) / chunk);
-    pool.parallel_for(n_tasks, [&](int task, int worker) {
-      float* wf = wtype == GgmlType::F32 ? nullptr
-                                         : reinterpret_cast<float*>(pool.scratch(1 + worker, static_cast<size_t>(cols) * 4));
-      const int64_t r0 = task * chunk, r1 = std::min(tg.rows, r0 + chunk);
-      for (int64_t r = r0; r < r1; ++r) {
-        const uint8_t* wr = wbase + static_cast<size_t>(r) * wrow;
-        const float* wrow_f;
-        if (wf == nullptr) {
-          wrow_f = reinterpret_cast<const float*>(wr);  // GGUF tensor data is at least 32-byte aligned
-        } else {
-          deq(wr, wf, cols);
-          wrow_f = wf;
-        }
-        for (int64_t t = 0; t < n_tokens; ++t) tg.Y[t * tg.rows + r] = dot_f32_exact(wrow_f, X + t * cols, cols);
-      }
-    });
+    const Plan& p = plan[static_cast<size_t>(i)];
+    if (p.gemm != nullptr) kernel_scratch = std::max(kernel_scratch, p.gemm->scratch_bytes(cols));
+    if (mode == ActivationMode::Exact && targets[i].wtype != GgmlType::F32)
+      kernel_scratch = std::max(kernel_scratch, static_cast<size_t>(cols) * 4);
   }
+  kernel_scratch = (kernel_scratch + 63) & ~size_t{63};
+  const size_t pair_floats = combine != nullptr ? static_cast<size_t>(max_chunk * n_tokens) : 0;
+
+  // Target i's rows [r0, r1) into y[t * ldy + (r - r0)].
+  auto compute = [&](int i, int64_t r0, int64_t r1, float* y, int64_t ldy, uint8_t* scratch) {
+    const MatmulTarget& tg = targets[i];
+    const Plan& p = plan[static_cast<size_t>(i)];
+    const auto* w = static_cast<const uint8_t*>(tg.W) + static_cast<size_t>(r0) * p.wrow;
+    const int64_t n = r1 - r0;
+    if (mode == ActivationMode::Quantized) {
+      if (p.gemm != nullptr) {
+        p.gemm->run(cols, w, p.wrow, 0, n, p.act, p.arow, p.meta, n_tokens, y, ldy, scratch);
+      } else {
+        run_dots(k, tg.wtype, w, p.wrow, ldy, cols, p.act, p.arow, n_tokens, y, 0, n);
+      }
+      return;
+    }
+    // Exact: each weight row is dequantized once (into the worker's scratch) and dotted in F32
+    // with every token row.
+    for (int64_t r = 0; r < n; ++r) {
+      const uint8_t* wr = w + static_cast<size_t>(r) * p.wrow;
+      const float* wf;
+      if (tg.wtype == GgmlType::F32) {
+        wf = reinterpret_cast<const float*>(wr);  // GGUF tensor data is at least 32-byte aligned
+      } else {
+        k.dequantize_row[static_cast<int>(tg.wtype)](wr, reinterpret_cast<float*>(scratch), cols);
+        wf = reinterpret_cast<const float*>(scratch);
+      }
+      for (int64_t t = 0; t < n_tokens; ++t) y[t * ldy + r] = k.exact_dot_f32(wf, X + t * cols, cols);
+    }
+  };
+  auto run_task = [&](int ti, int worker) {
+    const Task& task = tasks[static_cast<size_t>(ti)];
+    uint8_t* scratch = pool.scratch(1 + worker, kernel_scratch + pair_floats * 2 * sizeof(float));
+    const MatmulTarget& tg = targets[task.target];
+    if (combine == nullptr) {
+      compute(task.target, task.r0, task.r1, tg.Y + task.r0, tg.rows, scratch);
+      return;
+    }
+    // [token][row of the chunk] products of both matrices, then combine(a, b) per token.
+    const int64_t n = task.r1 - task.r0;
+    auto* ya = reinterpret_cast<float*>(scratch + kernel_scratch);
+    float* yb = ya + pair_floats;
+    compute(0, task.r0, task.r1, ya, n, scratch);
+    compute(1, task.r0, task.r1, yb, n, scratch);
+    for (int64_t t = 0; t < n_tokens; ++t) {
+      float* at = ya + t * n;
+      combine(static_cast<int>(n), at, yb + t * n);
+      std::memcpy(tg.Y + t * tg.rows + task.r0, at, static_cast<size_t>(n) * sizeof(float));
+    }
+  };
+  if (n_threads == 1) {
+    for (size_t i = 0; i < tasks.size(); ++i) run_task(static_cast<int>(i), 0);
+  } else {
+    pool.parallel_for(static_cast<int>(tasks.size()), run_task);
+  }
+}
+
+}  // namespace
+
+void matmul(const KernelTable& k, ThreadPool& pool, ActivationMode mode, GgmlType wtype, const void* W,
+            int64_t rows, int64_t cols, const float* X, int64_t n_tokens, float* Y) {
+  const MatmulTarget t{wtype, W, rows, Y};
+  matmul_multi(k, pool, mode, &t, 1, cols, X, n_tokens);
+}
+
+void matmul_multi(const KernelTable& k, ThreadPool& pool, ActivationMode mode, const MatmulTarget* targets,
+                  int n_targets, int64_t cols, const float* X, int64_t n_tokens) {
+  matmul_impl(k, pool, mode, targets, n_targets, cols, X, n_tokens, nullptr);
+}
+
+void matmul_pair(const KernelTable& k, ThreadPool& pool, ActivationMode mode, const MatmulTarget& a,
+                 const MatmulTarget& b, int64_t cols, const float* X, int64_t n_tokens, PairCombineFn combine) {
+  PICOLM_KCHECK(a.rows == b.rows && combine != nullptr, "matmul_pair needs two matrices of the same shape");
+  const MatmulTarget t[2] = {a, b};
+  matmul_impl(k, pool, mode, t, 2, cols, X, n_tokens, combine);
 }
 
 }  // namespace picolm
