@@ -4,7 +4,11 @@
 // Why tolerance 0 holds: restored K/V are the very fp16 bytes the same model computed for the same
 // tokens, and every row of a prefill (quantized activations, matmul, attention, norms) is computed
 // from its own row and the cache only, so splitting a prompt into "cached prefix + evaluated tail"
-// instead of one batch changes no arithmetic.
+// instead of one batch changes no arithmetic. That holds for tails of 2 or more tokens: matmuls of
+// 2+ tokens all run the many-token GEMM (and Session::eval never cuts a 1-token micro-batch out of
+// a longer eval), while a 1-token eval runs the decode dots, whose float rounding order differs: a
+// restore that leaves exactly one token to evaluate agrees with a full prefill only up to that
+// order (the provider's restores end before the last user message, so their tails are longer).
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/resource.h>
