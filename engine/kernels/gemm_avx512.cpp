@@ -205,20 +205,6 @@ struct KLayout {
   static constexpr size_t kMetaBytes = 4 + 4 * static_cast<size_t>(kMetaWords);
 };
 
-// Q4_K/Q5_K: the 8 6-bit scales and 8 mins of a super-block as 16 bytes (ggml's
-// get_scale_min_k4 for all sub-blocks at once).
-inline void k4_scales_mins(const uint8_t* packed, uint8_t (&out)[16]) {
-  constexpr uint32_t kmask1 = 0x3f3f3f3f, kmask2 = 0x0f0f0f0f, kmask3 = 0x03030303;
-  uint32_t u[4];
-  std::memcpy(u, packed, 12);
-  u[3] = ((u[2] >> 4) & kmask2) | (((u[1] >> 6) & kmask3) << 4);
-  const uint32_t uaux = u[1] & kmask1;
-  u[1] = (u[2] & kmask2) | (((u[0] >> 6) & kmask3) << 4);
-  u[2] = uaux;
-  u[0] &= kmask1;
-  std::memcpy(out, u, 16);
-}
-
 // One Q4_K/Q5_K super-block of a row: 256 codes in element order to `codes`.
 template <bool Q5>
 inline void unpack_k45_codes(const uint8_t* qs, const uint8_t* qh, uint8_t* codes) {
@@ -304,13 +290,13 @@ void repack_panel_k(const uint8_t* w, size_t wrow, int64_t nsb, uint8_t* panel) 
         const auto& b = *reinterpret_cast<const BlockQ5_K*>(blk);
         d[i] = h2f(b.d);
         ndmin[i] = -h2f(b.dmin);
-        k4_scales_mins(b.scales, sm[i]);
+        scales_mins_k4_all(b.scales, sm[i]);
         unpack_k45_codes<true>(b.qs, b.qh, codes[i]);
       } else {
         const auto& b = *reinterpret_cast<const BlockQ4_K*>(blk);
         d[i] = h2f(b.d);
         ndmin[i] = -h2f(b.dmin);
-        k4_scales_mins(b.scales, sm[i]);
+        scales_mins_k4_all(b.scales, sm[i]);
         unpack_k45_codes<false>(b.qs, nullptr, codes[i]);
       }
     }

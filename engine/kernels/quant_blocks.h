@@ -100,6 +100,20 @@ inline void scale_min_k4(int j, const uint8_t* q, uint8_t* d, uint8_t* m) {
   }
 }
 
+// All 8 scales and 8 mins of a Q4_K/Q5_K super-block at once: out[0..8) scales, out[8..16) mins
+// (the same values as scale_min_k4 for j = 0..7, with word operations instead of 16 byte picks).
+inline void scales_mins_k4_all(const uint8_t* packed, uint8_t* out16) {
+  constexpr uint32_t kmask1 = 0x3f3f3f3f, kmask2 = 0x0f0f0f0f, kmask3 = 0x03030303;
+  uint32_t u[4];
+  std::memcpy(u, packed, 12);
+  u[3] = ((u[2] >> 4) & kmask2) | (((u[1] >> 6) & kmask3) << 4);
+  const uint32_t uaux = u[1] & kmask1;
+  u[1] = (u[2] & kmask2) | (((u[0] >> 6) & kmask3) << 4);
+  u[2] = uaux;
+  u[0] &= kmask1;
+  std::memcpy(out16, u, 16);
+}
+
 // Unpacks the 16 6-bit Q3_K scales into signed values in [-32, 31].
 inline void unpack_q3k_scales(const uint8_t* packed, int8_t* out16) {
   constexpr uint32_t kmask1 = 0x03030303, kmask2 = 0x0f0f0f0f;

@@ -401,15 +401,9 @@ float simd_dot_q5_1(int64_t n, const void* vw, const void* va) {
 
 // Q4_K/Q5_K: the 12 packed bytes -> 8 scales (bytes 0..7) and 8 mins (bytes 8..15).
 inline __m256i unpack_k4_scales_mins_i16(const uint8_t* packed) {
-  constexpr uint32_t kmask1 = 0x3f3f3f3f, kmask2 = 0x0f0f0f0f, kmask3 = 0x03030303;
-  uint32_t utmp[4];
-  std::memcpy(utmp, packed, 12);
-  utmp[3] = ((utmp[2] >> 4) & kmask2) | (((utmp[1] >> 6) & kmask3) << 4);
-  const uint32_t uaux = utmp[1] & kmask1;
-  utmp[1] = (utmp[2] & kmask2) | (((utmp[0] >> 6) & kmask3) << 4);
-  utmp[2] = uaux;
-  utmp[0] &= kmask1;
-  return _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(utmp)));
+  uint8_t sm[16];
+  scales_mins_k4_all(packed, sm);
+  return _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sm)));
 }
 
 // Shuffle that broadcasts 16-bit element i of a 128-bit lane to the whole lane.
