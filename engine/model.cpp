@@ -254,7 +254,6 @@ struct Session::Impl {
   std::vector<uint16_t> v_cache;      // fp16, [layer][position][kv_head][head_dim]
   std::vector<float> rope_cos, rope_sin;  // [position][head_dim/2]
   std::vector<int32_t> tokens;
-  // Scratch, sized for n_batch tokens.
   // Scratch for n_batch tokens, [token][dim]. Two buffers serve twice per layer, since their first
   // use is over when the second begins: xn (normed input of q/k/v) also holds the attention output
   // (read by attn_output before the FFN norm rewrites xn); q also holds the attn_output and

@@ -152,31 +152,41 @@ void prepare_a(int64_t cols, const void* act, size_t arow, int64_t t0, int64_t t
   }
 }
 
+// The inner loop of every tile: s[r][n] += steps [k0, k0 + kSteps) of 4 bytes, panel r's
+// 64-byte vectors (at pb + r * panel_stride + 64 k) against token n's activation bytes (broadcast
+// from ab + n * arow + 4 k). Each weight vector feeds N multiply-adds, each broadcast R.
+template <int R, int N, int kSteps>
+__attribute__((always_inline)) inline void dot_steps(__m512i (&s)[R][N], const uint8_t* pb, size_t panel_stride,
+                                                     const uint8_t* ab, size_t arow, int k0) {
+  PICOLM_GEMM_UNROLL for (int j = 0; j < kSteps; ++j) {
+    const int k4 = k0 + j;
+    __m512i wv[R];
+    PICOLM_GEMM_UNROLL for (int r = 0; r < R; ++r) wv[r] = _mm512_loadu_si512(pb + r * panel_stride + 64 * k4);
+    PICOLM_GEMM_UNROLL for (int n = 0; n < N; ++n) {
+      const __m512i a = _mm512_set1_epi32(load_i32(ab + n * arow + 4 * k4));
+      PICOLM_GEMM_UNROLL for (int r = 0; r < R; ++r) s[r][n] = _mm512_dpbusd_epi32(s[r][n], wv[r], a);
+    }
+  }
+}
+
 template <int R, int N>
 void tile_a(int64_t nb, const uint8_t* panel, size_t panel_stride, const uint8_t* act, size_t arow, const MetaA* meta,
-            int64_t nb_meta, float* y, int64_t ldy) {
+            float* y, int64_t ldy) {
   __m512 acc[R][N];
   PICOLM_GEMM_UNROLL for (int r = 0; r < R; ++r) PICOLM_GEMM_UNROLL for (int n = 0; n < N; ++n) acc[r][n] = _mm512_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
     __m512i s[R][N];
     PICOLM_GEMM_UNROLL for (int n = 0; n < N; ++n) {
-      const __m512i c = _mm512_set1_epi32(meta[n * nb_meta + b].corr);
+      const __m512i c = _mm512_set1_epi32(meta[n * nb + b].corr);
       PICOLM_GEMM_UNROLL for (int r = 0; r < R; ++r) s[r][n] = c;
     }
     const uint8_t* pb = panel + static_cast<size_t>(b) * kPanelBlockA;
     const uint8_t* ab = act + static_cast<size_t>(b) * sizeof(BlockQ8_0) + offsetof(BlockQ8_0, qs);
-    PICOLM_GEMM_UNROLL for (int j = 0; j < 8; ++j) {
-      __m512i wv[R];
-      PICOLM_GEMM_UNROLL for (int r = 0; r < R; ++r) wv[r] = _mm512_loadu_si512(pb + r * panel_stride + 64 * j);
-      PICOLM_GEMM_UNROLL for (int n = 0; n < N; ++n) {
-        const __m512i a = _mm512_set1_epi32(load_i32(ab + n * arow + 4 * j));
-        PICOLM_GEMM_UNROLL for (int r = 0; r < R; ++r) s[r][n] = _mm512_dpbusd_epi32(s[r][n], wv[r], a);
-      }
-    }
+    dot_steps<R, N, 8>(s, pb, panel_stride, ab, arow, 0);
     PICOLM_GEMM_UNROLL for (int r = 0; r < R; ++r) {
       const __m512 dw = _mm512_loadu_ps(pb + r * panel_stride + 512);
       PICOLM_GEMM_UNROLL for (int n = 0; n < N; ++n)
-        acc[r][n] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[r][n]), _mm512_mul_ps(dw, _mm512_set1_ps(meta[n * nb_meta + b].d)), acc[r][n]);
+        acc[r][n] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[r][n]), _mm512_mul_ps(dw, _mm512_set1_ps(meta[n * nb + b].d)), acc[r][n]);
     }
   }
   PICOLM_GEMM_UNROLL for (int n = 0; n < N; ++n) PICOLM_GEMM_UNROLL for (int r = 0; r < R; ++r)
@@ -366,15 +376,7 @@ void tile_k(int64_t nsb, const uint8_t* panel, size_t panel_stride, const uint8_
         const __m512i c = kMins ? _mm512_setzero_si512() : _mm512_set1_epi32(load_i32(mb + n * meta_stride + 4 + 4 * s));
         PICOLM_GEMM_UNROLL for (int r = 0; r < R; ++r) p[r][n] = c;
       }
-      PICOLM_GEMM_UNROLL for (int j = 0; j < kSteps; ++j) {
-        const int k4 = s * kSteps + j;
-        __m512i wv[R];
-        PICOLM_GEMM_UNROLL for (int r = 0; r < R; ++r) wv[r] = _mm512_loadu_si512(pb + r * panel_stride + 64 * k4);
-        PICOLM_GEMM_UNROLL for (int n = 0; n < N; ++n) {
-          const __m512i a = _mm512_set1_epi32(load_i32(ab + n * arow + 4 * k4));
-          PICOLM_GEMM_UNROLL for (int r = 0; r < R; ++r) p[r][n] = _mm512_dpbusd_epi32(p[r][n], wv[r], a);
-        }
-      }
+      dot_steps<R, N, kSteps>(p, pb, panel_stride, ab, arow, s * kSteps);
       PICOLM_GEMM_UNROLL for (int r = 0; r < R; ++r) {
         const __m512i scv = _mm512_loadu_si512(pb + r * panel_stride + L::kScales + 64 * s);
         PICOLM_GEMM_UNROLL for (int n = 0; n < N; ++n) isum[r][n] = _mm512_add_epi32(isum[r][n], _mm512_mullo_epi32(p[r][n], scv));
@@ -420,7 +422,6 @@ inline void dispatch_n(int n, Fn&& fn) {
   }
 }
 
-template <class T>
 size_t panel_bytes_a(int64_t cols) {
   return static_cast<size_t>(cols / QK8_0) * kPanelBlockA;
 }
@@ -433,7 +434,7 @@ template <class T>
 void run_a(int64_t cols, const void* w, size_t wrow, int64_t r0, int64_t r1, const void* act, size_t arow,
            const uint8_t* meta, int64_t n_tokens, float* y, int64_t ldy, uint8_t* scratch) {
   const int64_t nb = cols / QK8_0;
-  const size_t pstride = panel_bytes_a<T>(cols);
+  const size_t pstride = panel_bytes_a(cols);
   const auto* wb = static_cast<const uint8_t*>(w);
   const auto* ab = static_cast<const uint8_t*>(act);
   const auto* mt = reinterpret_cast<const MetaA*>(meta);
@@ -444,7 +445,7 @@ void run_a(int64_t cols, const void* w, size_t wrow, int64_t r0, int64_t r1, con
       const int n = static_cast<int>(std::min<int64_t>(kTileTokensA, n_tokens - t));
       auto call = [&](auto Rc, auto Nc) {
         tile_a<decltype(Rc)::value, decltype(Nc)::value>(nb, scratch, pstride, ab + static_cast<size_t>(t) * arow, arow,
-                                                         mt + t * nb, nb, y + t * ldy + r, ldy);
+                                                         mt + t * nb, y + t * ldy + r, ldy);
       };
       if (R == 2) dispatch_n<2, kTileTokensA>(n, call);
       else dispatch_n<1, kTileTokensA>(n, call);
@@ -478,7 +479,6 @@ void run_k(int64_t cols, const void* w, size_t wrow, int64_t r0, int64_t r1, con
   }
 }
 
-template <class T>
 size_t meta_bytes_a(int64_t cols) {
   return static_cast<size_t>(cols / QK8_0) * sizeof(MetaA);
 }
@@ -486,9 +486,8 @@ template <class T>
 size_t meta_bytes_k(int64_t cols) {
   return static_cast<size_t>(cols / QK_K) * T::L::kMetaBytes;
 }
-template <class T>
 size_t scratch_bytes_a(int64_t cols) {
-  return 2 * panel_bytes_a<T>(cols);
+  return 2 * panel_bytes_a(cols);
 }
 template <class T>
 size_t scratch_bytes_k(int64_t cols) {
@@ -497,7 +496,7 @@ size_t scratch_bytes_k(int64_t cols) {
 
 template <class T>
 GemmKernel gemm_a() {
-  return {prepare_a<T>, run_a<T>, meta_bytes_a<T>, scratch_bytes_a<T>};
+  return {prepare_a<T>, run_a<T>, meta_bytes_a, scratch_bytes_a};
 }
 template <class T>
 GemmKernel gemm_k() {
