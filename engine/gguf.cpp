@@ -336,5 +336,16 @@ void GgufFile::advise_willneed() const {
   if (mapped_) madvise(const_cast<uint8_t*>(base_), size_, MADV_WILLNEED);
 }
 bool GgufFile::lock_memory() const { return mapped_ && mlock(base_, size_) == 0; }
+void GgufFile::release(const void* p, size_t n) const {
+  if (!mapped_ || n == 0) return;
+  const long ps = sysconf(_SC_PAGESIZE);
+  if (ps <= 0) return;
+  const auto page = static_cast<uintptr_t>(ps);
+  const uintptr_t lo = (reinterpret_cast<uintptr_t>(p) + page - 1) / page * page;
+  const uintptr_t hi = (reinterpret_cast<uintptr_t>(p) + n) / page * page;
+  const auto b = reinterpret_cast<uintptr_t>(base_);
+  if (lo < b || hi > b + size_ || hi <= lo) return;
+  madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED);
+}
 
 }  // namespace picolm

@@ -85,6 +85,9 @@ class GgufFile {
   void advise_sequential() const;
   void advise_willneed() const;
   bool lock_memory() const;  // mlock; false if it failed
+  // Drops this process's pages of [p, p + n) (whole pages inside it; a later read faults them back
+  // in from the page cache). For data that is no longer read (weights that were repacked).
+  void release(const void* p, size_t n) const;
 
  private:
   GgufFile() = default;

@@ -4,7 +4,10 @@
 #include <cmath>
 #include <cstring>
 
+#include <sys/mman.h>
 #include <unistd.h>
+
+#include <chrono>
 
 #include "kernels/thread_pool.h"
 #include "kernels/vec_ops.h"
@@ -131,7 +134,76 @@ Status read_hparams(const GgufFile& f, HParams& hp) {
   return Ok{};
 }
 
+// Whether the model file is small enough next to the RAM for read-ahead and repacking.
+bool fits_half_ram(size_t bytes) {
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  return pages > 0 && page > 0 && bytes < size_t(pages) * size_t(page) / 2;
+}
+
+// Repacks every matrix the kernel table has a packed form for into one anonymous mapping, then
+// releases the file's pages of them (not of token_embd, whose rows the embedding lookup reads).
+void repack_weights(Model::Impl& I, const GgufFile& file, ThreadPool* pool) {
+  std::vector<WeightView*> mats;
+  for (LayerWeights& w : I.layers)
+    for (WeightView* v : {&w.wq, &w.wk, &w.wv, &w.wo, &w.w_gate, &w.w_up, &w.w_down}) mats.push_back(v);
+  mats.push_back(&I.output);
+  size_t total = 0;
+  for (const WeightView* v : mats) total += packed_bytes(*I.kernels, v->type, v->rows, v->cols);
+  if (total == 0) return;
+  const auto t0 = std::chrono::steady_clock::now();
+  AnonMemory mem(total);
+  if (mem.data() == nullptr) return;  // no memory for it: run on the file's rows instead
+  size_t off = 0;
+  for (WeightView* v : mats) {
+    const size_t n = packed_bytes(*I.kernels, v->type, v->rows, v->cols);
+    if (n == 0) continue;
+    pack_weights(*I.kernels, pool, v->type, v->data, v->rows, v->cols, mem.data() + off);
+    v->packed = mem.data() + off;
+    off += n;
+  }
+  if (I.locked) mlock(mem.data(), mem.size());
+  I.packed = std::move(mem);
+  I.pack_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (I.locked) return;
+  for (const WeightView* v : mats)
+    if (v->packed != nullptr && v->data != I.tok_embd.data) file.release(v->data, size_t(v->rows) * row_bytes(v->type, v->cols));
+}
+
 }  // namespace
+
+AnonMemory::AnonMemory(size_t n) {
+  void* p = mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) return;
+#ifdef MADV_HUGEPAGE
+  madvise(p, n, MADV_HUGEPAGE);  // streamed every token: fewer TLB misses
+#endif
+  p_ = static_cast<uint8_t*>(p);
+  n_ = n;
+}
+AnonMemory::AnonMemory(AnonMemory&& o) noexcept : p_(o.p_), n_(o.n_) {
+  o.p_ = nullptr;
+  o.n_ = 0;
+}
+AnonMemory& AnonMemory::operator=(AnonMemory&& o) noexcept {
+  if (this != &o) {
+    if (p_ != nullptr) munmap(p_, n_);
+    p_ = o.p_;
+    n_ = o.n_;
+    o.p_ = nullptr;
+    o.n_ = 0;
+  }
+  return *this;
+}
+AnonMemory::~AnonMemory() {
+  if (p_ != nullptr) munmap(p_, n_);
+}
+
+std::optional<Repack> parse_repack(std::string_view s) {
+  if (s == "auto") return Repack::Auto;
+  if (s == "on") return Repack::On;
+  if (s == "off") return Repack::Off;
+  return std::nullopt;
+}
 
 Model::Model() : impl_(std::make_unique<Impl>()) {}
 Model::~Model() = default;
@@ -213,14 +285,17 @@ Result<std::shared_ptr<Model>> Model::from_gguf(std::unique_ptr<GgufFile> file, 
     for (uint64_t d : t.ne) h.pod(d);
   }
   I.fingerprint = h.h;
+  const bool small = fits_half_ram(file->bytes().size());
   if (opts.mlock) {
     I.locked = file->lock_memory();
-  } else {
+  } else if (small) {
     // Ask for read-ahead of the weights when they fit comfortably in RAM; on a small board with a
     // model close to its RAM size, leave paging to the kernel's default policy instead.
-    const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-    if (pages > 0 && page > 0 && file->bytes().size() < size_t(pages) * size_t(page) / 2) file->advise_willneed();
+    file->advise_willneed();
   }
+  if (opts.activations == ActivationMode::Quantized &&
+      (opts.repack == Repack::On || (opts.repack == Repack::Auto && small)))
+    repack_weights(I, *file, opts.pool);
   I.file = std::move(file);
   return m;
 }
@@ -231,6 +306,8 @@ const GgufFile& Model::gguf() const { return *impl_->file; }
 const ModelOptions& Model::options() const { return impl_->opts; }
 uint64_t Model::fingerprint() const { return impl_->fingerprint; }
 bool Model::memory_locked() const { return impl_->locked; }
+size_t Model::packed_bytes() const { return impl_->packed.size(); }
+double Model::pack_seconds() const { return impl_->pack_seconds; }
 
 std::string Model::description() const {
   const HParams& hp = impl_->hp;
@@ -423,12 +500,13 @@ void Session::Impl::forward(const int32_t* toks, int64_t T, int32_t pos0, bool n
   ensure_scratch(T);
 
   auto mm = [&](const WeightView& w, const float* X, float* Y) {
-    matmul(K, *pool, mode, w.type, w.data, w.rows, w.cols, X, T, Y);
+    matmul(K, *pool, mode, w.type, w.data, w.rows, w.cols, X, T, Y, w.packed);
   };
   // Matrices that share their input: one activation quantization and one pass of the pool.
   auto mm3 = [&](const WeightView& a, float* ya, const WeightView& b, float* yb, const WeightView& c, float* yc,
                  const float* X) {
-    const MatmulTarget t[3] = {{a.type, a.data, a.rows, ya}, {b.type, b.data, b.rows, yb}, {c.type, c.data, c.rows, yc}};
+    const MatmulTarget t[3] = {{a.type, a.data, a.rows, ya, a.packed}, {b.type, b.data, b.rows, yb, b.packed},
+                               {c.type, c.data, c.rows, yc, c.packed}};
     matmul_multi(K, *pool, mode, t, 3, a.cols, X, T);
   };
 
@@ -470,8 +548,8 @@ void Session::Impl::forward(const int32_t* toks, int64_t T, int32_t pos0, bool n
     });
 
     // SiLU(gate) * up, chunk of rows by chunk of rows: the up products are never stored whole.
-    matmul_pair(K, *pool, mode, {w.w_gate.type, w.w_gate.data, w.w_gate.rows, gate.data()},
-                {w.w_up.type, w.w_up.data, w.w_up.rows, nullptr}, E, xn.data(), T, ops.silu_mul);
+    matmul_pair(K, *pool, mode, {w.w_gate.type, w.w_gate.data, w.w_gate.rows, gate.data(), w.w_gate.packed},
+                {w.w_up.type, w.w_up.data, w.w_up.rows, nullptr, w.w_up.packed}, E, xn.data(), T, ops.silu_mul);
     mm(w.w_down, gate.data(), ffn);
     // Residual, then the next layer's attention norm while the row is in cache.
     const float* next_norm = l + 1 < hp.n_layer ? m->layers[size_t(l) + 1].attn_norm.data() : nullptr;
@@ -489,7 +567,8 @@ void Session::Impl::forward(const int32_t* toks, int64_t T, int32_t pos0, bool n
     rms_norm(&x[(first + i) * E], m->output_norm.data(), &xn[i * E], E, hp.rms_eps);
   });
   float* out = logits.data() + logit_row0 * size_t(hp.n_vocab);
-  matmul(K, *pool, mode, m->output.type, m->output.data, m->output.rows, m->output.cols, xn.data(), n_out, out);
+  matmul(K, *pool, mode, m->output.type, m->output.data, m->output.rows, m->output.cols, xn.data(), n_out, out,
+         m->output.packed);
 }
 
 Status Session::eval(std::span<const int32_t> toks, bool all_logits, const std::function<void(size_t, size_t)>& progress) {

@@ -6,8 +6,10 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "gguf.h"
@@ -38,9 +40,25 @@ struct HParams {
   bool tied_output = false;  // output projection reuses token_embd
 };
 
+// Whether the weight matrices are repacked at load into the interleaved panels of
+// KernelTable::packed (only where the CPU's kernel table has them: AVX-512 VNNI today).
+enum class Repack {
+  Auto,  // on when the model file is smaller than half the RAM (as the read-ahead hint)
+  On,
+  Off,
+};
+
+// "auto", "on" or "off" (command-line spelling); nullopt for anything else.
+std::optional<Repack> parse_repack(std::string_view s);
+
 struct ModelOptions {
   bool mlock = false;
   ActivationMode activations = ActivationMode::Quantized;
+  // Repacked matrices decode 2-3x faster and skip the per-batch repacking of prefill, at the cost
+  // of a private copy of them (about their size in the file); the file's pages of those matrices
+  // are released after packing. Quantized activations only.
+  Repack repack = Repack::Auto;
+  ThreadPool* pool = nullptr;  // optional: spreads the repacking over its workers
 };
 
 class Model {
@@ -57,7 +75,10 @@ class Model {
   // Hash of architecture, hyper-parameters and tensor names/types/shapes/offsets (cache identity).
   uint64_t fingerprint() const;
   std::string description() const;
-  bool memory_locked() const;  // ModelOptions::mlock asked for it and mlock() succeeded  // e.g. "llama 2L 256d Q4_K_M-mix, 13 MB"
+  bool memory_locked() const;  // ModelOptions::mlock asked for it and mlock() succeeded
+  // Bytes of repacked weights held in private memory (0: none repacked), and the load time spent.
+  size_t packed_bytes() const;
+  double pack_seconds() const;
 
   struct Impl;
   const Impl& impl() const { return *impl_; }

@@ -12,6 +12,25 @@ struct WeightView {
   GgmlType type = GgmlType::F32;
   int64_t rows = 0;  // output features
   int64_t cols = 0;  // input features (row length)
+  const uint8_t* packed = nullptr;  // the same matrix in KernelTable::packed form, if repacked
+};
+
+// Anonymous private memory (page-aligned, unmapped on destruction): the repacked weights.
+class AnonMemory {
+ public:
+  AnonMemory() = default;
+  explicit AnonMemory(size_t n);  // data() == nullptr if the mapping failed
+  AnonMemory(AnonMemory&& o) noexcept;
+  AnonMemory& operator=(AnonMemory&& o) noexcept;
+  AnonMemory(const AnonMemory&) = delete;
+  AnonMemory& operator=(const AnonMemory&) = delete;
+  ~AnonMemory();
+  uint8_t* data() const { return p_; }
+  size_t size() const { return n_; }
+
+ private:
+  uint8_t* p_ = nullptr;
+  size_t n_ = 0;
 };
 
 struct LayerWeights {
@@ -35,6 +54,8 @@ struct Model::Impl {
   std::vector<LayerWeights> layers;
   uint64_t fingerprint = 0;
   bool locked = false;  // mlock succeeded
+  AnonMemory packed;    // repacked weights (WeightView::packed points into it)
+  double pack_seconds = 0.0;
   const KernelTable* kernels = nullptr;
   const VecOps* vec_ops = nullptr;
 };

@@ -376,9 +376,19 @@ void Engine::shutdown() {
 
 Result<std::unique_ptr<Engine>> Engine::create(const EngineOptions& opts, Metrics& metrics) {
   auto impl = std::make_unique<Impl>(opts, metrics);
-  auto loaded = Model::load(opts.model_path);
+  const int threads = opts.threads > 0 ? opts.threads : ThreadPool::default_threads();
+  impl->pool = std::make_unique<ThreadPool>(threads);
+  ModelOptions mo;
+  mo.repack = opts.repack;
+  mo.pool = impl->pool.get();
+  auto loaded = Model::load(opts.model_path, mo);
   if (!loaded.ok()) return Error{loaded.error()};
   impl->model = std::move(loaded.value());
+  spdlog::info("model {}: kernels {}, {} threads{}", impl->model->description(), best_kernels().name, threads,
+               impl->model->packed_bytes() > 0
+                   ? fmt::format(", weights repacked ({} MiB, {:.2f} s)", impl->model->packed_bytes() >> 20,
+                                 impl->model->pack_seconds())
+                   : std::string());
   const Tokenizer& tok = impl->model->tokenizer();
   impl->n_vocab = impl->model->hparams().n_vocab;
 
@@ -405,8 +415,6 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineOptions& opts, Metric
   }
   impl->vocab = grammar::Vocabulary::create(std::move(pieces), tok.eog_ids());
 
-  int threads = opts.threads > 0 ? opts.threads : ThreadPool::default_threads();
-  impl->pool = std::make_unique<ThreadPool>(threads);
   SessionOptions so;
   so.n_ctx = opts.n_ctx;
   impl->session = std::make_unique<Session>(impl->model, *impl->pool, so);

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "chat_template.h"
+#include "model.h"
 #include "openai.h"
 #include "result.h"
 #include "sampler.h"
@@ -33,6 +34,7 @@ struct EngineOptions {
   std::string model_path;
   std::string model_id;        // "" = file name without .gguf
   int threads = 0;             // 0 = physical cores
+  Repack repack = Repack::Auto;  // weights repacked at load (ModelOptions::repack)
   int n_ctx = 0;               // 0 = min(training context, 4096)
   std::string chat_template;   // "" = detect from the GGUF; else a family name (family_from_name)
   size_t max_queue = 16;       // jobs waiting (not counting the running one)

@@ -607,6 +607,123 @@ TEST_CASE("GEMM kernels match the fused dots and the oracle, every table", "[ker
 #endif
 }
 
+TEST_CASE("packed weights match the fused dots and the oracle; a token's result does not depend on its batch", "[kernels][packed]") {
+  // Packed panels hold the same integer codes as the GEMM panels (compact form), so results may
+  // differ from the scalar dot only in float rounding order (same tolerances as the GEMM test).
+  // Shapes: 16, 40 (a last panel with 8 zero rows) and 48 rows; 1 to 13 tokens (every tile width
+  // and remainder); 1, 2 and 5 blocks; 1 and 2 threads (row ranges split into tasks). A token's
+  // row of a many-token call is bit-identical to the same token alone (decode and prefill agree).
+  std::mt19937 rng(57);
+  int tested = 0;
+  for (int nt : {1, 2}) {
+    ThreadPool pool(nt);
+    for (const KernelTable* k : all_tables()) {
+      for (GgmlType wt : kWeightTypes) {
+        if (k->packed[ti(wt)].run == nullptr) continue;
+        REQUIRE(k->gemm[ti(wt)].prepare != nullptr);
+        const GgmlType at = vec_dot_type(wt);
+        for (int64_t rows : {16, 40, 48}) {
+          for (int nblk : {1, 2, 5}) {
+            const int64_t cols = block_of(wt) * nblk;
+            const size_t wrow = row_bytes(wt, cols), arow = row_bytes(at, cols);
+            std::vector<uint8_t> W;
+            for (int64_t r = 0; r < rows; ++r) {
+              auto wr = random_weights(rng, wt, cols);
+              W.insert(W.end(), wr.begin(), wr.end());
+            }
+            const size_t pbytes = packed_bytes(*k, wt, rows, cols);
+            REQUIRE(pbytes == static_cast<size_t>((rows + 15) / 16) * k->packed[ti(wt)].panel_bytes(cols));
+            REQUIRE(pbytes % 64 == 0);
+            // Within 3% of the GGUF rows, counting the padding rows of the last panel and, for the
+            // 32-column types (packed in pairs of blocks), the padding block of an odd count.
+            const int64_t n_panels = (rows + 15) / 16;
+            const size_t wrow_padded = block_of(wt) == 32 ? row_bytes(wt, (cols + 63) / 64 * 64) : wrow;
+            REQUIRE(static_cast<double>(pbytes) <= 1.031 * static_cast<double>(wrow_padded) * static_cast<double>(16 * n_panels) + 64.0 * n_panels);
+            std::vector<uint8_t> P(pbytes + 128, 0xA5);
+            uint8_t* packed = P.data() + (64 - reinterpret_cast<uintptr_t>(P.data()) % 64) % 64;
+            pack_weights(*k, &pool, wt, W.data(), rows, cols, packed);
+            for (size_t i = pbytes; packed + i < P.data() + P.size(); ++i) REQUIRE(packed[i] == 0xA5);  // no overrun
+            for (int64_t n_tok : {1, 4, 5, 6, 7, 13}) {
+              INFO("type " << tname(wt) << " table " << k->name << " threads " << nt << " rows " << rows << " tokens "
+                           << n_tok << " cols " << cols);
+              auto X = random_floats(rng, cols * n_tok, n_tok % 2 ? 1.0f : 30.0f);
+              if (n_tok > 2) std::fill(X.begin() + 2 * cols, X.begin() + 3 * cols, 0.0f);  // an all-zero row
+              std::vector<float> Y(static_cast<size_t>(rows * n_tok), NAN);
+              matmul(*k, pool, ActivationMode::Quantized, wt, W.data(), rows, cols, X.data(), n_tok, Y.data(), packed);
+              std::vector<uint8_t> act(arow);
+              for (int64_t t = 0; t < n_tok; ++t) {
+                k->quantize_row[ti(at)](X.data() + t * cols, act.data(), cols);
+                std::vector<float> y1(static_cast<size_t>(rows), NAN);
+                matmul(*k, pool, ActivationMode::Quantized, wt, W.data(), rows, cols, X.data() + t * cols, 1, y1.data(), packed);
+                REQUIRE(std::memcmp(y1.data(), Y.data() + t * rows, static_cast<size_t>(rows) * sizeof(float)) == 0);
+                for (int64_t r = 0; r < rows; ++r) {
+                  const uint8_t* wr = W.data() + r * wrow;
+                  const DotOracle o = oracle(wt, wr, at, act.data(), cols);
+                  const float ref = scalar_kernels().vec_dot[ti(wt)](cols, wr, act.data());
+                  const float got = Y[t * rows + r];
+                  INFO("token " << t << " row " << r << " got " << got << " oracle " << o.exact << " scalar dot " << ref);
+                  REQUIRE(std::fabs(got - o.exact) <= 4e-6 * o.abs_sum + 1e-30);
+                  REQUIRE(std::fabs(got - ref) <= 6e-6 * o.abs_sum + 1e-30);
+                }
+              }
+              ++tested;
+            }
+          }
+        }
+      }
+    }
+  }
+  INFO("packed cases tested: " << tested);
+#if defined(__x86_64__)
+  // The AVX-512 table packs Q4_0, Q5_0, Q8_0, Q4_K, Q5_K, Q6_K: all must have been exercised.
+  const CpuFeatures f = detect_cpu_features();
+  if (f.avx512f && f.avx512bw && f.avx512vl && f.avx512vnni && f.avx2 && f.fma && f.f16c) CHECK(tested == 2 * 6 * 3 * 3 * 6);
+#endif
+  // A table or type without a packed form reports 0 bytes.
+  CHECK(packed_bytes(scalar_kernels(), GgmlType::Q4_K, 16, 256) == 0);
+  CHECK(packed_bytes(best_kernels(), GgmlType::F32, 16, 256) == 0);
+}
+
+TEST_CASE("matmul_pair and matmul_multi with packed weights equal packed matmuls", "[kernels][packed]") {
+  std::mt19937 rng(58);
+  auto combine = [](int n, float* a, const float* b) {
+    for (int i = 0; i < n; ++i) a[i] = a[i] * 0.5f - b[i];
+  };
+  ThreadPool pool(3);
+  const KernelTable& k = best_kernels();
+  for (GgmlType wt : {GgmlType::Q4_K, GgmlType::Q5_0, GgmlType::Q6_K}) {
+    if (k.packed[ti(wt)].run == nullptr) continue;
+    for (int64_t n_tok : {1, 9}) {
+      const int64_t rows = 336, cols = block_of(wt) * 2;
+      INFO("type " << tname(wt) << " tokens " << n_tok);
+      std::vector<uint8_t> A, B;
+      for (int64_t r = 0; r < rows; ++r) {
+        auto a = random_weights(rng, wt, cols), b = random_weights(rng, wt, cols);
+        A.insert(A.end(), a.begin(), a.end());
+        B.insert(B.end(), b.begin(), b.end());
+      }
+      std::vector<uint8_t> PA(packed_bytes(k, wt, rows, cols) + 64), PB(PA.size());
+      uint8_t* pa = PA.data() + (64 - reinterpret_cast<uintptr_t>(PA.data()) % 64) % 64;
+      uint8_t* pb = PB.data() + (64 - reinterpret_cast<uintptr_t>(PB.data()) % 64) % 64;
+      pack_weights(k, nullptr, wt, A.data(), rows, cols, pa);
+      pack_weights(k, &pool, wt, B.data(), rows, cols, pb);
+      auto X = random_floats(rng, cols * n_tok);
+      const size_t ny = static_cast<size_t>(rows * n_tok);
+      std::vector<float> ya(ny), yb(ny), yp(ny, NAN), ym(ny, NAN), ym2(ny, NAN);
+      matmul(k, pool, ActivationMode::Quantized, wt, A.data(), rows, cols, X.data(), n_tok, ya.data(), pa);
+      matmul(k, pool, ActivationMode::Quantized, wt, B.data(), rows, cols, X.data(), n_tok, yb.data(), pb);
+      const MatmulTarget ta{wt, A.data(), rows, yp.data(), pa}, tb{wt, B.data(), rows, nullptr, pb};
+      matmul_pair(k, pool, ActivationMode::Quantized, ta, tb, cols, X.data(), n_tok, combine);
+      const MatmulTarget tm[2] = {{wt, A.data(), rows, ym.data(), pa}, {wt, B.data(), rows, ym2.data(), pb}};
+      matmul_multi(k, pool, ActivationMode::Quantized, tm, 2, cols, X.data(), n_tok);
+      REQUIRE(std::memcmp(ym.data(), ya.data(), ny * sizeof(float)) == 0);
+      REQUIRE(std::memcmp(ym2.data(), yb.data(), ny * sizeof(float)) == 0);
+      for (int64_t t = 0; t < n_tok; ++t) combine(static_cast<int>(rows), ya.data() + t * rows, yb.data() + t * rows);
+      REQUIRE(std::memcmp(yp.data(), ya.data(), ny * sizeof(float)) == 0);
+    }
+  }
+}
+
 TEST_CASE("matmul matches naive loops, both modes, 1-3 threads", "[kernels][matmul]") {
   std::mt19937 rng(8);
   for (int nt = 1; nt <= 3; ++nt) {

@@ -125,6 +125,51 @@ TEST_CASE("session: micro-batch size does not change the result", "[model]") {
   }
 }
 
+TEST_CASE("model: repacked weights give the file rows' logits, and any micro-batch split gives the same bits", "[model]") {
+  // Where the kernel table has packed forms (AVX-512 VNNI), Repack::On keeps every matrix in
+  // panels; the integer sums are those of the file's rows, so logits differ only by float rounding
+  // order. With every matrix packed, a token gets the same arithmetic whether it is decoded alone
+  // or inside a prefill batch, so the micro-batch size does not change a single bit.
+  for (const char* name : {"zoo-Q4_K.gguf", "zoo-Q5_0.gguf", "zoo-Q8_0.gguf", "zoo-Q6_K.gguf", "zoo-Q5_K.gguf",
+                           "zoo-Q4_0.gguf", "qwen2-bpe-q4km.gguf"}) {
+    INFO(name);
+    ThreadPool pool(2);
+    ModelOptions on, off;
+    on.repack = Repack::On;
+    on.pool = &pool;
+    off.repack = Repack::Off;
+    auto mp = Model::load(model_path(name), on);
+    auto mf = Model::load(model_path(name), off);
+    REQUIRE(mp.ok());
+    REQUIRE(mf.ok());
+    CHECK(mf.value()->packed_bytes() == 0);
+    if (mp.value()->packed_bytes() == 0) {
+      WARN("no packed kernels on this CPU: repacking is a no-op");
+      continue;
+    }
+    std::vector<int32_t> toks;
+    const int32_t nv = mp.value()->hparams().n_vocab;
+    for (int i = 0; i < 24; ++i) toks.push_back(1 + (i * 7919) % (nv - 1));
+    Session sp(mp.value(), pool, SessionOptions{0, 256}), sf(mf.value(), pool, SessionOptions{0, 256});
+    Session sp1(mp.value(), pool, SessionOptions{0, 1});
+    REQUIRE(sp.eval(toks, true).ok());
+    REQUIRE(sf.eval(toks, true).ok());
+    REQUIRE(sp1.eval(toks, true).ok());
+    float maxd = 0, maxv = 0;
+    for (size_t i = 0; i < toks.size(); ++i) {
+      auto a = sp.logits_at(i), b = sf.logits_at(i);
+      for (size_t j = 0; j < a.size(); ++j) {
+        maxd = std::max(maxd, std::fabs(a[j] - b[j]));
+        maxv = std::max(maxv, std::fabs(b[j]));
+      }
+      auto c = sp1.logits_at(i);
+      REQUIRE(std::memcmp(a.data(), c.data(), a.size() * sizeof(float)) == 0);
+    }
+    CHECK(maxv > 0.0f);
+    CHECK(maxd <= 1e-3f * std::max(1.0f, maxv));
+  }
+}
+
 TEST_CASE("session: context limit, bad tokens and memory report", "[model]") {
   auto m = Model::load(model_path("stories260K.gguf"));
   REQUIRE(m.ok());

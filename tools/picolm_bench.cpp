@@ -8,9 +8,10 @@
 //
 // Memory, from /proc/self/status (Linux):
 //   peak_rss_mb: VmHWM, the peak resident set (model pages that were touched + anonymous memory).
-//   private_mb:  RssAnon, the resident anonymous memory (KV cache, scratch, heap, thread stacks)
-//                sampled while the last session is alive; the model's mmap is file-backed and
-//                shared with the page cache, so it is not in this number (file_mb: RssFile).
+//   private_mb:  RssAnon, the resident anonymous memory (KV cache, scratch, heap, thread stacks,
+//                and the repacked weights when the model was repacked: repacked_mb) sampled while
+//                the last session is alive; the model's mmap is file-backed and shared with the
+//                page cache, so it is not in this number (file_mb: RssFile).
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -126,6 +127,8 @@ void usage(FILE* out) {
                "  -c N                context of the sessions (default: max(p, n) + 16); the FP16 KV cache\n"
                "                      for all of it is allocated and counted in private memory\n"
                "  --exact             F32 activations (reference path)\n"
+               "  --repack MODE       auto|on|off: weights repacked at load (default auto: on when the\n"
+               "                      CPU has packed kernels and the model is under half the RAM)\n"
                "  --bandwidth         also probe memory read bandwidth (512 MiB buffer)\n"
                "  --json              one JSON object on stdout\n"
                "Kernels: env PICOLM_KERNELS=scalar|avx2|avx512 overrides the automatic choice.\n");
@@ -135,6 +138,7 @@ struct Args {
   std::string model;
   int threads = 0, p = 512, n = 64, r = 5, batch = 0, ctx = 0;
   bool json = false, bandwidth = false, exact = false;
+  Repack repack = Repack::Auto;
 };
 
 bool parse_int(const char* s, int& out) {
@@ -197,6 +201,14 @@ int main(int argc, char** argv) {
       a.bandwidth = true;
     } else if (k == "--exact") {
       a.exact = true;
+    } else if (k == "--repack" && i + 1 < argc) {
+      const std::string v = argv[++i];
+      const auto r = parse_repack(v);
+      if (!r) {
+        std::fprintf(stderr, "picolm-bench: --repack takes auto, on or off, not '%s'\n", v.c_str());
+        return 2;
+      }
+      a.repack = *r;
     } else {
       std::fprintf(stderr, "picolm-bench: unknown argument '%s'\n", k.c_str());
       usage(stderr);
@@ -210,9 +222,12 @@ int main(int argc, char** argv) {
   if (a.threads <= 0) a.threads = ThreadPool::default_threads();
   if (a.r <= 0) a.r = 1;
 
+  ThreadPool pool(a.threads);
   const auto t_load = Clock::now();
   ModelOptions mo;
   mo.activations = a.exact ? ActivationMode::Exact : ActivationMode::Quantized;
+  mo.repack = a.repack;
+  mo.pool = &pool;
   auto loaded = Model::load(a.model, mo);
   if (!loaded) {
     std::fprintf(stderr, "picolm-bench: %s\n", loaded.error().c_str());
@@ -221,7 +236,7 @@ int main(int argc, char** argv) {
   std::shared_ptr<const Model> model = loaded.value();
   const double load_s = seconds_since(t_load);
   const HParams& hp = model->hparams();
-  ThreadPool pool(a.threads);
+  const double packed_mb = static_cast<double>(model->packed_bytes()) / (1024.0 * 1024.0);
 
   // Weight bytes one decoded token reads: every layer matrix and the output head once, one row
   // of token_embd (the output head is token_embd itself when tied), norms and biases.
@@ -329,13 +344,13 @@ int main(int argc, char** argv) {
                 "\"p\":%d,\"n\":%d,\"r\":%d,\"n_batch\":%d,"
                 "\"pp_tok_s\":%.3f,\"pp_min\":%.3f,\"pp_max\":%.3f,"
                 "\"tg_tok_s\":%.3f,\"tg_min\":%.3f,\"tg_max\":%.3f,"
-                "\"n_ctx\":%d,\"kv_cache_mb\":%.1f,\"private_over_kv_mb\":%.1f,"
+                "\"n_ctx\":%d,\"kv_cache_mb\":%.1f,\"repacked_mb\":%.1f,\"pack_s\":%.3f,\"private_over_kv_mb\":%.1f,"
                 "\"peak_rss_mb\":%.1f,\"private_mb\":%.1f,\"file_rss_mb\":%.1f,\"load_s\":%.3f,"
                 "\"model_bytes\":%llu,\"weight_bytes_per_token\":%llu,\"cpu_util\":%.3f,"
                 "\"pp_tok_per_cpu_s\":%.3f,\"tg_tok_per_cpu_s\":%.3f",
                 json_escape(a.model).c_str(), json_escape(model->description()).c_str(), kernels,
                 a.exact ? "exact" : "quantized", a.threads, a.p, a.n, a.r, so.n_batch, spp.median, spp.min, spp.max,
-                stg.median, stg.min, stg.max, so.n_ctx, kv_mb, private_mb - kv_mb, peak_rss_mb, private_mb, file_mb, load_s,
+                stg.median, stg.min, stg.max, so.n_ctx, kv_mb, packed_mb, model->pack_seconds(), private_mb - kv_mb - packed_mb, peak_rss_mb, private_mb, file_mb, load_s,
                 static_cast<unsigned long long>(model_bytes), static_cast<unsigned long long>(weight_bytes_per_token), cpu_util,
                 spp_cpu.median, stg_cpu.median);
     if (a.bandwidth)
@@ -358,8 +373,10 @@ int main(int argc, char** argv) {
                 stg_cpu.median);
   std::printf("memory:   peak RSS %.1f MiB, private (RssAnon) %.1f MiB, file-backed RSS %.1f MiB\n", peak_rss_mb,
               private_mb, file_mb);
-  std::printf("          KV cache (n_ctx %d, FP16) %.1f MiB; private beyond it %.1f MiB\n", so.n_ctx, kv_mb,
-              private_mb - kv_mb);
+  if (packed_mb > 0)
+    std::printf("          repacked weights %.1f MiB (packed in %.2f s at load)\n", packed_mb, model->pack_seconds());
+  std::printf("          KV cache (n_ctx %d, FP16) %.1f MiB; private beyond it%s %.1f MiB\n", so.n_ctx, kv_mb,
+              packed_mb > 0 ? " and the repacked weights" : "", private_mb - kv_mb - packed_mb);
   std::printf("decode:   %.1f MB of weights read per token", gb_per_tok * 1e3);
   if (a.n > 0) std::printf(" -> %.2f GB/s effective", stg.median * gb_per_tok);
   std::printf("\n");

@@ -33,6 +33,8 @@ void usage(FILE* out) {
                "  -c, --ctx-size N       context size (default: min(train ctx, 4096))\n"
                "  --exact                F32 activations (reference accuracy, slower)\n"
                "  --mlock                lock the model in RAM (no paging out)\n"
+               "  --repack auto|on|off   repack the weights at load for the fast kernels (default auto: on\n"
+               "                         where the CPU has them and the model is under half the RAM)\n"
                "  --dump-logits FILE     write {\"pos\",\"token\",\"logits\"} per evaluated position (JSON lines)\n"
                "  --tokenize             print the prompt's token ids and exit\n"
                "  --no-bos               do not add BOS even if the vocabulary asks for it\n"
@@ -44,6 +46,7 @@ void usage(FILE* out) {
 struct Args {
   std::string model, prompt, dump_logits, prompt_cache;
   int n_predict = 64, threads = 0, ctx = 0;
+  Repack repack = Repack::Auto;
   bool tokenize = false, exact = false, mlock = false, no_bos = false, ignore_eos = false, have_prompt = false;
   SamplerParams sp;
 };
@@ -98,6 +101,13 @@ int parse_args(int argc, char** argv, Args& a) {
     else if (k == "--tokenize") a.tokenize = true;
     else if (k == "--exact") a.exact = true;
     else if (k == "--mlock") a.mlock = true;
+    else if (k == "--repack") {
+      const char* v = val();
+      if (!v) return 1;
+      const auto r = parse_repack(v);
+      if (!r) { std::fprintf(stderr, "picolm: --repack takes auto, on or off, not '%s'\n", v); return 1; }
+      a.repack = *r;
+    }
     else if (k == "--no-bos") a.no_bos = true;
     else if (k == "--ignore-eos") a.ignore_eos = true;
     else { std::fprintf(stderr, "picolm: unknown option '%s' (see --help)\n", k.c_str()); return 1; }
@@ -138,9 +148,13 @@ int main(int argc, char** argv) {
 
   auto t_load = std::chrono::steady_clock::now();
   if (tty) std::fprintf(stderr, "loading %s ...\r", a.model.c_str());
+  const int threads = a.threads > 0 ? a.threads : ThreadPool::default_threads();
+  ThreadPool pool(threads);
   ModelOptions mo;
   mo.activations = a.exact ? ActivationMode::Exact : ActivationMode::Quantized;
   mo.mlock = a.mlock;
+  mo.repack = a.repack;
+  mo.pool = &pool;
   auto model = Model::load(a.model, mo);
   if (!model) {
     std::fprintf(stderr, "picolm: %s\n", model.error().c_str());
@@ -159,13 +173,11 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "picolm: the prompt is empty after tokenization\n");
     return 1;
   }
-  const int threads = a.threads > 0 ? a.threads : ThreadPool::default_threads();
-  ThreadPool pool(threads);
   SessionOptions so;
   so.n_ctx = a.ctx;
   Session session(m, pool, so);
-  std::fprintf(stderr, "model: %s | kernels: %s | threads: %d | ctx: %d | load %.0f ms\n", m->description().c_str(),
-               best_kernels().name, threads, session.n_ctx(), ms_since(t_load));
+  std::fprintf(stderr, "model: %s | kernels: %s%s | threads: %d | ctx: %d | load %.0f ms\n", m->description().c_str(),
+               best_kernels().name, m->packed_bytes() > 0 ? " (repacked)" : "", threads, session.n_ctx(), ms_since(t_load));
   if (int64_t(ids.size()) + a.n_predict > session.n_ctx()) {
     std::fprintf(stderr, "picolm: prompt (%zu tokens) + %d tokens to generate exceed the context (%d)\n", ids.size(),
                  a.n_predict, session.n_ctx());

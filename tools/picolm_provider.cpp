@@ -28,6 +28,8 @@ void usage(FILE* out) {
       "  --port N                port (default 8080; 0 = any free port)\n"
       "  -j, --threads N         engine threads (default: physical cores)\n"
       "  -c, --ctx-size N        context size (default: min(training context, 4096))\n"
+      "  --repack auto|on|off    repack the weights at load for the fast kernels (default auto: on where\n"
+      "                          the CPU has them and the model is under half the RAM)\n"
       "  --api-key KEY           require Authorization: Bearer KEY\n"
       "  --chat-template NAME    override the detected chat template (chatml, qwen2.5, hermes, llama3.1,\n"
       "                          llama3.2, zephyr, mistral-nemo, gemma2, phi3.5, deepseek-r1)\n"
@@ -89,6 +91,15 @@ int main(int argc, char** argv) {
     else if (k == "--port") o.port = static_cast<int>(num(0, 65535));
     else if (k == "-j" || k == "--threads") o.engine.threads = static_cast<int>(num(1, 1024));
     else if (k == "-c" || k == "--ctx-size") o.engine.n_ctx = static_cast<int>(num(0, 1 << 24));
+    else if (k == "--repack") {
+      const char* v = val();
+      const auto r = parse_repack(v);
+      if (!r) {
+        std::fprintf(stderr, "picolm-provider: --repack takes auto, on or off, not '%s'\n", v);
+        return 2;
+      }
+      o.engine.repack = *r;
+    }
     else if (k == "--api-key") o.api_key = val();
     else if (k == "--chat-template") o.engine.chat_template = val();
     else if (k == "--max-queue") o.engine.max_queue = static_cast<size_t>(num(0, 1 << 20));

@@ -171,7 +171,7 @@ __attribute__((always_inline)) inline void dot_steps(__m512i (&s)[R][N], const u
 
 template <int R, int N>
 void tile_a(int64_t nb, const uint8_t* panel, size_t panel_stride, const uint8_t* act, size_t arow, const MetaA* meta,
-            float* y, int64_t ldy) {
+            float* y, int64_t ldy, const __mmask16 (&store)[R]) {
   __m512 acc[R][N];
   PICOLM_GEMM_UNROLL for (int r = 0; r < R; ++r) PICOLM_GEMM_UNROLL for (int n = 0; n < N; ++n) acc[r][n] = _mm512_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
@@ -190,7 +190,7 @@ void tile_a(int64_t nb, const uint8_t* panel, size_t panel_stride, const uint8_t
     }
   }
   PICOLM_GEMM_UNROLL for (int n = 0; n < N; ++n) PICOLM_GEMM_UNROLL for (int r = 0; r < R; ++r)
-    _mm512_storeu_ps(y + n * ldy + 16 * r, acc[r][n]);
+    _mm512_mask_storeu_ps(y + n * ldy + 16 * r, store[r], acc[r][n]);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -358,7 +358,7 @@ void prepare_k(int64_t cols, const void* act, size_t arow, int64_t t0, int64_t t
 
 template <class T, int R, int N>
 void tile_k(int64_t nsb, const uint8_t* panel, size_t panel_stride, const uint8_t* act, size_t arow, const uint8_t* meta,
-            size_t meta_stride, float* y, int64_t ldy) {
+            size_t meta_stride, float* y, int64_t ldy, const __mmask16 (&store)[R]) {
   using L = typename T::L;
   constexpr int kSteps = 64 / L::kSub;  // 4-byte steps per sub-block
   constexpr bool kMins = L::kSub == 8;
@@ -401,7 +401,7 @@ void tile_k(int64_t nsb, const uint8_t* panel, size_t panel_stride, const uint8_
     }
   }
   PICOLM_GEMM_UNROLL for (int n = 0; n < N; ++n) PICOLM_GEMM_UNROLL for (int r = 0; r < R; ++r)
-    _mm512_storeu_ps(y + n * ldy + 16 * r, acc[r][n]);
+    _mm512_mask_storeu_ps(y + n * ldy + 16 * r, store[r], acc[r][n]);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -410,6 +410,15 @@ void tile_k(int64_t nsb, const uint8_t* panel, size_t panel_stride, const uint8_
 
 constexpr int kTileTokensA = 6;  // 2 panels x 6 tokens: 12 integer + 12 float accumulators
 constexpr int kTileTokensK = 4;  // 2 x 4: 8 sub-block + 8 super-block + 8 float accumulators
+
+// Store masks of the R panels from row r when the call's rows end at r1.
+template <int R>
+inline void store_masks(int64_t r, int64_t r1, __mmask16 (&m)[R]) {
+  for (int i = 0; i < R; ++i) {
+    const int64_t n = std::clamp<int64_t>(r1 - (r + 16 * i), 0, 16);
+    m[i] = static_cast<__mmask16>((1u << n) - 1u);
+  }
+}
 
 template <int R, int N, class Fn>
 inline void dispatch_n(int n, Fn&& fn) {
@@ -444,8 +453,11 @@ void run_a(int64_t cols, const void* w, size_t wrow, int64_t r0, int64_t r1, con
     for (int64_t t = 0; t < n_tokens; t += kTileTokensA) {
       const int n = static_cast<int>(std::min<int64_t>(kTileTokensA, n_tokens - t));
       auto call = [&](auto Rc, auto Nc) {
-        tile_a<decltype(Rc)::value, decltype(Nc)::value>(nb, scratch, pstride, ab + static_cast<size_t>(t) * arow, arow,
-                                                         mt + t * nb, y + t * ldy + r, ldy);
+        constexpr int kR = decltype(Rc)::value;
+        __mmask16 m[kR];
+        store_masks<kR>(r, r1, m);
+        tile_a<kR, decltype(Nc)::value>(nb, scratch, pstride, ab + static_cast<size_t>(t) * arow, arow, mt + t * nb,
+                                        y + t * ldy + r, ldy, m);
       };
       if (R == 2) dispatch_n<2, kTileTokensA>(n, call);
       else dispatch_n<1, kTileTokensA>(n, call);
@@ -469,8 +481,11 @@ void run_k(int64_t cols, const void* w, size_t wrow, int64_t r0, int64_t r1, con
     for (int64_t t = 0; t < n_tokens; t += kTileTokensK) {
       const int n = static_cast<int>(std::min<int64_t>(kTileTokensK, n_tokens - t));
       auto call = [&](auto Rc, auto Nc) {
-        tile_k<T, decltype(Rc)::value, decltype(Nc)::value>(nsb, scratch, pstride, ab + static_cast<size_t>(t) * arow, arow,
-                                                            meta + static_cast<size_t>(t) * mstride, mstride, y + t * ldy + r, ldy);
+        constexpr int kR = decltype(Rc)::value;
+        __mmask16 m[kR];
+        store_masks<kR>(r, r1, m);
+        tile_k<T, kR, decltype(Nc)::value>(nsb, scratch, pstride, ab + static_cast<size_t>(t) * arow, arow,
+                                           meta + static_cast<size_t>(t) * mstride, mstride, y + t * ldy + r, ldy, m);
       };
       if (R == 2) dispatch_n<2, kTileTokensK>(n, call);
       else dispatch_n<1, kTileTokensK>(n, call);
@@ -503,6 +518,498 @@ GemmKernel gemm_k() {
   return {prepare_k<T>, run_k<T>, meta_bytes_k<T>, scratch_bytes_k<T>};
 }
 
+// ---------------------------------------------------------------------------------------------
+// Packed weights: the same 16-row interleaving, made once (at load) and kept, in a compact form
+// that is no larger than the GGUF blocks (Q6_K: +1%, Q4_K/Q5_K: +3% for byte scales), so a
+// decode step reads as few bytes as from the original rows. Tiles read it directly for any
+// number of tokens, 1 included: with 16 rows in the lanes of a vector, everything outside the
+// multiply-adds (scales, offsets, float conversion) is shared by 16 rows instead of done per
+// row, which is what makes the single-token case memory-bound instead of compute-bound.
+//
+// Steps are those of the panels above (step s = 4 consecutive columns of each of 16 rows, one
+// 64-byte vector of codes). 4- and 5-bit types pair steps in one vector of nibbles: vector j
+// holds step 2j in its low and step 2j+1 in its high nibbles. The fifth bit of Q5_0/Q5_K codes is
+// a 64-bit mask per step (one bit per byte of the step vector); the two high bits of Q6_K codes
+// are a vector per 4 steps (bits 2e, 2e+1 of each byte for step 4s + e).
+//
+// Layout of one panel:
+//   Q8_0-activation types, in units of two blocks of 32 columns (an odd last block is padded with
+//   a zero one): the two blocks' codes (Q8_0: 8 step vectors each; Q4_0/Q5_0: 4 nibble vectors),
+//   Q5_0 their [2][8] step masks, then their [2][16] fp16 row scales; units are whole cache lines,
+//   so a panel is one sequential stream.
+//   K-quants, per super-block of 256 columns: 32 nibble vectors; Q5_K [64] step masks, Q6_K [16]
+//   high-bit vectors; scales as bytes [n_sub][16] (Q6_K signed); Q4_K/Q5_K mins as bytes
+//   [4][16][2] (sub-blocks 2p, 2p+1 of row i at 32p + 2i); [16] fp16 d; Q4_K/Q5_K [16] fp16 dmin;
+//   padded to 64 bytes.
+// Rows past the end of the matrix in its last panel are zero (codes, scales), so they add nothing.
+// ---------------------------------------------------------------------------------------------
+
+inline __m512i nibble_pair(__m512i lo_step, __m512i hi_step) {
+  const __m512i m4 = _mm512_set1_epi8(0x0F);
+  return _mm512_or_si512(_mm512_and_si512(lo_step, m4), _mm512_slli_epi16(_mm512_and_si512(hi_step, m4), 4));
+}
+inline uint64_t bit4_mask(__m512i step) { return _mm512_test_epi8_mask(step, _mm512_set1_epi8(0x10)); }
+inline uint64_t load_u64(const void* p) {
+  uint64_t v;
+  std::memcpy(&v, p, 8);
+  return v;
+}
+constexpr size_t round64(size_t n) { return (n + 63) & ~size_t{63}; }
+
+template <class T>
+struct PackA {
+  static constexpr bool kQ8 = std::is_same_v<T, TypeQ8_0>;
+  static constexpr bool kMasks = std::is_same_v<T, TypeQ5_0>;
+  static constexpr size_t kCodes = kQ8 ? 512 : 256;  // per block
+  // Units of two blocks (a whole number of cache lines): codes, masks, fp16 scales.
+  static constexpr size_t kUnit = 2 * kCodes + (kMasks ? 128 : 0) + 64;
+  static size_t codes_at(int64_t b) { return static_cast<size_t>(b / 2) * kUnit + static_cast<size_t>(b % 2) * kCodes; }
+  static size_t masks_at(int64_t b) { return static_cast<size_t>(b / 2) * kUnit + 2 * kCodes + static_cast<size_t>(b % 2) * 64; }
+  static size_t d_at(int64_t b) {
+    return static_cast<size_t>(b / 2) * kUnit + 2 * kCodes + (kMasks ? 128 : 0) + static_cast<size_t>(b % 2) * 32;
+  }
+  static size_t panel_bytes(int64_t cols) { return static_cast<size_t>((cols / QK8_0 + 1) / 2) * kUnit; }
+};
+static_assert(PackA<TypeQ8_0>::kUnit % 64 == 0 && PackA<TypeQ4_0>::kUnit % 64 == 0 && PackA<TypeQ5_0>::kUnit % 64 == 0);
+
+template <class T>
+size_t packed_panel_bytes_a(int64_t cols) {
+  return PackA<T>::panel_bytes(cols);
+}
+
+template <class T>
+void pack_a(const void* w, size_t wrow, int64_t rows, int64_t cols, int64_t p0, int64_t p1, uint8_t* dst) {
+  using P = PackA<T>;
+  using Block = typename T::Block;
+  const int64_t nb = cols / QK8_0;
+  const size_t pbytes = P::panel_bytes(cols);
+  for (int64_t p = p0; p < p1; ++p) {
+    uint8_t* panel = dst + static_cast<size_t>(p) * pbytes;
+    std::memset(panel, 0, pbytes);
+    const int n_valid = static_cast<int>(std::min<int64_t>(16, rows - 16 * p));
+    for (int64_t b = 0; b < nb; ++b) {
+      __m256i rws[16];
+      alignas(32) uint16_t d[16] = {};
+      for (int i = 0; i < 16; ++i) {
+        if (i >= n_valid) {
+          rws[i] = _mm256_setzero_si256();
+          continue;
+        }
+        const Block& blk = reinterpret_cast<const Block*>(static_cast<const uint8_t*>(w) + static_cast<size_t>(16 * p + i) * wrow)[b];
+        rws[i] = T::codes(blk);
+        d[i] = blk.d;
+      }
+      __m512i v[8];
+      transpose_16x8(rws, v);
+      uint8_t* cb = panel + P::codes_at(b);
+      if constexpr (P::kQ8) {
+        for (int s = 0; s < 8; ++s) _mm512_storeu_si512(cb + 64 * s, v[s]);
+      } else {
+        for (int j = 0; j < 4; ++j) _mm512_storeu_si512(cb + 64 * j, nibble_pair(v[2 * j], v[2 * j + 1]));
+      }
+      if constexpr (P::kMasks) {
+        uint64_t m[8];
+        for (int s = 0; s < 8; ++s) m[s] = bit4_mask(v[s]);
+        std::memcpy(panel + P::masks_at(b), m, 64);
+      }
+      std::memcpy(panel + P::d_at(b), d, 32);
+    }
+  }
+}
+
+// Code vectors of steps 2j, 2j+1 of panel row-block `cb` (Q4_0/Q5_0 nibble vector j).
+template <class T>
+__attribute__((always_inline)) inline void unpack_pair_a(const uint8_t* cb, const uint8_t* masks, int j, __m512i& w0,
+                                                         __m512i& w1) {
+  const __m512i m4 = _mm512_set1_epi8(0x0F);
+  const __m512i raw = _mm512_loadu_si512(cb + 64 * j);
+  w0 = _mm512_and_si512(raw, m4);
+  w1 = _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4);
+  if constexpr (PackA<T>::kMasks) {
+    const __m512i b4 = _mm512_set1_epi8(0x10);
+    w0 = _mm512_mask_add_epi8(w0, _cvtu64_mask64(load_u64(masks + 16 * j)), w0, b4);
+    w1 = _mm512_mask_add_epi8(w1, _cvtu64_mask64(load_u64(masks + 16 * j + 8)), w1, b4);
+  }
+}
+
+template <class T, int R, int N>
+void tile_pa(int64_t nb, const uint8_t* panel, size_t pstride, const uint8_t* act, size_t arow, const MetaA* meta,
+             float* y, int64_t ldy, const __mmask16 (&store)[R]) {
+  using P = PackA<T>;
+  __m512 acc[R][N];
+  PICOLM_GEMM_UNROLL for (int r = 0; r < R; ++r) PICOLM_GEMM_UNROLL for (int n = 0; n < N; ++n) acc[r][n] = _mm512_setzero_ps();
+  // No software prefetch: a panel is one sequential stream of whole lines, which the hardware
+  // prefetchers follow (prefetching 4-16 units ahead measured no better).
+  for (int64_t b = 0; b < nb; ++b) {
+    __m512i s[R][N];
+    PICOLM_GEMM_UNROLL for (int n = 0; n < N; ++n) {
+      const __m512i c = _mm512_set1_epi32(meta[n * nb + b].corr);
+      PICOLM_GEMM_UNROLL for (int r = 0; r < R; ++r) s[r][n] = c;
+    }
+    const uint8_t* cb = panel + P::codes_at(b);
+    const uint8_t* ab = act + static_cast<size_t>(b) * sizeof(BlockQ8_0) + offsetof(BlockQ8_0, qs);
+    if constexpr (P::kQ8) {
+      dot_steps<R, N, 8>(s, cb, pstride, ab, arow, 0);
+    } else {
+      PICOLM_GEMM_UNROLL for (int j = 0; j < 4; ++j) {
+        __m512i w0[R], w1[R];
+        PICOLM_GEMM_UNROLL for (int r = 0; r < R; ++r)
+          unpack_pair_a<T>(cb + r * pstride, panel + r * pstride + P::masks_at(b), j, w0[r], w1[r]);
+        PICOLM_GEMM_UNROLL for (int n = 0; n < N; ++n) {
+          const __m512i a0 = _mm512_set1_epi32(load_i32(ab + n * arow + 8 * j));
+          const __m512i a1 = _mm512_set1_epi32(load_i32(ab + n * arow + 8 * j + 4));
+          PICOLM_GEMM_UNROLL for (int r = 0; r < R; ++r) {
+            s[r][n] = _mm512_dpbusd_epi32(s[r][n], w0[r], a0);
+            s[r][n] = _mm512_dpbusd_epi32(s[r][n], w1[r], a1);
+          }
+        }
+      }
+    }
+    PICOLM_GEMM_UNROLL for (int r = 0; r < R; ++r) {
+      const __m512 dw = _mm512_cvtph_ps(load256(panel + r * pstride + P::d_at(b)));
+      PICOLM_GEMM_UNROLL for (int n = 0; n < N; ++n)
+        acc[r][n] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[r][n]), _mm512_mul_ps(dw, _mm512_set1_ps(meta[n * nb + b].d)), acc[r][n]);
+    }
+  }
+  PICOLM_GEMM_UNROLL for (int n = 0; n < N; ++n) PICOLM_GEMM_UNROLL for (int r = 0; r < R; ++r)
+    _mm512_mask_storeu_ps(y + n * ldy + 16 * r, store[r], acc[r][n]);
+}
+
+template <class T>
+struct PackK {
+  static constexpr bool kQ6 = std::is_same_v<T, TypeQ6_K>;
+  static constexpr bool kQ5 = std::is_same_v<T, TypeQ5_K>;
+  static constexpr int kSub = kQ6 ? 16 : 8;
+  static constexpr size_t kExtra = 2048;  // after the nibble vectors
+  static constexpr size_t kScales = kExtra + (kQ6 ? 1024 : kQ5 ? 512 : 0);
+  static constexpr size_t kMins = kScales + 16 * static_cast<size_t>(kSub);
+  static constexpr size_t kD = kMins + (kQ6 ? 0 : 128);
+  static constexpr size_t kDmin = kD + 32;
+  static constexpr size_t kBytes = round64(kD + (kQ6 ? 32 : 64));
+};
+
+template <class T>
+size_t packed_panel_bytes_k(int64_t cols) {
+  return static_cast<size_t>(cols / QK_K) * PackK<T>::kBytes;
+}
+
+template <class T>
+void pack_k(const void* w, size_t wrow, int64_t rows, int64_t cols, int64_t p0, int64_t p1, uint8_t* dst) {
+  using P = PackK<T>;
+  const int64_t nsb = cols / QK_K;
+  const size_t pbytes = packed_panel_bytes_k<T>(cols);
+  alignas(64) uint8_t codes[16][QK_K];
+  alignas(64) uint8_t sm[16][16];
+  alignas(32) uint16_t d[16], dmin[16];
+  for (int64_t p = p0; p < p1; ++p) {
+    uint8_t* panel = dst + static_cast<size_t>(p) * pbytes;
+    std::memset(panel, 0, pbytes);
+    const int n_valid = static_cast<int>(std::min<int64_t>(16, rows - 16 * p));
+    for (int64_t sb = 0; sb < nsb; ++sb) {
+      std::memset(codes, 0, sizeof codes);
+      std::memset(sm, 0, sizeof sm);
+      std::memset(d, 0, sizeof d);
+      std::memset(dmin, 0, sizeof dmin);
+      for (int i = 0; i < n_valid; ++i) {
+        const uint8_t* blk = static_cast<const uint8_t*>(w) + static_cast<size_t>(16 * p + i) * wrow + static_cast<size_t>(sb) * T::kBlockBytes;
+        if constexpr (P::kQ6) {
+          const auto& b = *reinterpret_cast<const BlockQ6_K*>(blk);
+          d[i] = b.d;
+          std::memcpy(sm[i], b.scales, 16);
+          unpack_q6k_codes(b, codes[i]);
+        } else if constexpr (P::kQ5) {
+          const auto& b = *reinterpret_cast<const BlockQ5_K*>(blk);
+          d[i] = b.d;
+          dmin[i] = b.dmin;
+          scales_mins_k4_all(b.scales, sm[i]);
+          unpack_k45_codes<true>(b.qs, b.qh, codes[i]);
+        } else {
+          const auto& b = *reinterpret_cast<const BlockQ4_K*>(blk);
+          d[i] = b.d;
+          dmin[i] = b.dmin;
+          scales_mins_k4_all(b.scales, sm[i]);
+          unpack_k45_codes<false>(b.qs, nullptr, codes[i]);
+        }
+      }
+      uint8_t* dsb = panel + static_cast<size_t>(sb) * P::kBytes;
+      for (int c = 0; c < 8; ++c) {  // steps 8c .. 8c + 7
+        __m256i rws[16];
+        PICOLM_GEMM_UNROLL for (int i = 0; i < 16; ++i) rws[i] = load256(codes[i] + 32 * c);
+        __m512i v[8];
+        transpose_16x8(rws, v);
+        for (int jj = 0; jj < 4; ++jj) _mm512_storeu_si512(dsb + 64 * (4 * c + jj), nibble_pair(v[2 * jj], v[2 * jj + 1]));
+        if constexpr (P::kQ5) {
+          uint64_t m[8];
+          for (int s = 0; s < 8; ++s) m[s] = bit4_mask(v[s]);
+          std::memcpy(dsb + P::kExtra + 64 * c, m, 64);
+        }
+        if constexpr (P::kQ6) {
+          for (int h = 0; h < 2; ++h) {  // high-bit vector of sub-block 2c + h: steps 8c + 4h + e
+            __m512i hv = _mm512_setzero_si512();
+            for (int e = 0; e < 4; ++e) {
+              const __m512i two = _mm512_and_si512(_mm512_srli_epi16(v[4 * h + e], 4), _mm512_set1_epi8(3));
+              hv = _mm512_or_si512(hv, _mm512_slli_epi16(two, 2 * e));
+            }
+            _mm512_storeu_si512(dsb + P::kExtra + 64 * (2 * c + h), hv);
+          }
+        }
+      }
+      for (int s = 0; s < P::kSub; ++s)
+        for (int i = 0; i < 16; ++i) dsb[P::kScales + 16 * s + i] = sm[i][s];
+      if constexpr (!P::kQ6) {
+        for (int q = 0; q < 4; ++q)
+          for (int i = 0; i < 16; ++i) {
+            dsb[P::kMins + 32 * q + 2 * i] = sm[i][8 + 2 * q];
+            dsb[P::kMins + 32 * q + 2 * i + 1] = sm[i][9 + 2 * q];
+          }
+        std::memcpy(dsb + P::kDmin, dmin, 32);
+      }
+      std::memcpy(dsb + P::kD, d, 32);
+    }
+  }
+}
+
+template <class T, int R, int N>
+void tile_pk(int64_t nsb, const uint8_t* panel, size_t pstride, const uint8_t* act, size_t arow, const uint8_t* meta,
+             size_t meta_stride, float* y, int64_t ldy, const __mmask16 (&store)[R]) {
+  using P = PackK<T>;
+  using L = typename T::L;
+  constexpr int kAheadSb = 2;
+  constexpr int kLinesPerSub = static_cast<int>((P::kBytes / 64 + P::kSub - 1) / P::kSub);
+  const __m512i m4 = _mm512_set1_epi8(0x0F);
+  __m512 acc[R][N];
+  PICOLM_GEMM_UNROLL for (int r = 0; r < R; ++r) PICOLM_GEMM_UNROLL for (int n = 0; n < N; ++n) acc[r][n] = _mm512_setzero_ps();
+  for (int64_t sb = 0; sb < nsb; ++sb) {
+    const uint8_t* pb = panel + static_cast<size_t>(sb) * P::kBytes;
+    const uint8_t* ab = act + static_cast<size_t>(sb) * sizeof(BlockQ8_K) + offsetof(BlockQ8_K, qs);
+    const uint8_t* mb = meta + static_cast<size_t>(sb) * L::kMetaBytes;
+    __m512i isum[R][N];
+    PICOLM_GEMM_UNROLL for (int r = 0; r < R; ++r) PICOLM_GEMM_UNROLL for (int n = 0; n < N; ++n) isum[r][n] = _mm512_setzero_si512();
+    for (int s = 0; s < P::kSub; ++s) {
+      __m512i p[R][N];
+      PICOLM_GEMM_UNROLL for (int n = 0; n < N; ++n) {
+        const __m512i c = P::kQ6 ? _mm512_set1_epi32(load_i32(mb + n * meta_stride + 4 + 4 * s)) : _mm512_setzero_si512();
+        PICOLM_GEMM_UNROLL for (int r = 0; r < R; ++r) p[r][n] = c;
+      }
+      // Software prefetch kAheadSb super-blocks (5-7 KB) ahead, a sub-block's share of the lines at
+      // a time: the hardware prefetchers alone leave a decode step latency-bound (measured: 11 ->
+      // 22 GB/s for one thread, about the read bandwidth of a plain sequential loop).
+      PICOLM_GEMM_UNROLL for (int r = 0; r < R; ++r) {
+        const uint8_t* ahead = pb + r * pstride + kAheadSb * P::kBytes + s * kLinesPerSub * 64;
+        PICOLM_GEMM_UNROLL for (int l = 0; l < kLinesPerSub; ++l) _mm_prefetch(reinterpret_cast<const char*>(ahead + 64 * l), _MM_HINT_T0);
+      }
+      // Steps of this sub-block: 8 (Q4_K/Q5_K) or 4 (Q6_K), two per nibble vector.
+      constexpr int kPairs = P::kQ6 ? 2 : 4;
+      PICOLM_GEMM_UNROLL for (int jj = 0; jj < kPairs; ++jj) {
+        const int j = kPairs * s + jj;  // nibble vector: steps 2j, 2j+1
+        __m512i w0[R], w1[R];
+        PICOLM_GEMM_UNROLL for (int r = 0; r < R; ++r) {
+          const uint8_t* pr = pb + r * pstride;
+          const __m512i raw = _mm512_loadu_si512(pr + 64 * j);
+          if constexpr (P::kQ6) {
+            // Fields e = 2jj, 2jj+1 of the sub-block's high-bit vector, moved to bits 4-5.
+            const __m512i hv = _mm512_loadu_si512(pr + P::kExtra + 64 * s);
+            const __m512i b45 = _mm512_set1_epi8(0x30);
+            const __m512i h0 = jj == 0 ? _mm512_and_si512(_mm512_slli_epi16(hv, 4), b45) : _mm512_and_si512(hv, b45);
+            const __m512i h1 = jj == 0 ? _mm512_and_si512(_mm512_slli_epi16(hv, 2), b45)
+                                       : _mm512_and_si512(_mm512_srli_epi16(hv, 2), b45);
+            w0[r] = _mm512_ternarylogic_epi32(raw, h0, m4, 0xEC);  // (raw & m4) | h0
+            w1[r] = _mm512_ternarylogic_epi32(_mm512_srli_epi16(raw, 4), h1, m4, 0xEC);
+          } else {
+            w0[r] = _mm512_and_si512(raw, m4);
+            w1[r] = _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4);
+            if constexpr (P::kQ5) {
+              const __m512i b4 = _mm512_set1_epi8(0x10);
+              w0[r] = _mm512_mask_add_epi8(w0[r], _cvtu64_mask64(load_u64(pr + P::kExtra + 16 * j)), w0[r], b4);
+              w1[r] = _mm512_mask_add_epi8(w1[r], _cvtu64_mask64(load_u64(pr + P::kExtra + 16 * j + 8)), w1[r], b4);
+            }
+          }
+        }
+        PICOLM_GEMM_UNROLL for (int n = 0; n < N; ++n) {
+          const __m512i a0 = _mm512_set1_epi32(load_i32(ab + n * arow + 8 * j));
+          const __m512i a1 = _mm512_set1_epi32(load_i32(ab + n * arow + 8 * j + 4));
+          PICOLM_GEMM_UNROLL for (int r = 0; r < R; ++r) {
+            p[r][n] = _mm512_dpbusd_epi32(p[r][n], w0[r], a0);
+            p[r][n] = _mm512_dpbusd_epi32(p[r][n], w1[r], a1);
+          }
+        }
+      }
+      PICOLM_GEMM_UNROLL for (int r = 0; r < R; ++r) {
+        const __m128i sc8 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(pb + r * pstride + P::kScales + 16 * s));
+        const __m512i scv = P::kQ6 ? _mm512_cvtepi8_epi32(sc8) : _mm512_cvtepu8_epi32(sc8);
+        PICOLM_GEMM_UNROLL for (int n = 0; n < N; ++n) isum[r][n] = _mm512_add_epi32(isum[r][n], _mm512_mullo_epi32(p[r][n], scv));
+      }
+    }
+    PICOLM_GEMM_UNROLL for (int r = 0; r < R; ++r) {
+      const uint8_t* pr = pb + r * pstride;
+      const __m512 dv = _mm512_cvtph_ps(load256(pr + P::kD));
+      __m512i mins[4];
+      if constexpr (!P::kQ6)
+        PICOLM_GEMM_UNROLL for (int q = 0; q < 4; ++q) mins[q] = _mm512_cvtepu8_epi16(load256(pr + P::kMins + 32 * q));
+      PICOLM_GEMM_UNROLL for (int n = 0; n < N; ++n) {
+        float da;
+        std::memcpy(&da, mb + n * meta_stride, 4);
+        const __m512 dav = _mm512_set1_ps(da);
+        acc[r][n] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[r][n]), _mm512_mul_ps(dv, dav), acc[r][n]);
+        if constexpr (!P::kQ6) {
+          __m512i m = _mm512_setzero_si512();
+          PICOLM_GEMM_UNROLL for (int q = 0; q < 4; ++q)
+            m = _mm512_dpwssd_epi32(m, mins[q], _mm512_set1_epi32(load_i32(mb + n * meta_stride + 4 + 4 * q)));
+          const __m512 dm = _mm512_cvtph_ps(load256(pr + P::kDmin));
+          acc[r][n] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(m), _mm512_mul_ps(dm, dav), acc[r][n]);
+        }
+      }
+    }
+  }
+  PICOLM_GEMM_UNROLL for (int n = 0; n < N; ++n) PICOLM_GEMM_UNROLL for (int r = 0; r < R; ++r)
+    _mm512_mask_storeu_ps(y + n * ldy + 16 * r, store[r], acc[r][n]);
+}
+
+// Many tokens: each panel is first expanded into the byte panel of the per-call GEMM above (a
+// cheap vector pass: no transposes), whose tiles then run with plain loads; the arithmetic is
+// that of tile_pa / tile_pk operation for operation (same integer sums, same float operations in
+// the same order), so a token's result is the same bits on either path.
+constexpr int64_t kExpandTokens = 8;
+
+template <class T>
+void expand_panel_a(const uint8_t* panel, int64_t nb, uint8_t* out) {
+  using P = PackA<T>;
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* cb = panel + P::codes_at(b);
+    uint8_t* dst = out + static_cast<size_t>(b) * kPanelBlockA;
+    if constexpr (P::kQ8) {
+      for (int s = 0; s < 8; ++s) _mm512_storeu_si512(dst + 64 * s, _mm512_loadu_si512(cb + 64 * s));
+    } else {
+      for (int j = 0; j < 4; ++j) {
+        __m512i w0, w1;
+        unpack_pair_a<T>(cb, panel + P::masks_at(b), j, w0, w1);
+        _mm512_storeu_si512(dst + 128 * j, w0);
+        _mm512_storeu_si512(dst + 128 * j + 64, w1);
+      }
+    }
+    _mm512_storeu_ps(dst + 512, _mm512_cvtph_ps(load256(panel + P::d_at(b))));
+  }
+}
+
+template <class T>
+void expand_panel_k(const uint8_t* panel, int64_t nsb, uint8_t* out) {
+  using P = PackK<T>;
+  using L = typename T::L;
+  const __m512i m4 = _mm512_set1_epi8(0x0F), b45 = _mm512_set1_epi8(0x30), b4 = _mm512_set1_epi8(0x10);
+  for (int64_t sb = 0; sb < nsb; ++sb) {
+    const uint8_t* pb = panel + static_cast<size_t>(sb) * P::kBytes;
+    uint8_t* dst = out + static_cast<size_t>(sb) * L::kBytes;
+    for (int j = 0; j < 32; ++j) {
+      const __m512i raw = _mm512_loadu_si512(pb + 64 * j);
+      __m512i w0 = _mm512_and_si512(raw, m4), w1 = _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4);
+      if constexpr (P::kQ6) {
+        const int s = j / 2, jj = j % 2;
+        const __m512i hv = _mm512_loadu_si512(pb + P::kExtra + 64 * s);
+        const __m512i h0 = jj == 0 ? _mm512_and_si512(_mm512_slli_epi16(hv, 4), b45) : _mm512_and_si512(hv, b45);
+        const __m512i h1 = jj == 0 ? _mm512_and_si512(_mm512_slli_epi16(hv, 2), b45) : _mm512_and_si512(_mm512_srli_epi16(hv, 2), b45);
+        w0 = _mm512_or_si512(w0, h0);
+        w1 = _mm512_or_si512(w1, h1);
+      } else if constexpr (P::kQ5) {
+        w0 = _mm512_mask_add_epi8(w0, _cvtu64_mask64(load_u64(pb + P::kExtra + 16 * j)), w0, b4);
+        w1 = _mm512_mask_add_epi8(w1, _cvtu64_mask64(load_u64(pb + P::kExtra + 16 * j + 8)), w1, b4);
+      }
+      _mm512_storeu_si512(dst + 128 * j, w0);
+      _mm512_storeu_si512(dst + 128 * j + 64, w1);
+    }
+    for (int s = 0; s < P::kSub; ++s) {
+      const __m128i sc8 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(pb + P::kScales + 16 * s));
+      _mm512_storeu_si512(dst + L::kScales + 64 * s, P::kQ6 ? _mm512_cvtepi8_epi32(sc8) : _mm512_cvtepu8_epi32(sc8));
+    }
+    _mm512_storeu_ps(dst + L::kD, _mm512_cvtph_ps(load256(pb + P::kD)));
+    if constexpr (!P::kQ6) {
+      _mm512_storeu_ps(dst + L::kNegDmin, _mm512_sub_ps(_mm512_setzero_ps(), _mm512_cvtph_ps(load256(pb + P::kDmin))));
+      for (int q = 0; q < 4; ++q) _mm512_storeu_si512(dst + L::kMins + 64 * q, _mm512_cvtepu8_epi16(load256(pb + P::kMins + 32 * q)));
+    }
+  }
+}
+
+// Rows [r0, r1) (r0 a multiple of 16) for every token; tokens in tiles of N, panels in pairs
+// (R = 2) for several tokens. One token (decode) takes one panel at a time, so the weights are
+// read as one sequential stream: two streams measured half the bandwidth (11 vs 22 GB/s).
+
+template <class T>
+void run_packed_a(int64_t cols, const uint8_t* packed, int64_t r0, int64_t r1, const void* act, size_t arow,
+                  const uint8_t* meta, int64_t n_tokens, float* y, int64_t ldy, uint8_t* scratch) {
+  const int64_t nb = cols / QK8_0;
+  const size_t pstride = PackA<T>::panel_bytes(cols);
+  const size_t xstride = panel_bytes_a(cols);
+  const auto* ab = static_cast<const uint8_t*>(act);
+  const auto* mt = reinterpret_cast<const MetaA*>(meta);
+  const bool expand = n_tokens >= kExpandTokens;
+  for (int64_t r = r0; r < r1;) {
+    const int R = r1 - r > 16 && n_tokens > 1 ? 2 : 1;
+    const uint8_t* panel = packed + static_cast<size_t>(r / 16) * pstride;
+    if (expand)
+      for (int i = 0; i < R; ++i) expand_panel_a<T>(panel + i * pstride, nb, scratch + i * xstride);
+    for (int64_t t = 0; t < n_tokens; t += kTileTokensA) {
+      const int n = static_cast<int>(std::min<int64_t>(kTileTokensA, n_tokens - t));
+      auto call = [&](auto Rc, auto Nc) {
+        constexpr int kR = decltype(Rc)::value;
+        __mmask16 m[kR];
+        store_masks<kR>(r, r1, m);
+        if (expand)
+          tile_a<kR, decltype(Nc)::value>(nb, scratch, xstride, ab + static_cast<size_t>(t) * arow, arow, mt + t * nb,
+                                          y + t * ldy + (r - r0), ldy, m);
+        else
+          tile_pa<T, kR, decltype(Nc)::value>(nb, panel, pstride, ab + static_cast<size_t>(t) * arow, arow, mt + t * nb,
+                                              y + t * ldy + (r - r0), ldy, m);
+      };
+      if (R == 2) dispatch_n<2, kTileTokensA>(n, call);
+      else dispatch_n<1, kTileTokensA>(n, call);
+    }
+    r += 16 * R;
+  }
+}
+
+template <class T>
+void run_packed_k(int64_t cols, const uint8_t* packed, int64_t r0, int64_t r1, const void* act, size_t arow,
+                  const uint8_t* meta, int64_t n_tokens, float* y, int64_t ldy, uint8_t* scratch) {
+  using L = typename T::L;
+  const int64_t nsb = cols / QK_K;
+  const size_t pstride = packed_panel_bytes_k<T>(cols);
+  const size_t xstride = panel_bytes_k<T>(cols);
+  const size_t mstride = static_cast<size_t>(nsb) * L::kMetaBytes;
+  const auto* ab = static_cast<const uint8_t*>(act);
+  const bool expand = n_tokens >= kExpandTokens;
+  for (int64_t r = r0; r < r1;) {
+    const int R = r1 - r > 16 && n_tokens > 1 ? 2 : 1;
+    const uint8_t* panel = packed + static_cast<size_t>(r / 16) * pstride;
+    if (expand)
+      for (int i = 0; i < R; ++i) expand_panel_k<T>(panel + i * pstride, nsb, scratch + i * xstride);
+    for (int64_t t = 0; t < n_tokens; t += kTileTokensK) {
+      const int n = static_cast<int>(std::min<int64_t>(kTileTokensK, n_tokens - t));
+      auto call = [&](auto Rc, auto Nc) {
+        constexpr int kR = decltype(Rc)::value;
+        __mmask16 m[kR];
+        store_masks<kR>(r, r1, m);
+        if (expand)
+          tile_k<T, kR, decltype(Nc)::value>(nsb, scratch, xstride, ab + static_cast<size_t>(t) * arow, arow,
+                                             meta + static_cast<size_t>(t) * mstride, mstride, y + t * ldy + (r - r0), ldy, m);
+        else
+          tile_pk<T, kR, decltype(Nc)::value>(nsb, panel, pstride, ab + static_cast<size_t>(t) * arow, arow,
+                                              meta + static_cast<size_t>(t) * mstride, mstride, y + t * ldy + (r - r0), ldy, m);
+      };
+      if (R == 2) dispatch_n<2, kTileTokensK>(n, call);
+      else dispatch_n<1, kTileTokensK>(n, call);
+    }
+    r += 16 * R;
+  }
+}
+
+template <class T>
+PackedKernel packed_a() {
+  return {packed_panel_bytes_a<T>, pack_a<T>, run_packed_a<T>};
+}
+template <class T>
+PackedKernel packed_k() {
+  return {packed_panel_bytes_k<T>, pack_k<T>, run_packed_k<T>};
+}
+
 }  // namespace
 
 void fill_avx512_gemm(KernelTable& t) {
@@ -512,6 +1019,12 @@ void fill_avx512_gemm(KernelTable& t) {
   t.gemm[static_cast<int>(GgmlType::Q4_K)] = gemm_k<TypeQ4_K>();
   t.gemm[static_cast<int>(GgmlType::Q5_K)] = gemm_k<TypeQ5_K>();
   t.gemm[static_cast<int>(GgmlType::Q6_K)] = gemm_k<TypeQ6_K>();
+  t.packed[static_cast<int>(GgmlType::Q8_0)] = packed_a<TypeQ8_0>();
+  t.packed[static_cast<int>(GgmlType::Q4_0)] = packed_a<TypeQ4_0>();
+  t.packed[static_cast<int>(GgmlType::Q5_0)] = packed_a<TypeQ5_0>();
+  t.packed[static_cast<int>(GgmlType::Q4_K)] = packed_k<TypeQ4_K>();
+  t.packed[static_cast<int>(GgmlType::Q5_K)] = packed_k<TypeQ5_K>();
+  t.packed[static_cast<int>(GgmlType::Q6_K)] = packed_k<TypeQ6_K>();
   // From 2 tokens on, so that every token of a multi-token eval takes the same path whatever the
   // batch split (Session never makes a 1-token micro-batch out of a longer eval): prefill results
   // do not depend on how a prompt was cut (prompt cache restores are bit-exact).

@@ -57,6 +57,22 @@ struct GemmKernel {
   size_t (*scratch_bytes)(int64_t cols) = nullptr;
 };
 
+// Weights repacked once (at load) into interleaved 16-row panels and kept (optional per table and
+// type): run() reads them directly for any number of tokens, 1 included (decode), with the
+// activations and per-token table of gemm[type] (gemm[type].prepare / meta_bytes). The packed
+// form is about the size of the GGUF rows (at most +3%). Results equal vec_dot's up to the order
+// of float roundings, and a token's result does not depend on the other tokens of the call.
+struct PackedKernel {
+  size_t (*panel_bytes)(int64_t cols) = nullptr;  // one panel of 16 rows, a multiple of 64
+  // Writes panels [p0, p1) of a rows x cols matrix (rows of native blocks `wrow` bytes apart) to
+  // dst + p * panel_bytes(cols); rows past `rows` in the last panel are zero.
+  void (*pack)(const void* w, size_t wrow, int64_t rows, int64_t cols, int64_t p0, int64_t p1, uint8_t* dst) = nullptr;
+  // Y[t * ldy + (r - r0)] for rows [r0, r1) (r0 a multiple of 16) and every token; `scratch`
+  // holds gemm[type].scratch_bytes(cols) bytes (many-token calls expand panels into it).
+  void (*run)(int64_t cols, const uint8_t* packed, int64_t r0, int64_t r1, const void* act, size_t arow,
+              const uint8_t* meta, int64_t n_tokens, float* y, int64_t ldy, uint8_t* scratch) = nullptr;
+};
+
 struct KernelTable {
   const char* name = "scalar";
   DequantizeRowFn dequantize_row[32] = {};  // indexed by GgmlType
@@ -71,7 +87,14 @@ struct KernelTable {
   GemmKernel gemm[32] = {};  // indexed by the weight type; run == nullptr: no many-token kernel
   // matmul uses gemm[] from this many tokens on (repacking weights costs about one token's work).
   int gemm_min_tokens = 1 << 30;
+  PackedKernel packed[32] = {};  // indexed by the weight type; run == nullptr: no packed form
 };
+
+// Bytes of the packed form of a rows x cols matrix of `type` (0: this table has none).
+size_t packed_bytes(const KernelTable& k, GgmlType type, int64_t rows, int64_t cols);
+// Packs the whole matrix into dst (packed_bytes() bytes, 64-byte aligned), spread over the pool.
+void pack_weights(const KernelTable& k, ThreadPool* pool, GgmlType type, const void* w, int64_t rows, int64_t cols,
+                  uint8_t* dst);
 
 struct CpuFeatures {
   bool avx2 = false, fma = false, f16c = false;
@@ -99,8 +122,9 @@ enum class ActivationMode {
 // std::logic_error (as do row_bytes, dequantize_row_ref and quantize_row_weights_ref).
 // Uses pool scratch slots 0 and 1 + worker (see ThreadPool::scratch). From gemm_min_tokens tokens on,
 // types with a GemmKernel take the many-token path (equal to the dots up to float rounding order).
+// `packed` (optional): W in packed form (pack_weights), used in Quantized mode for any n_tokens.
 void matmul(const KernelTable& k, ThreadPool& pool, ActivationMode mode, GgmlType wtype, const void* W,
-            int64_t rows, int64_t cols, const float* X, int64_t n_tokens, float* Y);
+            int64_t rows, int64_t cols, const float* X, int64_t n_tokens, float* Y, const uint8_t* packed = nullptr);
 
 // Several weights sharing one input X (q/k/v, gate/up): the activations are quantized once per
 // activation type and all targets' rows go through one pass of the pool. Target i writes
@@ -110,6 +134,7 @@ struct MatmulTarget {
   const void* W;
   int64_t rows;
   float* Y;
+  const uint8_t* packed = nullptr;  // W in packed form, if any
 };
 void matmul_multi(const KernelTable& k, ThreadPool& pool, ActivationMode mode, const MatmulTarget* targets,
                   int n_targets, int64_t cols, const float* X, int64_t n_tokens);

@@ -12,8 +12,8 @@ namespace picolm {
 namespace {
 
 // Rows per task: about 4 tasks per thread so the atomic task counter balances uneven progress,
-// rounded to a multiple of `align` rows (8: a cache line of row starts for the small types; 32:
-// the two 16-row panels of a GEMM tile).
+// rounded to a multiple of `align` rows (8: a cache line of row starts for the small types; 16: a
+// packed panel; 32: the two 16-row panels of a GEMM tile).
 int64_t chunk_rows(int64_t rows, int n_threads, int64_t align) {
   if (n_threads <= 1) return rows;
   int64_t c = (rows + n_threads * 4 - 1) / (n_threads * 4);
@@ -33,7 +33,9 @@ struct Plan {
   size_t arow = 0;
   size_t wrow = 0;
   const GemmKernel* gemm = nullptr;  // many-token kernel, or nullptr: single / tile dots
-  uint8_t* meta = nullptr;           // gemm's per-token table
+  const PackedKernel* packed = nullptr;  // kernel of the target's packed weights (any n_tokens)
+  const GemmKernel* prep = nullptr;  // fills `meta` (the gemm, or the packed kernel's companion)
+  uint8_t* meta = nullptr;           // per-token table of gemm / packed
   size_t meta_row = 0;
 };
 
@@ -123,8 +125,15 @@ void matmul_impl(const KernelTable& k, ThreadPool& pool, ActivationMode mode, co
         }
       }
       const GemmKernel& g = k.gemm[static_cast<int>(wt)];
-      if (g.run != nullptr && n_tokens >= k.gemm_min_tokens && targets[i].rows % 16 == 0) {
+      const PackedKernel& pk = k.packed[static_cast<int>(wt)];
+      if (targets[i].packed != nullptr) {
+        PICOLM_KCHECK(pk.run != nullptr && g.prepare != nullptr, "packed weights for a type without packed kernels");
+        p.packed = &pk;
+      } else if (g.run != nullptr && n_tokens >= k.gemm_min_tokens && targets[i].rows % 16 == 0) {
         p.gemm = &g;
+      }
+      if (p.packed != nullptr || p.gemm != nullptr) {
+        p.prep = &g;
         p.meta_row = g.meta_bytes(cols);
         meta_off[static_cast<size_t>(i)] = bytes;
         bytes += (p.meta_row * static_cast<size_t>(n_tokens) + 63) & ~size_t{63};
@@ -137,7 +146,7 @@ void matmul_impl(const KernelTable& k, ThreadPool& pool, ActivationMode mode, co
       int j = 0;
       while (vts[j] != vt) ++j;
       p.act = vt == GgmlType::F32 ? reinterpret_cast<const uint8_t*>(X) : buf + vt_off[j];
-      if (p.gemm != nullptr) p.meta = buf + meta_off[static_cast<size_t>(i)];
+      if (p.prep != nullptr) p.meta = buf + meta_off[static_cast<size_t>(i)];
     }
     auto prepare_tokens = [&](int64_t t0, int64_t t1) {
       for (int j = 0; j < n_vt; ++j) {
@@ -147,7 +156,7 @@ void matmul_impl(const KernelTable& k, ThreadPool& pool, ActivationMode mode, co
         for (int64_t t = t0; t < t1; ++t) quant(X + t * cols, buf + vt_off[j] + static_cast<size_t>(t) * arow, cols);
       }
       for (const Plan& p : plan)
-        if (p.gemm != nullptr) p.gemm->prepare(cols, p.act, p.arow, t0, t1, p.meta);
+        if (p.prep != nullptr) p.prep->prepare(cols, p.act, p.arow, t0, t1, p.meta);
     };
     if (n_threads > 1 && n_tokens >= 2 * n_threads) {
       const int64_t per = (n_tokens + 4 * n_threads - 1) / (4 * n_threads);
@@ -171,9 +180,13 @@ void matmul_impl(const KernelTable& k, ThreadPool& pool, ActivationMode mode, co
   const int n_chunked = combine != nullptr ? 1 : n_targets;
   for (int i = 0; i < n_chunked; ++i) {
     const int64_t rows = targets[i].rows;
-    bool gemm = plan[static_cast<size_t>(i)].gemm != nullptr;
-    if (combine != nullptr) gemm = gemm || plan[1].gemm != nullptr;
-    int64_t chunk = n_threads == 1 ? rows : chunk_rows(rows, n_threads, gemm ? 32 : 8);
+    // Packed weights: whole 16-row panels; per-call GEMM: pairs of panels (its 2-panel tiles).
+    auto align = [&](int j) -> int64_t {
+      const Plan& p = plan[static_cast<size_t>(j)];
+      return p.packed != nullptr ? 16 : p.gemm != nullptr ? 32 : 8;
+    };
+    const int64_t a = combine != nullptr ? std::max(align(0), align(1)) : align(i);
+    int64_t chunk = n_threads == 1 ? rows : chunk_rows(rows, n_threads, a);
     // A pair's products of a chunk are held in scratch: at most ~128 rows of them.
     if (combine != nullptr) chunk = std::min(chunk, int64_t{128});
     max_chunk = std::max(max_chunk, chunk);
@@ -181,7 +194,7 @@ void matmul_impl(const KernelTable& k, ThreadPool& pool, ActivationMode mode, co
   }
   for (int i = 0; i < n_targets; ++i) {
     const Plan& p = plan[static_cast<size_t>(i)];
-    if (p.gemm != nullptr) kernel_scratch = std::max(kernel_scratch, p.gemm->scratch_bytes(cols));
+    if (p.prep != nullptr) kernel_scratch = std::max(kernel_scratch, p.prep->scratch_bytes(cols));
     if (mode == ActivationMode::Exact && targets[i].wtype != GgmlType::F32)
       kernel_scratch = std::max(kernel_scratch, static_cast<size_t>(cols) * 4);
   }
@@ -195,7 +208,9 @@ void matmul_impl(const KernelTable& k, ThreadPool& pool, ActivationMode mode, co
     const auto* w = static_cast<const uint8_t*>(tg.W) + static_cast<size_t>(r0) * p.wrow;
     const int64_t n = r1 - r0;
     if (mode == ActivationMode::Quantized) {
-      if (p.gemm != nullptr) {
+      if (p.packed != nullptr) {
+        p.packed->run(cols, tg.packed, r0, r1, p.act, p.arow, p.meta, n_tokens, y, ldy, scratch);
+      } else if (p.gemm != nullptr) {
         p.gemm->run(cols, w, p.wrow, 0, n, p.act, p.arow, p.meta, n_tokens, y, ldy, scratch);
       } else {
         run_dots(k, tg.wtype, w, p.wrow, ldy, cols, p.act, p.arow, n_tokens, y, 0, n);
@@ -246,8 +261,8 @@ void matmul_impl(const KernelTable& k, ThreadPool& pool, ActivationMode mode, co
 }  // namespace
 
 void matmul(const KernelTable& k, ThreadPool& pool, ActivationMode mode, GgmlType wtype, const void* W,
-            int64_t rows, int64_t cols, const float* X, int64_t n_tokens, float* Y) {
-  const MatmulTarget t{wtype, W, rows, Y};
+            int64_t rows, int64_t cols, const float* X, int64_t n_tokens, float* Y, const uint8_t* packed) {
+  const MatmulTarget t{wtype, W, rows, Y, packed};
   matmul_multi(k, pool, mode, &t, 1, cols, X, n_tokens);
 }
 
@@ -261,6 +276,30 @@ void matmul_pair(const KernelTable& k, ThreadPool& pool, ActivationMode mode, co
   PICOLM_KCHECK(a.rows == b.rows && combine != nullptr, "matmul_pair needs two matrices of the same shape");
   const MatmulTarget t[2] = {a, b};
   matmul_impl(k, pool, mode, t, 2, cols, X, n_tokens, combine);
+}
+
+size_t packed_bytes(const KernelTable& k, GgmlType type, int64_t rows, int64_t cols) {
+  if (static_cast<uint32_t>(type) >= 32 || rows <= 0 || cols <= 0) return 0;
+  const PackedKernel& p = k.packed[static_cast<int>(type)];
+  const GgmlTypeTraits* tr = ggml_type_traits(type);
+  if (p.run == nullptr || tr == nullptr || cols % tr->block_elems != 0) return 0;
+  return static_cast<size_t>((rows + 15) / 16) * p.panel_bytes(cols);
+}
+
+void pack_weights(const KernelTable& k, ThreadPool* pool, GgmlType type, const void* w, int64_t rows, int64_t cols,
+                  uint8_t* dst) {
+  PICOLM_KCHECK(packed_bytes(k, type, rows, cols) > 0, "no packed form for this type or shape");
+  const PackedKernel& p = k.packed[static_cast<int>(type)];
+  const size_t wrow = row_bytes(type, cols);
+  const int64_t n_panels = (rows + 15) / 16;
+  if (pool == nullptr || pool->size() == 1 || n_panels < 8) {
+    p.pack(w, wrow, rows, cols, 0, n_panels, dst);
+    return;
+  }
+  const int n_tasks = static_cast<int>(std::min<int64_t>(n_panels, int64_t{4} * pool->size()));
+  pool->parallel_for(n_tasks, [&](int task, int) {
+    p.pack(w, wrow, rows, cols, n_panels * task / n_tasks, n_panels * (task + 1) / n_tasks, dst);
+  });
 }
 
 }  // namespace picolm
