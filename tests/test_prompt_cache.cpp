@@ -9,6 +9,8 @@
 // a longer eval), while a 1-token eval runs the decode dots, whose float rounding order differs: a
 // restore that leaves exactly one token to evaluate agrees with a full prefill only up to that
 // order (the provider's restores end before the last user message, so their tails are longer).
+// With repacked weights (ModelOptions::repack, on by default where the CPU has packed kernels) a
+// 1-token eval does the same operations as a batch, so there even 1-token tails are exact.
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/resource.h>
