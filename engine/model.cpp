@@ -140,8 +140,8 @@ bool fits_half_ram(size_t bytes) {
   return pages > 0 && page > 0 && bytes < size_t(pages) * size_t(page) / 2;
 }
 
-// Repacks every matrix the kernel table has a packed form for into one anonymous mapping, then
-// releases the file's pages of them (not of token_embd, whose rows the embedding lookup reads).
+// Repacks every matrix the kernel table has a packed form for into one anonymous mapping and
+// releases the file's pages of each once it is packed.
 void repack_weights(Model::Impl& I, const GgufFile& file, ThreadPool* pool) {
   std::vector<WeightView*> mats;
   for (LayerWeights& w : I.layers)
@@ -160,13 +160,14 @@ void repack_weights(Model::Impl& I, const GgufFile& file, ThreadPool* pool) {
     pack_weights(*I.kernels, pool, v->type, v->data, v->rows, v->cols, mem.data() + off);
     v->packed = mem.data() + off;
     off += n;
+    // Released matrix by matrix, so the file's pages and the panels never coexist whole: the peak
+    // resident set stays about the model's size instead of twice it. (A tied token_embd is released
+    // too: the embedding lookup faults its few rows back in from the page cache.)
+    if (!I.locked) file.release(v->data, size_t(v->rows) * row_bytes(v->type, v->cols));
   }
   if (I.locked) mlock(mem.data(), mem.size());
   I.packed = std::move(mem);
   I.pack_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  if (I.locked) return;
-  for (const WeightView* v : mats)
-    if (v->packed != nullptr && v->data != I.tok_embd.data) file.release(v->data, size_t(v->rows) * row_bytes(v->type, v->cols));
 }
 
 }  // namespace
