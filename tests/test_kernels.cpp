@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "kernels/kernels.h"
+#include "kernels/packed_layout.h"
 #include "kernels/quant_blocks.h"
 #include "kernels/thread_pool.h"
 
@@ -675,13 +676,53 @@ TEST_CASE("packed weights match the fused dots and the oracle; a token's result 
   }
   INFO("packed cases tested: " << tested);
 #if defined(__x86_64__)
-  // The AVX-512 table packs Q4_0, Q5_0, Q8_0, Q4_K, Q5_K, Q6_K: all must have been exercised.
+  // The AVX2 and AVX-512 tables pack Q4_0, Q5_0, Q8_0, Q4_K, Q5_K, Q6_K: all must have been exercised.
   const CpuFeatures f = detect_cpu_features();
-  if (f.avx512f && f.avx512bw && f.avx512vl && f.avx512vnni && f.avx2 && f.fma && f.f16c) CHECK(tested == 2 * 6 * 3 * 3 * 6);
+  const int x86_tables = (f.avx2 && f.fma && f.f16c ? 1 : 0) + (f.avx512f && f.avx512bw && f.avx512vl && f.avx512vnni && f.avx2 && f.fma && f.f16c ? 1 : 0);
+  CHECK(tested == x86_tables * 2 * 6 * 3 * 3 * 6);
 #endif
   // A table or type without a packed form reports 0 bytes.
   CHECK(packed_bytes(scalar_kernels(), GgmlType::Q4_K, 16, 256) == 0);
   CHECK(packed_bytes(best_kernels(), GgmlType::F32, 16, 256) == 0);
+}
+
+TEST_CASE("every table's packer writes the portable packer's bytes", "[kernels][packed]") {
+  // One layout for all tables (packed_layout.h): a vectorized packer must agree with the portable
+  // one byte for byte (codes, masks, high bits, scales, mins, padding rows and blocks).
+  std::mt19937 rng(59);
+  int compared = 0;
+  for (const KernelTable* k : all_tables()) {
+    for (GgmlType wt : kWeightTypes) {
+      if (k->packed[ti(wt)].run == nullptr) continue;
+      REQUIRE(kq::packed::is_packable(wt));
+      for (int64_t rows : {16, 21}) {
+        for (int nblk : {1, 3}) {
+          const int64_t cols = block_of(wt) * nblk;
+          INFO("type " << tname(wt) << " table " << k->name << " rows " << rows << " cols " << cols);
+          std::vector<uint8_t> W;
+          for (int64_t r = 0; r < rows; ++r) {
+            auto wr = random_weights(rng, wt, cols);
+            W.insert(W.end(), wr.begin(), wr.end());
+          }
+          const int64_t n_panels = (rows + 15) / 16;
+          const size_t pb = kq::packed::panel_bytes(wt, cols);
+          REQUIRE(pb == k->packed[ti(wt)].panel_bytes(cols));
+          std::vector<uint8_t> a(pb * n_panels, 0x11), b(pb * n_panels, 0x22);
+          k->packed[ti(wt)].pack(W.data(), row_bytes(wt, cols), rows, cols, 0, n_panels, a.data());
+          kq::packed::pack_panels_ref(wt, W.data(), row_bytes(wt, cols), rows, cols, 0, n_panels, b.data());
+          REQUIRE(a == b);
+          ++compared;
+        }
+      }
+    }
+  }
+  CHECK(kq::packed::panel_bytes(GgmlType::Q4_1, 256) == 0);
+  INFO("packers compared: " << compared);
+#if defined(__x86_64__)
+  const CpuFeatures f = detect_cpu_features();
+  const int x86_tables = (f.avx2 && f.fma && f.f16c ? 1 : 0) + (f.avx512f && f.avx512bw && f.avx512vl && f.avx512vnni && f.avx2 && f.fma && f.f16c ? 1 : 0);
+  CHECK(compared == x86_tables * 6 * 2 * 2);
+#endif
 }
 
 TEST_CASE("matmul_pair and matmul_multi with packed weights equal packed matmuls", "[kernels][packed]") {

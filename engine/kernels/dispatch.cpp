@@ -41,6 +41,7 @@ struct Tables {
     if (f.avx2 && f.fma && f.f16c) {
       kq::fill_scalar_table(avx2);
       kq::fill_avx2_table(avx2);
+      kq::fill_avx2_packed(avx2);
       has_avx2 = true;
       list[count++] = &avx2;
     }

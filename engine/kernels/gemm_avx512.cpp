@@ -30,6 +30,7 @@
 #include <cstring>
 #include <type_traits>
 
+#include "kernels/packed_layout.h"
 #include "kernels/quant_blocks.h"
 
 #define PICOLM_GEMM_UNROLL _Pragma("GCC unroll 16")
@@ -95,16 +96,19 @@ struct MetaA {
 };
 
 struct TypeQ8_0 {
+  static constexpr GgmlType kType = GgmlType::Q8_0;
   using Block = BlockQ8_0;
   static constexpr int kOffset = 128;
   static __m256i codes(const Block& b) { return _mm256_xor_si256(load256(b.qs), _mm256_set1_epi8(static_cast<char>(0x80))); }
 };
 struct TypeQ4_0 {
+  static constexpr GgmlType kType = GgmlType::Q4_0;
   using Block = BlockQ4_0;
   static constexpr int kOffset = 8;
   static __m256i codes(const Block& b) { return nibbles32(b.qs); }
 };
 struct TypeQ5_0 {
+  static constexpr GgmlType kType = GgmlType::Q5_0;
   using Block = BlockQ5_0;
   static constexpr int kOffset = 16;
   static __m256i codes(const Block& b) {
@@ -256,14 +260,17 @@ inline void unpack_q6k_codes(const BlockQ6_K& b, uint8_t* codes) {
 }
 
 struct TypeQ4_K {
+  static constexpr GgmlType kType = GgmlType::Q4_K;
   using L = KLayout<8, true>;
   static constexpr size_t kBlockBytes = sizeof(BlockQ4_K);
 };
 struct TypeQ5_K {
+  static constexpr GgmlType kType = GgmlType::Q5_K;
   using L = KLayout<8, true>;
   static constexpr size_t kBlockBytes = sizeof(BlockQ5_K);
 };
 struct TypeQ6_K {
+  static constexpr GgmlType kType = GgmlType::Q6_K;
   using L = KLayout<16, false>;
   static constexpr size_t kBlockBytes = sizeof(BlockQ6_K);
 };
@@ -526,22 +533,8 @@ GemmKernel gemm_k() {
 // multiply-adds (scales, offsets, float conversion) is shared by 16 rows instead of done per
 // row, which is what makes the single-token case memory-bound instead of compute-bound.
 //
-// Steps are those of the panels above (step s = 4 consecutive columns of each of 16 rows, one
-// 64-byte vector of codes). 4- and 5-bit types pair steps in one vector of nibbles: vector j
-// holds step 2j in its low and step 2j+1 in its high nibbles. The fifth bit of Q5_0/Q5_K codes is
-// a 64-bit mask per step (one bit per byte of the step vector); the two high bits of Q6_K codes
-// are a vector per 4 steps (bits 2e, 2e+1 of each byte for step 4s + e).
-//
-// Layout of one panel:
-//   Q8_0-activation types, in units of two blocks of 32 columns (an odd last block is padded with
-//   a zero one): the two blocks' codes (Q8_0: 8 step vectors each; Q4_0/Q5_0: 4 nibble vectors),
-//   Q5_0 their [2][8] step masks, then their [2][16] fp16 row scales; units are whole cache lines,
-//   so a panel is one sequential stream.
-//   K-quants, per super-block of 256 columns: 32 nibble vectors; Q5_K [64] step masks, Q6_K [16]
-//   high-bit vectors; scales as bytes [n_sub][16] (Q6_K signed); Q4_K/Q5_K mins as bytes
-//   [4][16][2] (sub-blocks 2p, 2p+1 of row i at 32p + 2i); [16] fp16 d; Q4_K/Q5_K [16] fp16 dmin;
-//   padded to 64 bytes.
-// Rows past the end of the matrix in its last panel are zero (codes, scales), so they add nothing.
+// The layout (steps, nibble pairs, masks, units and super-blocks) is in packed_layout.h; this file
+// has the AVX-512 packer (tested byte for byte against the portable one) and the tiles.
 // ---------------------------------------------------------------------------------------------
 
 inline __m512i nibble_pair(__m512i lo_step, __m512i hi_step) {
@@ -554,23 +547,18 @@ inline uint64_t load_u64(const void* p) {
   std::memcpy(&v, p, 8);
   return v;
 }
-constexpr size_t round64(size_t n) { return (n + 63) & ~size_t{63}; }
-
 template <class T>
 struct PackA {
-  static constexpr bool kQ8 = std::is_same_v<T, TypeQ8_0>;
-  static constexpr bool kMasks = std::is_same_v<T, TypeQ5_0>;
-  static constexpr size_t kCodes = kQ8 ? 512 : 256;  // per block
-  // Units of two blocks (a whole number of cache lines): codes, masks, fp16 scales.
-  static constexpr size_t kUnit = 2 * kCodes + (kMasks ? 128 : 0) + 64;
-  static size_t codes_at(int64_t b) { return static_cast<size_t>(b / 2) * kUnit + static_cast<size_t>(b % 2) * kCodes; }
-  static size_t masks_at(int64_t b) { return static_cast<size_t>(b / 2) * kUnit + 2 * kCodes + static_cast<size_t>(b % 2) * 64; }
-  static size_t d_at(int64_t b) {
-    return static_cast<size_t>(b / 2) * kUnit + 2 * kCodes + (kMasks ? 128 : 0) + static_cast<size_t>(b % 2) * 32;
-  }
-  static size_t panel_bytes(int64_t cols) { return static_cast<size_t>((cols / QK8_0 + 1) / 2) * kUnit; }
+  static constexpr packed::LayoutA L = packed::layout_a(T::kType);
+  static constexpr bool kQ8 = T::kType == GgmlType::Q8_0;
+  static constexpr bool kMasks = L.masks;
+  static constexpr size_t kCodes = L.codes;  // per block
+  static size_t codes_at(int64_t b) { return L.codes_at(b); }
+  static size_t masks_at(int64_t b) { return L.masks_at(b); }
+  static size_t d_at(int64_t b) { return L.d_at(b); }
+  static size_t panel_bytes(int64_t cols) { return L.panel_bytes(cols); }
 };
-static_assert(PackA<TypeQ8_0>::kUnit % 64 == 0 && PackA<TypeQ4_0>::kUnit % 64 == 0 && PackA<TypeQ5_0>::kUnit % 64 == 0);
+static_assert(PackA<TypeQ8_0>::L.unit % 64 == 0 && PackA<TypeQ4_0>::L.unit % 64 == 0 && PackA<TypeQ5_0>::L.unit % 64 == 0);
 
 template <class T>
 size_t packed_panel_bytes_a(int64_t cols) {
@@ -677,15 +665,16 @@ void tile_pa(int64_t nb, const uint8_t* panel, size_t pstride, const uint8_t* ac
 
 template <class T>
 struct PackK {
-  static constexpr bool kQ6 = std::is_same_v<T, TypeQ6_K>;
-  static constexpr bool kQ5 = std::is_same_v<T, TypeQ5_K>;
-  static constexpr int kSub = kQ6 ? 16 : 8;
-  static constexpr size_t kExtra = 2048;  // after the nibble vectors
-  static constexpr size_t kScales = kExtra + (kQ6 ? 1024 : kQ5 ? 512 : 0);
-  static constexpr size_t kMins = kScales + 16 * static_cast<size_t>(kSub);
-  static constexpr size_t kD = kMins + (kQ6 ? 0 : 128);
-  static constexpr size_t kDmin = kD + 32;
-  static constexpr size_t kBytes = round64(kD + (kQ6 ? 32 : 64));
+  static constexpr packed::LayoutK L = packed::layout_k(T::kType);
+  static constexpr bool kQ6 = T::kType == GgmlType::Q6_K;
+  static constexpr bool kQ5 = T::kType == GgmlType::Q5_K;
+  static constexpr int kSub = L.n_sub;
+  static constexpr size_t kExtra = L.extra;  // after the nibble vectors
+  static constexpr size_t kScales = L.scales;
+  static constexpr size_t kMins = L.mins;
+  static constexpr size_t kD = L.d;
+  static constexpr size_t kDmin = L.dmin;
+  static constexpr size_t kBytes = L.bytes;
 };
 
 template <class T>

@@ -133,6 +133,7 @@ inline void unpack_q3k_scales(const uint8_t* packed, int8_t* out16) {
 void fill_scalar_table(KernelTable& t);
 #if defined(__x86_64__) || defined(_M_X64)
 void fill_avx2_table(KernelTable& t);    // quant_avx2.cpp
+void fill_avx2_packed(KernelTable& t);   // packed_avx2.cpp
 void fill_avx512_table(KernelTable& t);  // quant_avx512.cpp
 void fill_avx512_gemm(KernelTable& t);   // gemm_avx512.cpp
 #endif

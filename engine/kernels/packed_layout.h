@@ -1,0 +1,76 @@
+// Internal to engine/kernels: byte layout of packed weights (KernelTable::packed), shared by every
+// table that has packed kernels, and the portable packer that writes it.
+//
+// A panel holds 16 rows. Step s is 4 consecutive columns of each of the 16 rows: 64 bytes, row i
+// at bytes 4i..4i+3 (so rows 0-7 are the first 32 bytes, rows 8-15 the last 32). Codes are the
+// type's unsigned codes (Q4_0 q in [0,15], Q5_0 in [0,31], Q8_0 q + 128, Q4_K/Q5_K q, Q6_K q in
+// [0,63]); 4-, 5- and 6-bit types pair steps in one 64-byte vector of nibbles (vector j: step 2j
+// in the low nibbles, step 2j+1 in the high ones). The fifth bit of Q5_0/Q5_K codes is a 64-bit
+// mask per step (bit 4i+q for row i, column q of the step); the two high bits of Q6_K codes are a
+// vector per 4 steps (bits 2e, 2e+1 of byte 4i+q for step 4s+e).
+//
+//   Q8_0-activation types, units of two blocks of 32 columns (an odd last block is padded with a
+//   zero one): the two blocks' codes (Q8_0: 8 step vectors each; Q4_0/Q5_0: 4 nibble vectors),
+//   Q5_0 their [2][8] step masks, then their [2][16] fp16 row scales. Units are whole cache lines,
+//   so a panel is one sequential stream.
+//   K-quants, per super-block of 256 columns: 32 nibble vectors; Q5_K [64] step masks, Q6_K [16]
+//   high-bit vectors; scales as bytes [n_sub][16] (Q6_K signed); Q4_K/Q5_K mins as bytes [4][16][2]
+//   (sub-blocks 2p, 2p+1 of row i at 32p + 2i); [16] fp16 d; Q4_K/Q5_K [16] fp16 dmin; padded to 64.
+// Rows past the end of the matrix in its last panel are zero (codes, scales), so they add nothing.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/kernels.h"
+
+namespace picolm::kq::packed {
+
+constexpr size_t round64(size_t n) { return (n + 63) & ~size_t{63}; }
+
+// Q8_0-activation types (Q4_0, Q5_0, Q8_0).
+struct LayoutA {
+  size_t codes;  // per block
+  bool masks;
+  size_t unit;   // two blocks
+  constexpr size_t codes_at(int64_t b) const { return static_cast<size_t>(b / 2) * unit + static_cast<size_t>(b % 2) * codes; }
+  constexpr size_t masks_at(int64_t b) const { return static_cast<size_t>(b / 2) * unit + 2 * codes + static_cast<size_t>(b % 2) * 64; }
+  constexpr size_t d_at(int64_t b) const {
+    return static_cast<size_t>(b / 2) * unit + 2 * codes + (masks ? 128 : 0) + static_cast<size_t>(b % 2) * 32;
+  }
+  constexpr size_t panel_bytes(int64_t cols) const { return static_cast<size_t>((cols / 32 + 1) / 2) * unit; }
+};
+constexpr LayoutA layout_a(GgmlType t) {
+  const size_t codes = t == GgmlType::Q8_0 ? 512 : 256;
+  const bool masks = t == GgmlType::Q5_0;
+  return {codes, masks, 2 * codes + (masks ? 128 : 0) + 64};
+}
+
+// K-quants (Q4_K, Q5_K, Q6_K): offsets inside one super-block of a panel.
+struct LayoutK {
+  int n_sub;
+  size_t extra, scales, mins, d, dmin, bytes;
+  constexpr size_t panel_bytes(int64_t cols) const { return static_cast<size_t>(cols / 256) * bytes; }
+};
+constexpr LayoutK layout_k(GgmlType t) {
+  const bool q6 = t == GgmlType::Q6_K, q5 = t == GgmlType::Q5_K;
+  const int n_sub = q6 ? 16 : 8;
+  const size_t scales = 2048 + (q6 ? 1024 : q5 ? 512 : 0);
+  const size_t mins = scales + 16 * static_cast<size_t>(n_sub);
+  const size_t d = mins + (q6 ? 0 : 128);
+  return {n_sub, 2048, scales, mins, d, d + 32, round64(d + (q6 ? 32 : 64))};
+}
+
+constexpr bool is_packable(GgmlType t) {
+  return t == GgmlType::Q4_0 || t == GgmlType::Q5_0 || t == GgmlType::Q8_0 || t == GgmlType::Q4_K ||
+         t == GgmlType::Q5_K || t == GgmlType::Q6_K;
+}
+// Bytes of one 16-row panel of `cols` columns (0 if the type has no packed form).
+size_t panel_bytes(GgmlType t, int64_t cols);
+
+// Writes panels [p0, p1) of a rows x cols matrix (rows of native blocks `wrow` bytes apart) to
+// dst + p * panel_bytes(t, cols), byte for byte the layout above. Portable scalar code (any CPU);
+// tables with a faster packer of their own are tested against it.
+void pack_panels_ref(GgmlType t, const void* w, size_t wrow, int64_t rows, int64_t cols, int64_t p0, int64_t p1,
+                     uint8_t* dst);
+
+}  // namespace picolm::kq::packed
