@@ -97,72 +97,84 @@ inline __m256i store_mask(int n_valid) {
   return _mm256_cmpgt_epi32(_mm256_set1_epi32(n_valid), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
 }
 
-// Half h (rows 8h..8h+7) of one panel, N tokens.
-template <GgmlType T, int N>
-void tile_a(int64_t nb, const uint8_t* panel, int h, const uint8_t* act, size_t arow, const MetaA* meta, float* y,
-            int64_t ldy, int n_valid) {
+// Halves h0 .. h0 + H - 1 (half h: rows 8h..8h+7) of one panel, N tokens. H = 2 reads every line
+// of the panel once (decode: memory-bound); H = 1 keeps more tokens in registers (prefill).
+template <GgmlType T, int N, int H>
+void tile_a(int64_t nb, const uint8_t* panel, int h0, const uint8_t* act, size_t arow, const MetaA* meta, float* y,
+            int64_t ldy, const int (&n_valid)[2]) {
   constexpr LayoutA L = packed::layout_a(T);
   const __m256i m4 = _mm256_set1_epi8(0x0F);
-  __m256 acc[N];
-  for (int n = 0; n < N; ++n) acc[n] = _mm256_setzero_ps();
+  __m256 acc[H][N];
+  for (int hh = 0; hh < H; ++hh)
+    for (int n = 0; n < N; ++n) acc[hh][n] = _mm256_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
-    __m256i s[N];
-    for (int n = 0; n < N; ++n) s[n] = T == GgmlType::Q8_0 ? _mm256_setzero_si256() : _mm256_set1_epi32(meta[n * nb + b].corr);
-    const uint8_t* cb = panel + L.codes_at(b) + 32 * h;
-    const uint8_t* ab = act + static_cast<size_t>(b) * sizeof(BlockQ8_0) + offsetof(BlockQ8_0, qs);
-    if constexpr (T == GgmlType::Q8_0) {
-      for (int st = 0; st < 8; ++st) {
-        const __m256i q = _mm256_xor_si256(load256(cb + 64 * st), _mm256_set1_epi8(static_cast<char>(0x80)));
-        const __m256i aq = _mm256_sign_epi8(q, q);
-        for (int n = 0; n < N; ++n) {
-          const __m256i a = _mm256_set1_epi32(load_i32(ab + n * arow + 4 * st));
-          s[n] = dot4(s[n], aq, _mm256_sign_epi8(a, q));
-        }
-      }
-    } else {
-      for (int j = 0; j < 4; ++j) {
-        const __m256i raw = load256(cb + 64 * j);
-        __m256i w0 = _mm256_and_si256(raw, m4), w1 = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
-        if constexpr (L.masks) {
-          const uint8_t* mk = panel + L.masks_at(b);
-          w0 = _mm256_or_si256(w0, fifth_bits(mk + 16 * j, h));
-          w1 = _mm256_or_si256(w1, fifth_bits(mk + 16 * j + 8, h));
-        }
-        for (int n = 0; n < N; ++n) {
-          s[n] = dot4(s[n], w0, _mm256_set1_epi32(load_i32(ab + n * arow + 8 * j)));
-          s[n] = dot4(s[n], w1, _mm256_set1_epi32(load_i32(ab + n * arow + 8 * j + 4)));
-        }
-      }
-    }
-    const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(panel + L.d_at(b) + 16 * h)));
+    __m256i s[H][N];
     for (int n = 0; n < N; ++n)
-      acc[n] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[n]), _mm256_mul_ps(dw, _mm256_set1_ps(meta[n * nb + b].d)), acc[n]);
+      for (int hh = 0; hh < H; ++hh) s[hh][n] = T == GgmlType::Q8_0 ? _mm256_setzero_si256() : _mm256_set1_epi32(meta[n * nb + b].corr);
+    const uint8_t* ab = act + static_cast<size_t>(b) * sizeof(BlockQ8_0) + offsetof(BlockQ8_0, qs);
+    for (int hh = 0; hh < H; ++hh) {
+      const int h = h0 + hh;
+      const uint8_t* cb = panel + L.codes_at(b) + 32 * h;
+      if constexpr (T == GgmlType::Q8_0) {
+        for (int st = 0; st < 8; ++st) {
+          const __m256i q = _mm256_xor_si256(load256(cb + 64 * st), _mm256_set1_epi8(static_cast<char>(0x80)));
+          const __m256i aq = _mm256_sign_epi8(q, q);
+          for (int n = 0; n < N; ++n) {
+            const __m256i a = _mm256_set1_epi32(load_i32(ab + n * arow + 4 * st));
+            s[hh][n] = dot4(s[hh][n], aq, _mm256_sign_epi8(a, q));
+          }
+        }
+      } else {
+        for (int j = 0; j < 4; ++j) {
+          const __m256i raw = load256(cb + 64 * j);
+          __m256i w0 = _mm256_and_si256(raw, m4), w1 = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
+          if constexpr (L.masks) {
+            const uint8_t* mk = panel + L.masks_at(b);
+            w0 = _mm256_or_si256(w0, fifth_bits(mk + 16 * j, h));
+            w1 = _mm256_or_si256(w1, fifth_bits(mk + 16 * j + 8, h));
+          }
+          for (int n = 0; n < N; ++n) {
+            s[hh][n] = dot4(s[hh][n], w0, _mm256_set1_epi32(load_i32(ab + n * arow + 8 * j)));
+            s[hh][n] = dot4(s[hh][n], w1, _mm256_set1_epi32(load_i32(ab + n * arow + 8 * j + 4)));
+          }
+        }
+      }
+      const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(panel + L.d_at(b) + 16 * h)));
+      for (int n = 0; n < N; ++n)
+        acc[hh][n] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[hh][n]), _mm256_mul_ps(dw, _mm256_set1_ps(meta[n * nb + b].d)), acc[hh][n]);
+    }
   }
-  const __m256i sm = store_mask(n_valid);
-  for (int n = 0; n < N; ++n) _mm256_maskstore_ps(y + n * ldy + 8 * h, sm, acc[n]);
+  for (int hh = 0; hh < H; ++hh) {
+    const __m256i sm = store_mask(n_valid[h0 + hh]);
+    for (int n = 0; n < N; ++n) _mm256_maskstore_ps(y + n * ldy + 8 * (h0 + hh), sm, acc[hh][n]);
+  }
 }
 
-template <GgmlType T, int N>
-void tile_k(int64_t nsb, const uint8_t* panel, int h, const uint8_t* act, size_t arow, const uint8_t* meta,
-            size_t meta_stride, float* y, int64_t ldy, int n_valid) {
+template <GgmlType T, int N, int H>
+void tile_k(int64_t nsb, const uint8_t* panel, int h0, const uint8_t* act, size_t arow, const uint8_t* meta,
+            size_t meta_stride, float* y, int64_t ldy, const int (&n_valid)[2]) {
   constexpr LayoutK L = packed::layout_k(T);
   constexpr bool kQ6 = T == GgmlType::Q6_K, kQ5 = T == GgmlType::Q5_K;
   constexpr int kLinesPerSub = static_cast<int>((L.bytes / 64 + L.n_sub - 1) / L.n_sub);
   const __m256i m4 = _mm256_set1_epi8(0x0F), b45 = _mm256_set1_epi8(0x30);
-  __m256 acc[N];
-  for (int n = 0; n < N; ++n) acc[n] = _mm256_setzero_ps();
+  __m256 acc[H][N];
+  for (int hh = 0; hh < H; ++hh)
+    for (int n = 0; n < N; ++n) acc[hh][n] = _mm256_setzero_ps();
   for (int64_t sb = 0; sb < nsb; ++sb) {
     const uint8_t* pb = panel + static_cast<size_t>(sb) * L.bytes;
     const uint8_t* ab = act + static_cast<size_t>(sb) * sizeof(BlockQ8_K) + offsetof(BlockQ8_K, qs);
     const uint8_t* mb = meta + static_cast<size_t>(sb) * k_meta_bytes(T);
-    __m256i isum[N];
-    for (int n = 0; n < N; ++n) isum[n] = _mm256_setzero_si256();
+    __m256i isum[H][N];
+    for (int hh = 0; hh < H; ++hh)
+      for (int n = 0; n < N; ++n) isum[hh][n] = _mm256_setzero_si256();
     for (int s = 0; s < L.n_sub; ++s) {
-      // The first half's pass brings the panel in: software prefetch 2 super-blocks ahead, a
-      // sub-block's share of the lines at a time (as the AVX-512 tiles; the second half reads L2).
-      if (h == 0)
+      // The pass over the first half brings the panel in: software prefetch 2 super-blocks ahead,
+      // a sub-block's share of the lines at a time (as the AVX-512 tiles).
+      if (h0 == 0)
         for (int l = 0; l < kLinesPerSub; ++l)
           _mm_prefetch(reinterpret_cast<const char*>(pb + 2 * L.bytes + (s * kLinesPerSub + l) * 64), _MM_HINT_T0);
+      for (int hh = 0; hh < H; ++hh) {
+      const int h = h0 + hh;
       __m256i p[N];
       for (int n = 0; n < N; ++n) p[n] = kQ6 ? _mm256_set1_epi32(load_i32(mb + n * meta_stride + 4 + 4 * s)) : _mm256_setzero_si256();
       constexpr int kPairs = kQ6 ? 2 : 4;
@@ -186,27 +198,33 @@ void tile_k(int64_t nsb, const uint8_t* panel, int h, const uint8_t* act, size_t
       }
       const __m128i sc8 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(pb + L.scales + 16 * s + 8 * h));
       const __m256i scv = kQ6 ? _mm256_cvtepi8_epi32(sc8) : _mm256_cvtepu8_epi32(sc8);
-      for (int n = 0; n < N; ++n) isum[n] = _mm256_add_epi32(isum[n], _mm256_mullo_epi32(p[n], scv));
+      for (int n = 0; n < N; ++n) isum[hh][n] = _mm256_add_epi32(isum[hh][n], _mm256_mullo_epi32(p[n], scv));
+      }
     }
-    const __m256 dv = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(pb + L.d + 16 * h)));
-    for (int n = 0; n < N; ++n) {
-      float da;
-      std::memcpy(&da, mb + n * meta_stride, 4);
-      const __m256 dav = _mm256_set1_ps(da);
-      acc[n] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[n]), _mm256_mul_ps(dv, dav), acc[n]);
-      if constexpr (!kQ6) {
-        __m256i m = _mm256_setzero_si256();
-        for (int q = 0; q < 4; ++q) {
-          const __m256i mv = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(pb + L.mins + 32 * q + 16 * h)));
-          m = _mm256_add_epi32(m, _mm256_madd_epi16(mv, _mm256_set1_epi32(load_i32(mb + n * meta_stride + 4 + 4 * q))));
+    for (int hh = 0; hh < H; ++hh) {
+      const int h = h0 + hh;
+      const __m256 dv = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(pb + L.d + 16 * h)));
+      for (int n = 0; n < N; ++n) {
+        float da;
+        std::memcpy(&da, mb + n * meta_stride, 4);
+        const __m256 dav = _mm256_set1_ps(da);
+        acc[hh][n] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[hh][n]), _mm256_mul_ps(dv, dav), acc[hh][n]);
+        if constexpr (!kQ6) {
+          __m256i m = _mm256_setzero_si256();
+          for (int q = 0; q < 4; ++q) {
+            const __m256i mv = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(pb + L.mins + 32 * q + 16 * h)));
+            m = _mm256_add_epi32(m, _mm256_madd_epi16(mv, _mm256_set1_epi32(load_i32(mb + n * meta_stride + 4 + 4 * q))));
+          }
+          const __m256 dm = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(pb + L.dmin + 16 * h)));
+          acc[hh][n] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(m), _mm256_mul_ps(dm, dav), acc[hh][n]);
         }
-        const __m256 dm = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(pb + L.dmin + 16 * h)));
-        acc[n] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(m), _mm256_mul_ps(dm, dav), acc[n]);
       }
     }
   }
-  const __m256i sm = store_mask(n_valid);
-  for (int n = 0; n < N; ++n) _mm256_maskstore_ps(y + n * ldy + 8 * h, sm, acc[n]);
+  for (int hh = 0; hh < H; ++hh) {
+    const __m256i sm = store_mask(n_valid[h0 + hh]);
+    for (int n = 0; n < N; ++n) _mm256_maskstore_ps(y + n * ldy + 8 * (h0 + hh), sm, acc[hh][n]);
+  }
 }
 
 template <int N, class Fn>
@@ -230,19 +248,26 @@ void run(int64_t cols, const uint8_t* packed, int64_t r0, int64_t r1, const void
   const size_t mstride = kq ? static_cast<size_t>(nblk) * k_meta_bytes(T) : 0;
   for (int64_t r = r0; r < r1; r += 16) {
     const uint8_t* panel = packed + static_cast<size_t>(r / 16) * pstride;
-    for (int h = 0; h < 2; ++h) {
-      const int n_valid = static_cast<int>(std::min<int64_t>(8, std::max<int64_t>(0, r1 - (r + 8 * h))));
-      if (n_valid == 0) break;
+    int n_valid[2];
+    for (int h = 0; h < 2; ++h) n_valid[h] = static_cast<int>(std::min<int64_t>(8, std::max<int64_t>(0, r1 - (r + 8 * h))));
+    if (n_tokens == 1) {  // both halves in one pass: each line of the panel is read once
+      if constexpr (kq)
+        tile_k<T, 1, 2>(nblk, panel, 0, ab, arow, meta, mstride, y + (r - r0), ldy, n_valid);
+      else
+        tile_a<T, 1, 2>(nblk, panel, 0, ab, arow, reinterpret_cast<const MetaA*>(meta), y + (r - r0), ldy, n_valid);
+      continue;
+    }
+    for (int h = 0; h < 2 && n_valid[h] > 0; ++h) {
       for (int64_t t = 0; t < n_tokens; t += kTileTokens) {
         const int n = static_cast<int>(std::min<int64_t>(kTileTokens, n_tokens - t));
         float* yt = y + t * ldy + (r - r0);
         with_n<kTileTokens>(n, [&](auto Nc) {
           if constexpr (kq)
-            tile_k<T, decltype(Nc)::value>(nblk, panel, h, ab + static_cast<size_t>(t) * arow, arow,
-                                           meta + static_cast<size_t>(t) * mstride, mstride, yt, ldy, n_valid);
+            tile_k<T, decltype(Nc)::value, 1>(nblk, panel, h, ab + static_cast<size_t>(t) * arow, arow,
+                                              meta + static_cast<size_t>(t) * mstride, mstride, yt, ldy, n_valid);
           else
-            tile_a<T, decltype(Nc)::value>(nblk, panel, h, ab + static_cast<size_t>(t) * arow, arow,
-                                           reinterpret_cast<const MetaA*>(meta) + t * nblk, yt, ldy, n_valid);
+            tile_a<T, decltype(Nc)::value, 1>(nblk, panel, h, ab + static_cast<size_t>(t) * arow, arow,
+                                              reinterpret_cast<const MetaA*>(meta) + t * nblk, yt, ldy, n_valid);
         });
       }
     }
