@@ -41,7 +41,7 @@ struct HParams {
 };
 
 // Whether the weight matrices are repacked at load into the interleaved panels of
-// KernelTable::packed (only where the CPU's kernel table has them: AVX-512 VNNI today).
+// KernelTable::packed (only where the CPU's kernel table has them: AVX2 and AVX-512 today).
 enum class Repack {
   Auto,  // on when the model file is smaller than half the RAM (as the read-ahead hint)
   On,
