@@ -34,8 +34,6 @@ size_t attention_work_bytes(int head_dim, int n_rows);
 
 struct VecOps {
   const char* name = "scalar";
-  float (*dot_f16_f32)(int n, const uint16_t* x, const float* y) = nullptr;
-  void (*axpy_f16)(int n, float a, const uint16_t* x, float* y) = nullptr;  // y += a * x
   void (*f32_to_f16)(int n, const float* x, uint16_t* y) = nullptr;
   void (*attention)(const AttentionTile& tile) = nullptr;
   // gate[i] = SiLU(gate[i]) * up[i] = gate[i] / (1 + exp(-gate[i])) * up[i]. Elementwise: each

@@ -10,14 +10,6 @@
 namespace picolm {
 namespace {
 
-float dot_ref(int n, const uint16_t* x, const float* y) {
-  float s = 0.0f;
-  for (int i = 0; i < n; ++i) s += fp16_to_fp32(x[i]) * y[i];
-  return s;
-}
-void axpy_ref(int n, float a, const uint16_t* x, float* y) {
-  for (int i = 0; i < n; ++i) y[i] += a * fp16_to_fp32(x[i]);
-}
 void to_f16_ref(int n, const float* x, uint16_t* y) {
   for (int i = 0; i < n; ++i) y[i] = fp32_to_fp16(x[i]);
 }
@@ -75,7 +67,7 @@ void silu_mul_ref(int n, float* gate, const float* up) {
 }
 
 struct Tables {
-  VecOps scalar{"scalar", dot_ref, axpy_ref, to_f16_ref, attention_ref, silu_mul_ref};
+  VecOps scalar{"scalar", to_f16_ref, attention_ref, silu_mul_ref};
   VecOps avx2 = scalar, avx512 = scalar;
   const VecOps* list[3] = {&scalar, nullptr, nullptr};
   int count = 1;
