@@ -438,6 +438,29 @@ inline void dispatch_n(int n, Fn&& fn) {
   }
 }
 
+// The loop of every driver: rows [r0, r1) in panels, two at a time where `pairs` allows and more
+// than 16 rows remain, tokens in tiles of up to kTile. ready(r, R) prepares the R panels from row
+// r; tile(Rc, Nc, r, t, masks) runs one tile (Rc, Nc: integral constants; masks: the panels' store
+// masks).
+template <int kTile, class Ready, class Tile>
+inline void drive_panels(int64_t r0, int64_t r1, int64_t n_tokens, bool pairs, Ready&& ready, Tile&& tile) {
+  for (int64_t r = r0; r < r1;) {
+    const int R = pairs && r1 - r > 16 ? 2 : 1;
+    ready(r, R);
+    for (int64_t t = 0; t < n_tokens; t += kTile) {
+      const int n = static_cast<int>(std::min<int64_t>(kTile, n_tokens - t));
+      auto call = [&](auto Rc, auto Nc) {
+        __mmask16 m[decltype(Rc)::value];
+        store_masks<decltype(Rc)::value>(r, r1, m);
+        tile(Rc, Nc, r, t, m);
+      };
+      if (R == 2) dispatch_n<2, kTile>(n, call);
+      else dispatch_n<1, kTile>(n, call);
+    }
+    r += 16 * R;
+  }
+}
+
 size_t panel_bytes_a(int64_t cols) {
   return static_cast<size_t>(cols / QK8_0) * kPanelBlockA;
 }
@@ -454,23 +477,15 @@ void run_a(int64_t cols, const void* w, size_t wrow, int64_t r0, int64_t r1, con
   const auto* wb = static_cast<const uint8_t*>(w);
   const auto* ab = static_cast<const uint8_t*>(act);
   const auto* mt = reinterpret_cast<const MetaA*>(meta);
-  for (int64_t r = r0; r < r1;) {
-    const int R = r1 - r >= 32 ? 2 : 1;
-    for (int i = 0; i < R; ++i) repack_panel_a<T>(wb + static_cast<size_t>(r + 16 * i) * wrow, wrow, nb, scratch + i * pstride);
-    for (int64_t t = 0; t < n_tokens; t += kTileTokensA) {
-      const int n = static_cast<int>(std::min<int64_t>(kTileTokensA, n_tokens - t));
-      auto call = [&](auto Rc, auto Nc) {
-        constexpr int kR = decltype(Rc)::value;
-        __mmask16 m[kR];
-        store_masks<kR>(r, r1, m);
-        tile_a<kR, decltype(Nc)::value>(nb, scratch, pstride, ab + static_cast<size_t>(t) * arow, arow, mt + t * nb,
-                                        y + t * ldy + r, ldy, m);
-      };
-      if (R == 2) dispatch_n<2, kTileTokensA>(n, call);
-      else dispatch_n<1, kTileTokensA>(n, call);
-    }
-    r += 16 * R;
-  }
+  drive_panels<kTileTokensA>(
+      r0, r1, n_tokens, true,
+      [&](int64_t r, int R) {
+        for (int i = 0; i < R; ++i) repack_panel_a<T>(wb + static_cast<size_t>(r + 16 * i) * wrow, wrow, nb, scratch + i * pstride);
+      },
+      [&](auto Rc, auto Nc, int64_t r, int64_t t, const auto& m) {
+        tile_a<decltype(Rc)::value, decltype(Nc)::value>(nb, scratch, pstride, ab + static_cast<size_t>(t) * arow, arow,
+                                                         mt + t * nb, y + t * ldy + r, ldy, m);
+      });
 }
 
 template <class T>
@@ -482,23 +497,16 @@ void run_k(int64_t cols, const void* w, size_t wrow, int64_t r0, int64_t r1, con
   const size_t mstride = static_cast<size_t>(nsb) * L::kMetaBytes;
   const auto* wb = static_cast<const uint8_t*>(w);
   const auto* ab = static_cast<const uint8_t*>(act);
-  for (int64_t r = r0; r < r1;) {
-    const int R = r1 - r >= 32 ? 2 : 1;
-    for (int i = 0; i < R; ++i) repack_panel_k<T>(wb + static_cast<size_t>(r + 16 * i) * wrow, wrow, nsb, scratch + i * pstride);
-    for (int64_t t = 0; t < n_tokens; t += kTileTokensK) {
-      const int n = static_cast<int>(std::min<int64_t>(kTileTokensK, n_tokens - t));
-      auto call = [&](auto Rc, auto Nc) {
-        constexpr int kR = decltype(Rc)::value;
-        __mmask16 m[kR];
-        store_masks<kR>(r, r1, m);
-        tile_k<T, kR, decltype(Nc)::value>(nsb, scratch, pstride, ab + static_cast<size_t>(t) * arow, arow,
-                                           meta + static_cast<size_t>(t) * mstride, mstride, y + t * ldy + r, ldy, m);
-      };
-      if (R == 2) dispatch_n<2, kTileTokensK>(n, call);
-      else dispatch_n<1, kTileTokensK>(n, call);
-    }
-    r += 16 * R;
-  }
+  drive_panels<kTileTokensK>(
+      r0, r1, n_tokens, true,
+      [&](int64_t r, int R) {
+        for (int i = 0; i < R; ++i) repack_panel_k<T>(wb + static_cast<size_t>(r + 16 * i) * wrow, wrow, nsb, scratch + i * pstride);
+      },
+      [&](auto Rc, auto Nc, int64_t r, int64_t t, const auto& m) {
+        tile_k<T, decltype(Rc)::value, decltype(Nc)::value>(nsb, scratch, pstride, ab + static_cast<size_t>(t) * arow, arow,
+                                                            meta + static_cast<size_t>(t) * mstride, mstride, y + t * ldy + r,
+                                                            ldy, m);
+      });
 }
 
 size_t meta_bytes_a(int64_t cols) {
@@ -677,6 +685,32 @@ struct PackK {
   static constexpr size_t kBytes = L.bytes;
 };
 
+// Codes of steps 2j, 2j+1 (nibble vector j) of one super-block `pb` of a packed K-quant panel.
+template <class T>
+__attribute__((always_inline)) inline void unpack_pair_k(const uint8_t* pb, int j, __m512i& w0, __m512i& w1) {
+  using P = PackK<T>;
+  const __m512i m4 = _mm512_set1_epi8(0x0F);
+  const __m512i raw = _mm512_loadu_si512(pb + 64 * j);
+  if constexpr (P::kQ6) {
+    // Fields e = 2 (j % 2), 2 (j % 2) + 1 of the sub-block's (j / 2) high-bit vector, moved to bits 4-5.
+    const __m512i hv = _mm512_loadu_si512(pb + P::kExtra + 64 * (j / 2));
+    const __m512i b45 = _mm512_set1_epi8(0x30);
+    const bool first = j % 2 == 0;
+    const __m512i h0 = first ? _mm512_and_si512(_mm512_slli_epi16(hv, 4), b45) : _mm512_and_si512(hv, b45);
+    const __m512i h1 = first ? _mm512_and_si512(_mm512_slli_epi16(hv, 2), b45) : _mm512_and_si512(_mm512_srli_epi16(hv, 2), b45);
+    w0 = _mm512_ternarylogic_epi32(raw, h0, m4, 0xEC);  // (raw & m4) | h0
+    w1 = _mm512_ternarylogic_epi32(_mm512_srli_epi16(raw, 4), h1, m4, 0xEC);
+  } else {
+    w0 = _mm512_and_si512(raw, m4);
+    w1 = _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4);
+    if constexpr (P::kQ5) {
+      const __m512i b4 = _mm512_set1_epi8(0x10);
+      w0 = _mm512_mask_add_epi8(w0, _cvtu64_mask64(load_u64(pb + P::kExtra + 16 * j)), w0, b4);
+      w1 = _mm512_mask_add_epi8(w1, _cvtu64_mask64(load_u64(pb + P::kExtra + 16 * j + 8)), w1, b4);
+    }
+  }
+}
+
 template <class T>
 size_t packed_panel_bytes_k(int64_t cols) {
   return static_cast<size_t>(cols / QK_K) * PackK<T>::kBytes;
@@ -765,7 +799,6 @@ void tile_pk(int64_t nsb, const uint8_t* panel, size_t pstride, const uint8_t* a
   using L = typename T::L;
   constexpr int kAheadSb = 2;
   constexpr int kLinesPerSub = static_cast<int>((P::kBytes / 64 + P::kSub - 1) / P::kSub);
-  const __m512i m4 = _mm512_set1_epi8(0x0F);
   __m512 acc[R][N];
   PICOLM_GEMM_UNROLL for (int r = 0; r < R; ++r) PICOLM_GEMM_UNROLL for (int n = 0; n < N; ++n) acc[r][n] = _mm512_setzero_ps();
   for (int64_t sb = 0; sb < nsb; ++sb) {
@@ -792,28 +825,7 @@ void tile_pk(int64_t nsb, const uint8_t* panel, size_t pstride, const uint8_t* a
       PICOLM_GEMM_UNROLL for (int jj = 0; jj < kPairs; ++jj) {
         const int j = kPairs * s + jj;  // nibble vector: steps 2j, 2j+1
         __m512i w0[R], w1[R];
-        PICOLM_GEMM_UNROLL for (int r = 0; r < R; ++r) {
-          const uint8_t* pr = pb + r * pstride;
-          const __m512i raw = _mm512_loadu_si512(pr + 64 * j);
-          if constexpr (P::kQ6) {
-            // Fields e = 2jj, 2jj+1 of the sub-block's high-bit vector, moved to bits 4-5.
-            const __m512i hv = _mm512_loadu_si512(pr + P::kExtra + 64 * s);
-            const __m512i b45 = _mm512_set1_epi8(0x30);
-            const __m512i h0 = jj == 0 ? _mm512_and_si512(_mm512_slli_epi16(hv, 4), b45) : _mm512_and_si512(hv, b45);
-            const __m512i h1 = jj == 0 ? _mm512_and_si512(_mm512_slli_epi16(hv, 2), b45)
-                                       : _mm512_and_si512(_mm512_srli_epi16(hv, 2), b45);
-            w0[r] = _mm512_ternarylogic_epi32(raw, h0, m4, 0xEC);  // (raw & m4) | h0
-            w1[r] = _mm512_ternarylogic_epi32(_mm512_srli_epi16(raw, 4), h1, m4, 0xEC);
-          } else {
-            w0[r] = _mm512_and_si512(raw, m4);
-            w1[r] = _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4);
-            if constexpr (P::kQ5) {
-              const __m512i b4 = _mm512_set1_epi8(0x10);
-              w0[r] = _mm512_mask_add_epi8(w0[r], _cvtu64_mask64(load_u64(pr + P::kExtra + 16 * j)), w0[r], b4);
-              w1[r] = _mm512_mask_add_epi8(w1[r], _cvtu64_mask64(load_u64(pr + P::kExtra + 16 * j + 8)), w1[r], b4);
-            }
-          }
-        }
+        PICOLM_GEMM_UNROLL for (int r = 0; r < R; ++r) unpack_pair_k<T>(pb + r * pstride, j, w0[r], w1[r]);
         PICOLM_GEMM_UNROLL for (int n = 0; n < N; ++n) {
           const __m512i a0 = _mm512_set1_epi32(load_i32(ab + n * arow + 8 * j));
           const __m512i a1 = _mm512_set1_epi32(load_i32(ab + n * arow + 8 * j + 4));
@@ -884,24 +896,12 @@ template <class T>
 void expand_panel_k(const uint8_t* panel, int64_t nsb, uint8_t* out) {
   using P = PackK<T>;
   using L = typename T::L;
-  const __m512i m4 = _mm512_set1_epi8(0x0F), b45 = _mm512_set1_epi8(0x30), b4 = _mm512_set1_epi8(0x10);
   for (int64_t sb = 0; sb < nsb; ++sb) {
     const uint8_t* pb = panel + static_cast<size_t>(sb) * P::kBytes;
     uint8_t* dst = out + static_cast<size_t>(sb) * L::kBytes;
     for (int j = 0; j < 32; ++j) {
-      const __m512i raw = _mm512_loadu_si512(pb + 64 * j);
-      __m512i w0 = _mm512_and_si512(raw, m4), w1 = _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4);
-      if constexpr (P::kQ6) {
-        const int s = j / 2, jj = j % 2;
-        const __m512i hv = _mm512_loadu_si512(pb + P::kExtra + 64 * s);
-        const __m512i h0 = jj == 0 ? _mm512_and_si512(_mm512_slli_epi16(hv, 4), b45) : _mm512_and_si512(hv, b45);
-        const __m512i h1 = jj == 0 ? _mm512_and_si512(_mm512_slli_epi16(hv, 2), b45) : _mm512_and_si512(_mm512_srli_epi16(hv, 2), b45);
-        w0 = _mm512_or_si512(w0, h0);
-        w1 = _mm512_or_si512(w1, h1);
-      } else if constexpr (P::kQ5) {
-        w0 = _mm512_mask_add_epi8(w0, _cvtu64_mask64(load_u64(pb + P::kExtra + 16 * j)), w0, b4);
-        w1 = _mm512_mask_add_epi8(w1, _cvtu64_mask64(load_u64(pb + P::kExtra + 16 * j + 8)), w1, b4);
-      }
+      __m512i w0, w1;
+      unpack_pair_k<T>(pb, j, w0, w1);
       _mm512_storeu_si512(dst + 128 * j, w0);
       _mm512_storeu_si512(dst + 128 * j + 64, w1);
     }
@@ -930,29 +930,20 @@ void run_packed_a(int64_t cols, const uint8_t* packed, int64_t r0, int64_t r1, c
   const auto* ab = static_cast<const uint8_t*>(act);
   const auto* mt = reinterpret_cast<const MetaA*>(meta);
   const bool expand = n_tokens >= kExpandTokens;
-  for (int64_t r = r0; r < r1;) {
-    const int R = r1 - r > 16 && n_tokens > 1 ? 2 : 1;
-    const uint8_t* panel = packed + static_cast<size_t>(r / 16) * pstride;
-    if (expand)
-      for (int i = 0; i < R; ++i) expand_panel_a<T>(panel + i * pstride, nb, scratch + i * xstride);
-    for (int64_t t = 0; t < n_tokens; t += kTileTokensA) {
-      const int n = static_cast<int>(std::min<int64_t>(kTileTokensA, n_tokens - t));
-      auto call = [&](auto Rc, auto Nc) {
-        constexpr int kR = decltype(Rc)::value;
-        __mmask16 m[kR];
-        store_masks<kR>(r, r1, m);
+  auto panel = [&](int64_t r) { return packed + static_cast<size_t>(r / 16) * pstride; };
+  drive_panels<kTileTokensA>(
+      r0, r1, n_tokens, n_tokens > 1,
+      [&](int64_t r, int R) {
         if (expand)
-          tile_a<kR, decltype(Nc)::value>(nb, scratch, xstride, ab + static_cast<size_t>(t) * arow, arow, mt + t * nb,
-                                          y + t * ldy + (r - r0), ldy, m);
-        else
-          tile_pa<T, kR, decltype(Nc)::value>(nb, panel, pstride, ab + static_cast<size_t>(t) * arow, arow, mt + t * nb,
-                                              y + t * ldy + (r - r0), ldy, m);
-      };
-      if (R == 2) dispatch_n<2, kTileTokensA>(n, call);
-      else dispatch_n<1, kTileTokensA>(n, call);
-    }
-    r += 16 * R;
-  }
+          for (int i = 0; i < R; ++i) expand_panel_a<T>(panel(r) + i * pstride, nb, scratch + i * xstride);
+      },
+      [&](auto Rc, auto Nc, int64_t r, int64_t t, const auto& m) {
+        constexpr int kR = decltype(Rc)::value, kN = decltype(Nc)::value;
+        const uint8_t* at = ab + static_cast<size_t>(t) * arow;
+        float* yt = y + t * ldy + (r - r0);
+        if (expand) tile_a<kR, kN>(nb, scratch, xstride, at, arow, mt + t * nb, yt, ldy, m);
+        else tile_pa<T, kR, kN>(nb, panel(r), pstride, at, arow, mt + t * nb, yt, ldy, m);
+      });
 }
 
 template <class T>
@@ -965,29 +956,21 @@ void run_packed_k(int64_t cols, const uint8_t* packed, int64_t r0, int64_t r1, c
   const size_t mstride = static_cast<size_t>(nsb) * L::kMetaBytes;
   const auto* ab = static_cast<const uint8_t*>(act);
   const bool expand = n_tokens >= kExpandTokens;
-  for (int64_t r = r0; r < r1;) {
-    const int R = r1 - r > 16 && n_tokens > 1 ? 2 : 1;
-    const uint8_t* panel = packed + static_cast<size_t>(r / 16) * pstride;
-    if (expand)
-      for (int i = 0; i < R; ++i) expand_panel_k<T>(panel + i * pstride, nsb, scratch + i * xstride);
-    for (int64_t t = 0; t < n_tokens; t += kTileTokensK) {
-      const int n = static_cast<int>(std::min<int64_t>(kTileTokensK, n_tokens - t));
-      auto call = [&](auto Rc, auto Nc) {
-        constexpr int kR = decltype(Rc)::value;
-        __mmask16 m[kR];
-        store_masks<kR>(r, r1, m);
+  auto panel = [&](int64_t r) { return packed + static_cast<size_t>(r / 16) * pstride; };
+  drive_panels<kTileTokensK>(
+      r0, r1, n_tokens, n_tokens > 1,
+      [&](int64_t r, int R) {
         if (expand)
-          tile_k<T, kR, decltype(Nc)::value>(nsb, scratch, xstride, ab + static_cast<size_t>(t) * arow, arow,
-                                             meta + static_cast<size_t>(t) * mstride, mstride, y + t * ldy + (r - r0), ldy, m);
-        else
-          tile_pk<T, kR, decltype(Nc)::value>(nsb, panel, pstride, ab + static_cast<size_t>(t) * arow, arow,
-                                              meta + static_cast<size_t>(t) * mstride, mstride, y + t * ldy + (r - r0), ldy, m);
-      };
-      if (R == 2) dispatch_n<2, kTileTokensK>(n, call);
-      else dispatch_n<1, kTileTokensK>(n, call);
-    }
-    r += 16 * R;
-  }
+          for (int i = 0; i < R; ++i) expand_panel_k<T>(panel(r) + i * pstride, nsb, scratch + i * xstride);
+      },
+      [&](auto Rc, auto Nc, int64_t r, int64_t t, const auto& m) {
+        constexpr int kR = decltype(Rc)::value, kN = decltype(Nc)::value;
+        const uint8_t* at = ab + static_cast<size_t>(t) * arow;
+        const uint8_t* mt = meta + static_cast<size_t>(t) * mstride;
+        float* yt = y + t * ldy + (r - r0);
+        if (expand) tile_k<T, kR, kN>(nsb, scratch, xstride, at, arow, mt, mstride, yt, ldy, m);
+        else tile_pk<T, kR, kN>(nsb, panel(r), pstride, at, arow, mt, mstride, yt, ldy, m);
+      });
 }
 
 template <class T>
