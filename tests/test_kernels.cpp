@@ -157,6 +157,15 @@ DotOracle oracle(GgmlType wt, const void* w, GgmlType at, const void* a, int64_t
   return o;
 }
 
+#if defined(__x86_64__)
+// x86 tables with packed kernels on this CPU (AVX2, AVX-512 VNNI): each packs all 6 types.
+int x86_packed_tables() {
+  const CpuFeatures f = detect_cpu_features();
+  const bool avx2 = f.avx2 && f.fma && f.f16c;
+  return (avx2 ? 1 : 0) + (avx2 && f.avx512f && f.avx512bw && f.avx512vl && f.avx512vnni ? 1 : 0);
+}
+#endif
+
 }  // namespace
 
 // ------------------------------------------------------------------------------------------------
@@ -677,9 +686,7 @@ TEST_CASE("packed weights match the fused dots and the oracle; a token's result 
   INFO("packed cases tested: " << tested);
 #if defined(__x86_64__)
   // The AVX2 and AVX-512 tables pack Q4_0, Q5_0, Q8_0, Q4_K, Q5_K, Q6_K: all must have been exercised.
-  const CpuFeatures f = detect_cpu_features();
-  const int x86_tables = (f.avx2 && f.fma && f.f16c ? 1 : 0) + (f.avx512f && f.avx512bw && f.avx512vl && f.avx512vnni && f.avx2 && f.fma && f.f16c ? 1 : 0);
-  CHECK(tested == x86_tables * 2 * 6 * 3 * 3 * 6);
+  CHECK(tested == x86_packed_tables() * 2 * 6 * 3 * 3 * 6);
 #endif
   // A table or type without a packed form reports 0 bytes.
   CHECK(packed_bytes(scalar_kernels(), GgmlType::Q4_K, 16, 256) == 0);
@@ -719,9 +726,7 @@ TEST_CASE("every table's packer writes the portable packer's bytes", "[kernels][
   CHECK(kq::packed::panel_bytes(GgmlType::Q4_1, 256) == 0);
   INFO("packers compared: " << compared);
 #if defined(__x86_64__)
-  const CpuFeatures f = detect_cpu_features();
-  const int x86_tables = (f.avx2 && f.fma && f.f16c ? 1 : 0) + (f.avx512f && f.avx512bw && f.avx512vl && f.avx512vnni && f.avx2 && f.fma && f.f16c ? 1 : 0);
-  CHECK(compared == x86_tables * 6 * 2 * 2);
+  CHECK(compared == x86_packed_tables() * 6 * 2 * 2);
 #endif
 }
 

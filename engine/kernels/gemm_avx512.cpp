@@ -90,27 +90,21 @@ inline void store_transposed(const __m256i (&rows)[16], uint8_t* dst) {
 // ---------------------------------------------------------------------------------------------
 
 constexpr size_t kPanelBlockA = 8 * 64 + 64;
-struct MetaA {
-  float d;
-  int32_t corr;
-};
+using packed::MetaA;
 
 struct TypeQ8_0 {
   static constexpr GgmlType kType = GgmlType::Q8_0;
   using Block = BlockQ8_0;
-  static constexpr int kOffset = 128;
   static __m256i codes(const Block& b) { return _mm256_xor_si256(load256(b.qs), _mm256_set1_epi8(static_cast<char>(0x80))); }
 };
 struct TypeQ4_0 {
   static constexpr GgmlType kType = GgmlType::Q4_0;
   using Block = BlockQ4_0;
-  static constexpr int kOffset = 8;
   static __m256i codes(const Block& b) { return nibbles32(b.qs); }
 };
 struct TypeQ5_0 {
   static constexpr GgmlType kType = GgmlType::Q5_0;
   using Block = BlockQ5_0;
-  static constexpr int kOffset = 16;
   static __m256i codes(const Block& b) {
     // Bit j of qh is the fifth bit of element j: add 16 where it is set.
     const __m256i nib = nibbles32(b.qs);
@@ -151,7 +145,7 @@ void prepare_a(int64_t cols, const void* act, size_t arow, int64_t t0, int64_t t
       r = _mm_add_epi32(r, _mm_shuffle_epi32(r, 0x4E));
       r = _mm_add_epi32(r, _mm_shuffle_epi32(r, 0xB1));
       m[b].d = h2f(y[b].d);
-      m[b].corr = -T::kOffset * _mm_cvtsi128_si32(r);
+      m[b].corr = -packed::code_offset_a(T::kType) * _mm_cvtsi128_si32(r);
     }
   }
 }
@@ -341,26 +335,8 @@ void repack_panel_k(const uint8_t* w, size_t wrow, int64_t nsb, uint8_t* panel) 
 
 template <class T>
 void prepare_k(int64_t cols, const void* act, size_t arow, int64_t t0, int64_t t1, uint8_t* meta) {
-  using L = typename T::L;
-  const int64_t nsb = cols / QK_K;
-  for (int64_t t = t0; t < t1; ++t) {
-    const auto* y = reinterpret_cast<const BlockQ8_K*>(static_cast<const uint8_t*>(act) + static_cast<size_t>(t) * arow);
-    uint8_t* m = meta + static_cast<size_t>(t * nsb) * L::kMetaBytes;
-    for (int64_t sb = 0; sb < nsb; ++sb, m += L::kMetaBytes) {
-      std::memcpy(m, &y[sb].d, 4);
-      int32_t words[L::kMetaWords];
-      if constexpr (L::kSub == 8) {
-        for (int p = 0; p < 4; ++p) {
-          const int b0 = y[sb].bsums[4 * p] + y[sb].bsums[4 * p + 1];
-          const int b1 = y[sb].bsums[4 * p + 2] + y[sb].bsums[4 * p + 3];
-          words[p] = static_cast<int32_t>((static_cast<uint32_t>(b0) & 0xFFFFu) | (static_cast<uint32_t>(b1) << 16));
-        }
-      } else {
-        for (int s = 0; s < 16; ++s) words[s] = -32 * y[sb].bsums[s];
-      }
-      std::memcpy(m + 4, words, sizeof words);
-    }
-  }
+  static_assert(T::L::kMetaBytes == packed::meta_bytes_k(T::kType));
+  packed::prepare_meta_k(T::kType, cols, act, arow, t0, t1, meta);
 }
 
 template <class T, int R, int N>

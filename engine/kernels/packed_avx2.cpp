@@ -18,60 +18,21 @@ using packed::LayoutK;
 
 constexpr int kTileTokens = 4;
 
-// Per-token tables, the formats of the AVX-512 GEMM (gemm_avx512.cpp) so the two stay alike:
-// Q8_0-activation types {float d; int32 -offset * sum(q)} per block; K-quants {float d; words}
-// per super-block (Q4_K/Q5_K: 4 words of two 16-bit sub-block sums; Q6_K: -32 * sum of each
-// 16-element sub-block).
-struct MetaA {
-  float d;
-  int32_t corr;
-};
-constexpr int a_offset(GgmlType t) { return t == GgmlType::Q8_0 ? 128 : t == GgmlType::Q5_0 ? 16 : 8; }
-constexpr int k_meta_words(GgmlType t) { return t == GgmlType::Q6_K ? 16 : 4; }
-constexpr size_t k_meta_bytes(GgmlType t) { return 4 + 4 * static_cast<size_t>(k_meta_words(t)); }
+using packed::MetaA;
+using packed::meta_bytes_k;
 
 template <GgmlType T>
-void prepare_a(int64_t cols, const void* act, size_t arow, int64_t t0, int64_t t1, uint8_t* meta) {
-  const int64_t nb = cols / QK8_0;
-  for (int64_t t = t0; t < t1; ++t) {
-    const auto* y = reinterpret_cast<const BlockQ8_0*>(static_cast<const uint8_t*>(act) + static_cast<size_t>(t) * arow);
-    auto* m = reinterpret_cast<MetaA*>(meta) + t * nb;
-    for (int64_t b = 0; b < nb; ++b) {
-      int s = 0;
-      for (int j = 0; j < QK8_0; ++j) s += y[b].qs[j];
-      m[b].d = x86_h2f(y[b].d);
-      m[b].corr = -a_offset(T) * s;
-    }
-  }
-}
-
-template <GgmlType T>
-void prepare_k(int64_t cols, const void* act, size_t arow, int64_t t0, int64_t t1, uint8_t* meta) {
-  const int64_t nsb = cols / QK_K;
-  for (int64_t t = t0; t < t1; ++t) {
-    const auto* y = reinterpret_cast<const BlockQ8_K*>(static_cast<const uint8_t*>(act) + static_cast<size_t>(t) * arow);
-    uint8_t* m = meta + static_cast<size_t>(t * nsb) * k_meta_bytes(T);
-    for (int64_t sb = 0; sb < nsb; ++sb, m += k_meta_bytes(T)) {
-      std::memcpy(m, &y[sb].d, 4);
-      int32_t words[16];
-      if constexpr (T == GgmlType::Q6_K) {
-        for (int s = 0; s < 16; ++s) words[s] = -32 * y[sb].bsums[s];
-      } else {
-        for (int p = 0; p < 4; ++p) {
-          const int b0 = y[sb].bsums[4 * p] + y[sb].bsums[4 * p + 1];
-          const int b1 = y[sb].bsums[4 * p + 2] + y[sb].bsums[4 * p + 3];
-          words[p] = static_cast<int32_t>((static_cast<uint32_t>(b0) & 0xFFFFu) | (static_cast<uint32_t>(b1) << 16));
-        }
-      }
-      std::memcpy(m + 4, words, 4 * static_cast<size_t>(k_meta_words(T)));
-    }
-  }
+void prepare(int64_t cols, const void* act, size_t arow, int64_t t0, int64_t t1, uint8_t* meta) {
+  if constexpr (T == GgmlType::Q4_K || T == GgmlType::Q5_K || T == GgmlType::Q6_K)
+    packed::prepare_meta_k(T, cols, act, arow, t0, t1, meta);
+  else
+    packed::prepare_meta_a(T, cols, act, arow, t0, t1, meta);
 }
 
 template <GgmlType T>
 size_t meta_bytes(int64_t cols) {
   if constexpr (T == GgmlType::Q4_K || T == GgmlType::Q5_K || T == GgmlType::Q6_K)
-    return static_cast<size_t>(cols / QK_K) * k_meta_bytes(T);
+    return static_cast<size_t>(cols / QK_K) * meta_bytes_k(T);
   else
     return static_cast<size_t>(cols / QK8_0) * sizeof(MetaA);
 }
@@ -163,7 +124,7 @@ void tile_k(int64_t nsb, const uint8_t* panel, int h0, const uint8_t* act, size_
   for (int64_t sb = 0; sb < nsb; ++sb) {
     const uint8_t* pb = panel + static_cast<size_t>(sb) * L.bytes;
     const uint8_t* ab = act + static_cast<size_t>(sb) * sizeof(BlockQ8_K) + offsetof(BlockQ8_K, qs);
-    const uint8_t* mb = meta + static_cast<size_t>(sb) * k_meta_bytes(T);
+    const uint8_t* mb = meta + static_cast<size_t>(sb) * meta_bytes_k(T);
     __m256i isum[H][N];
     for (int hh = 0; hh < H; ++hh)
       for (int n = 0; n < N; ++n) isum[hh][n] = _mm256_setzero_si256();
@@ -245,7 +206,7 @@ void run(int64_t cols, const uint8_t* packed, int64_t r0, int64_t r1, const void
   const size_t pstride = packed::panel_bytes(T, cols);
   const auto* ab = static_cast<const uint8_t*>(act);
   const int64_t nblk = kq ? cols / QK_K : cols / QK8_0;
-  const size_t mstride = kq ? static_cast<size_t>(nblk) * k_meta_bytes(T) : 0;
+  const size_t mstride = kq ? static_cast<size_t>(nblk) * meta_bytes_k(T) : 0;
   for (int64_t r = r0; r < r1; r += 16) {
     const uint8_t* panel = packed + static_cast<size_t>(r / 16) * pstride;
     int n_valid[2];
@@ -278,9 +239,8 @@ size_t panel_bytes_of(GgmlType t, int64_t cols) { return packed::panel_bytes(t, 
 
 template <GgmlType T>
 void set(KernelTable& k) {
-  constexpr bool kq = T == GgmlType::Q4_K || T == GgmlType::Q5_K || T == GgmlType::Q6_K;
   GemmKernel& g = k.gemm[static_cast<int>(T)];
-  g.prepare = kq ? prepare_k<T> : prepare_a<T>;
+  g.prepare = prepare<T>;
   g.meta_bytes = meta_bytes<T>;
   g.scratch_bytes = no_scratch;
   g.run = nullptr;  // no per-call GEMM on AVX2: prefill runs the packed tiles (or the dot tiles)

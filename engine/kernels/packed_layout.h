@@ -60,6 +60,22 @@ constexpr LayoutK layout_k(GgmlType t) {
   return {n_sub, 2048, scales, mins, d, d + 32, round64(d + (q6 ? 32 : 64))};
 }
 
+// Per-token tables of the panel kernels (GemmKernel::prepare / meta_bytes), one format for the
+// AVX-512 and AVX2 tables: Q8_0-activation types {float d; int32 -offset * sum(q)} per block (the
+// offset of the type's unsigned codes: 8, 16, 128); K-quants {float d; int32 words[]} per
+// super-block, Q4_K/Q5_K 4 words of two 16-bit sub-block sums (sub-blocks 2p, 2p+1 of 32), Q6_K
+// -32 * the sum of each 16-element sub-block.
+struct MetaA {
+  float d;
+  int32_t corr;
+};
+constexpr int code_offset_a(GgmlType t) { return t == GgmlType::Q8_0 ? 128 : t == GgmlType::Q5_0 ? 16 : 8; }
+constexpr int meta_words_k(GgmlType t) { return t == GgmlType::Q6_K ? 16 : 4; }
+constexpr size_t meta_bytes_k(GgmlType t) { return 4 + 4 * static_cast<size_t>(meta_words_k(t)); }
+// Portable fillers of those tables for tokens [t0, t1) (activations: Q8_0 / Q8_K rows arow apart).
+void prepare_meta_a(GgmlType t, int64_t cols, const void* act, size_t arow, int64_t t0, int64_t t1, uint8_t* meta);
+void prepare_meta_k(GgmlType t, int64_t cols, const void* act, size_t arow, int64_t t0, int64_t t1, uint8_t* meta);
+
 constexpr bool is_packable(GgmlType t) {
   return t == GgmlType::Q4_0 || t == GgmlType::Q5_0 || t == GgmlType::Q8_0 || t == GgmlType::Q4_K ||
          t == GgmlType::Q5_K || t == GgmlType::Q6_K;

@@ -89,6 +89,43 @@ inline uint8_t code(const RowBlock* r, int i, int step, int q) { return r[i].cod
 
 }  // namespace
 
+void prepare_meta_a(GgmlType t, int64_t cols, const void* act, size_t arow, int64_t t0, int64_t t1, uint8_t* meta) {
+  const int64_t nb = cols / QK8_0;
+  for (int64_t tok = t0; tok < t1; ++tok) {
+    const auto* y = reinterpret_cast<const BlockQ8_0*>(static_cast<const uint8_t*>(act) + static_cast<size_t>(tok) * arow);
+    auto* m = reinterpret_cast<MetaA*>(meta) + tok * nb;
+    for (int64_t b = 0; b < nb; ++b) {
+      int s = 0;
+      for (int j = 0; j < QK8_0; ++j) s += y[b].qs[j];
+      m[b].d = fp16_to_fp32(y[b].d);
+      m[b].corr = -code_offset_a(t) * s;
+    }
+  }
+}
+
+void prepare_meta_k(GgmlType t, int64_t cols, const void* act, size_t arow, int64_t t0, int64_t t1, uint8_t* meta) {
+  const int64_t nsb = cols / QK_K;
+  const size_t mb = meta_bytes_k(t);
+  for (int64_t tok = t0; tok < t1; ++tok) {
+    const auto* y = reinterpret_cast<const BlockQ8_K*>(static_cast<const uint8_t*>(act) + static_cast<size_t>(tok) * arow);
+    uint8_t* m = meta + static_cast<size_t>(tok * nsb) * mb;
+    for (int64_t sb = 0; sb < nsb; ++sb, m += mb) {
+      std::memcpy(m, &y[sb].d, 4);
+      int32_t words[16];
+      if (t == GgmlType::Q6_K) {
+        for (int s = 0; s < 16; ++s) words[s] = -32 * y[sb].bsums[s];
+      } else {
+        for (int p = 0; p < 4; ++p) {
+          const int b0 = y[sb].bsums[4 * p] + y[sb].bsums[4 * p + 1];
+          const int b1 = y[sb].bsums[4 * p + 2] + y[sb].bsums[4 * p + 3];
+          words[p] = static_cast<int32_t>((static_cast<uint32_t>(b0) & 0xFFFFu) | (static_cast<uint32_t>(b1) << 16));
+        }
+      }
+      std::memcpy(m + 4, words, 4 * static_cast<size_t>(meta_words_k(t)));
+    }
+  }
+}
+
 size_t panel_bytes(GgmlType t, int64_t cols) {
   if (!is_packable(t)) return 0;
   if (t == GgmlType::Q4_K || t == GgmlType::Q5_K || t == GgmlType::Q6_K) return layout_k(t).panel_bytes(cols);
