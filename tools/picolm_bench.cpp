@@ -240,7 +240,7 @@ int main(int argc, char** argv) {
 
   // Weight bytes one decoded token reads: every layer matrix and the output head once, one row
   // of token_embd (the output head is token_embd itself when tied), norms and biases.
-  // With repacked weights a matrix is read from its panels instead (0-3% more bytes).
+  // With repacked weights a matrix is read from its panels instead (the same bytes; Q6_K +0.95%).
   const bool repacked = model->packed_bytes() > 0;
   auto matrix_bytes = [&](const GgufTensor& t) -> uint64_t {
     const size_t p = repacked && t.ne.size() == 2

@@ -654,12 +654,31 @@ struct PackK {
   static constexpr bool kQ5 = T::kType == GgmlType::Q5_K;
   static constexpr int kSub = L.n_sub;
   static constexpr size_t kExtra = L.extra;  // after the nibble vectors
-  static constexpr size_t kScales = L.scales;
-  static constexpr size_t kMins = L.mins;
+  static constexpr size_t kSide = L.side;
   static constexpr size_t kD = L.d;
   static constexpr size_t kDmin = L.dmin;
   static constexpr size_t kBytes = L.bytes;
 };
+
+// 6-bit values of a nibble vector `raw` and its high-bit vector `hv` (packed_layout.h): fields
+// e = 0, 1 (first) or 2, 3 of hv moved to bits 4-5, over the low and the high nibbles.
+__attribute__((always_inline)) inline void unpack6(__m512i raw, __m512i hv, bool first, __m512i& w0, __m512i& w1) {
+  const __m512i m4 = _mm512_set1_epi8(0x0F), b45 = _mm512_set1_epi8(0x30);
+  const __m512i h0 = first ? _mm512_and_si512(_mm512_slli_epi16(hv, 4), b45) : _mm512_and_si512(hv, b45);
+  const __m512i h1 = first ? _mm512_and_si512(_mm512_slli_epi16(hv, 2), b45) : _mm512_and_si512(_mm512_srli_epi16(hv, 2), b45);
+  w0 = _mm512_ternarylogic_epi32(raw, h0, m4, 0xEC);  // (raw & m4) | h0
+  w1 = _mm512_ternarylogic_epi32(_mm512_srli_epi16(raw, 4), h1, m4, 0xEC);
+}
+
+// The 256 side bytes of a Q4_K/Q5_K super-block (scales [8][16], mins [4][16][2]) from the 192
+// of its 6-bit form (packed_layout.h), to `side`.
+inline void decode_side6(const uint8_t* src, uint8_t* side) {
+  const __m512i hv = _mm512_loadu_si512(src + 128);
+  __m512i v[4];
+  unpack6(_mm512_loadu_si512(src), hv, true, v[0], v[1]);
+  unpack6(_mm512_loadu_si512(src + 64), hv, false, v[2], v[3]);
+  for (int e = 0; e < 4; ++e) _mm512_store_si512(side + 64 * e, v[e]);
+}
 
 // Codes of steps 2j, 2j+1 (nibble vector j) of one super-block `pb` of a packed K-quant panel.
 template <class T>
@@ -668,14 +687,8 @@ __attribute__((always_inline)) inline void unpack_pair_k(const uint8_t* pb, int 
   const __m512i m4 = _mm512_set1_epi8(0x0F);
   const __m512i raw = _mm512_loadu_si512(pb + 64 * j);
   if constexpr (P::kQ6) {
-    // Fields e = 2 (j % 2), 2 (j % 2) + 1 of the sub-block's (j / 2) high-bit vector, moved to bits 4-5.
-    const __m512i hv = _mm512_loadu_si512(pb + P::kExtra + 64 * (j / 2));
-    const __m512i b45 = _mm512_set1_epi8(0x30);
-    const bool first = j % 2 == 0;
-    const __m512i h0 = first ? _mm512_and_si512(_mm512_slli_epi16(hv, 4), b45) : _mm512_and_si512(hv, b45);
-    const __m512i h1 = first ? _mm512_and_si512(_mm512_slli_epi16(hv, 2), b45) : _mm512_and_si512(_mm512_srli_epi16(hv, 2), b45);
-    w0 = _mm512_ternarylogic_epi32(raw, h0, m4, 0xEC);  // (raw & m4) | h0
-    w1 = _mm512_ternarylogic_epi32(_mm512_srli_epi16(raw, 4), h1, m4, 0xEC);
+    // The sub-block's (j / 2) high-bit vector.
+    unpack6(raw, _mm512_loadu_si512(pb + P::kExtra + 64 * (j / 2)), j % 2 == 0, w0, w1);
   } else {
     w0 = _mm512_and_si512(raw, m4);
     w1 = _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4);
@@ -753,14 +766,11 @@ void pack_k(const void* w, size_t wrow, int64_t rows, int64_t cols, int64_t p0, 
           }
         }
       }
-      for (int s = 0; s < P::kSub; ++s)
-        for (int i = 0; i < 16; ++i) dsb[P::kScales + 16 * s + i] = sm[i][s];
-      if constexpr (!P::kQ6) {
-        for (int q = 0; q < 4; ++q)
-          for (int i = 0; i < 16; ++i) {
-            dsb[P::kMins + 32 * q + 2 * i] = sm[i][8 + 2 * q];
-            dsb[P::kMins + 32 * q + 2 * i + 1] = sm[i][9 + 2 * q];
-          }
+      if constexpr (P::kQ6) {
+        for (int s = 0; s < 16; ++s)
+          for (int i = 0; i < 16; ++i) dsb[P::kSide + 16 * s + i] = sm[i][s];
+      } else {
+        packed::encode_side_k4(sm[0], sizeof sm[0], dsb + P::kSide);
         std::memcpy(dsb + P::kDmin, dmin, 32);
       }
       std::memcpy(dsb + P::kD, d, 32);
@@ -783,6 +793,17 @@ void tile_pk(int64_t nsb, const uint8_t* panel, size_t pstride, const uint8_t* a
     const uint8_t* mb = meta + static_cast<size_t>(sb) * L::kMetaBytes;
     __m512i isum[R][N];
     PICOLM_GEMM_UNROLL for (int r = 0; r < R; ++r) PICOLM_GEMM_UNROLL for (int n = 0; n < N; ++n) isum[r][n] = _mm512_setzero_si512();
+    // Scales (and mins): Q6_K's bytes in place, Q4_K/Q5_K's decoded from 6 bits to bytes here.
+    alignas(64) uint8_t side[P::kQ6 ? 1 : R][256];
+    const uint8_t* sides[R];
+    PICOLM_GEMM_UNROLL for (int r = 0; r < R; ++r) {
+      if constexpr (P::kQ6) {
+        sides[r] = pb + r * pstride + P::kSide;
+      } else {
+        decode_side6(pb + r * pstride + P::kSide, side[r]);
+        sides[r] = side[r];
+      }
+    }
     for (int s = 0; s < P::kSub; ++s) {
       __m512i p[R][N];
       PICOLM_GEMM_UNROLL for (int n = 0; n < N; ++n) {
@@ -812,7 +833,7 @@ void tile_pk(int64_t nsb, const uint8_t* panel, size_t pstride, const uint8_t* a
         }
       }
       PICOLM_GEMM_UNROLL for (int r = 0; r < R; ++r) {
-        const __m128i sc8 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(pb + r * pstride + P::kScales + 16 * s));
+        const __m128i sc8 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(sides[r] + 16 * s));
         const __m512i scv = P::kQ6 ? _mm512_cvtepi8_epi32(sc8) : _mm512_cvtepu8_epi32(sc8);
         PICOLM_GEMM_UNROLL for (int n = 0; n < N; ++n) isum[r][n] = _mm512_add_epi32(isum[r][n], _mm512_mullo_epi32(p[r][n], scv));
       }
@@ -822,7 +843,7 @@ void tile_pk(int64_t nsb, const uint8_t* panel, size_t pstride, const uint8_t* a
       const __m512 dv = _mm512_cvtph_ps(load256(pr + P::kD));
       __m512i mins[4];
       if constexpr (!P::kQ6)
-        PICOLM_GEMM_UNROLL for (int q = 0; q < 4; ++q) mins[q] = _mm512_cvtepu8_epi16(load256(pr + P::kMins + 32 * q));
+        PICOLM_GEMM_UNROLL for (int q = 0; q < 4; ++q) mins[q] = _mm512_cvtepu8_epi16(load256(sides[r] + packed::kSideMins + 32 * q));
       PICOLM_GEMM_UNROLL for (int n = 0; n < N; ++n) {
         float da;
         std::memcpy(&da, mb + n * meta_stride, 4);
@@ -881,14 +902,21 @@ void expand_panel_k(const uint8_t* panel, int64_t nsb, uint8_t* out) {
       _mm512_storeu_si512(dst + 128 * j, w0);
       _mm512_storeu_si512(dst + 128 * j + 64, w1);
     }
+    alignas(64) uint8_t side[256];
+    const uint8_t* sd = pb + P::kSide;
+    if constexpr (!P::kQ6) {
+      decode_side6(sd, side);
+      sd = side;
+    }
     for (int s = 0; s < P::kSub; ++s) {
-      const __m128i sc8 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(pb + P::kScales + 16 * s));
+      const __m128i sc8 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(sd + 16 * s));
       _mm512_storeu_si512(dst + L::kScales + 64 * s, P::kQ6 ? _mm512_cvtepi8_epi32(sc8) : _mm512_cvtepu8_epi32(sc8));
     }
     _mm512_storeu_ps(dst + L::kD, _mm512_cvtph_ps(load256(pb + P::kD)));
     if constexpr (!P::kQ6) {
       _mm512_storeu_ps(dst + L::kNegDmin, _mm512_sub_ps(_mm512_setzero_ps(), _mm512_cvtph_ps(load256(pb + P::kDmin))));
-      for (int q = 0; q < 4; ++q) _mm512_storeu_si512(dst + L::kMins + 64 * q, _mm512_cvtepu8_epi16(load256(pb + P::kMins + 32 * q)));
+      for (int q = 0; q < 4; ++q)
+        _mm512_storeu_si512(dst + L::kMins + 64 * q, _mm512_cvtepu8_epi16(load256(sd + packed::kSideMins + 32 * q)));
     }
   }
 }

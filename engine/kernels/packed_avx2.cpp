@@ -54,6 +54,28 @@ inline __m256i fifth_bits(const uint8_t* mask, int h) {
   return _mm256_and_si256(bits_to_bytes(mask + 4 * h), _mm256_set1_epi8(0x10));
 }
 
+// 6-bit values of a nibble vector `raw` and its high-bit vector `hv` (packed_layout.h): fields
+// e = 0, 1 (first) or 2, 3 of hv moved to bits 4-5, over the low and the high nibbles.
+inline void unpack6(__m256i raw, __m256i hv, bool first, __m256i& w0, __m256i& w1) {
+  const __m256i m4 = _mm256_set1_epi8(0x0F), b45 = _mm256_set1_epi8(0x30);
+  w0 = _mm256_or_si256(_mm256_and_si256(raw, m4),
+                       first ? _mm256_and_si256(_mm256_slli_epi16(hv, 4), b45) : _mm256_and_si256(hv, b45));
+  w1 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(raw, 4), m4),
+                       first ? _mm256_and_si256(_mm256_slli_epi16(hv, 2), b45) : _mm256_and_si256(_mm256_srli_epi16(hv, 2), b45));
+}
+
+// The 256 side bytes of a Q4_K/Q5_K super-block (scales [8][16], mins [4][16][2]) from the 192
+// of its 6-bit form, to `side`.
+inline void decode_side6(const uint8_t* src, uint8_t* side) {
+  for (int h = 0; h < 2; ++h) {
+    const __m256i hv = load256(src + 128 + 32 * h);
+    __m256i v[4];
+    unpack6(load256(src + 32 * h), hv, true, v[0], v[1]);
+    unpack6(load256(src + 64 + 32 * h), hv, false, v[2], v[3]);
+    for (int e = 0; e < 4; ++e) _mm256_store_si256(reinterpret_cast<__m256i*>(side + 64 * e + 32 * h), v[e]);
+  }
+}
+
 inline __m256i store_mask(int n_valid) {
   return _mm256_cmpgt_epi32(_mm256_set1_epi32(n_valid), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
 }
@@ -117,7 +139,7 @@ void tile_k(int64_t nsb, const uint8_t* panel, int h0, const uint8_t* act, size_
   constexpr LayoutK L = packed::layout_k(T);
   constexpr bool kQ6 = T == GgmlType::Q6_K, kQ5 = T == GgmlType::Q5_K;
   constexpr int kLinesPerSub = static_cast<int>((L.bytes / 64 + L.n_sub - 1) / L.n_sub);
-  const __m256i m4 = _mm256_set1_epi8(0x0F), b45 = _mm256_set1_epi8(0x30);
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
   __m256 acc[H][N];
   for (int hh = 0; hh < H; ++hh)
     for (int n = 0; n < N; ++n) acc[hh][n] = _mm256_setzero_ps();
@@ -128,6 +150,13 @@ void tile_k(int64_t nsb, const uint8_t* panel, int h0, const uint8_t* act, size_
     __m256i isum[H][N];
     for (int hh = 0; hh < H; ++hh)
       for (int n = 0; n < N; ++n) isum[hh][n] = _mm256_setzero_si256();
+    // Scales (and mins): Q6_K's bytes in place, Q4_K/Q5_K's decoded from 6 bits to bytes here.
+    alignas(32) uint8_t side[kQ6 ? 1 : 256];
+    const uint8_t* sd = pb + L.side;
+    if constexpr (!kQ6) {
+      decode_side6(sd, side);
+      sd = side;
+    }
     for (int s = 0; s < L.n_sub; ++s) {
       // The pass over the first half brings the panel in: software prefetch 2 super-blocks ahead,
       // a sub-block's share of the lines at a time (as the AVX-512 tiles).
@@ -142,13 +171,14 @@ void tile_k(int64_t nsb, const uint8_t* panel, int h0, const uint8_t* act, size_
       for (int jj = 0; jj < kPairs; ++jj) {
         const int j = kPairs * s + jj;
         const __m256i raw = load256(pb + 64 * j + 32 * h);
-        __m256i w0 = _mm256_and_si256(raw, m4), w1 = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
+        __m256i w0, w1;
         if constexpr (kQ6) {
-          const __m256i hv = load256(pb + L.extra + 64 * s + 32 * h);
-          w0 = _mm256_or_si256(w0, jj == 0 ? _mm256_and_si256(_mm256_slli_epi16(hv, 4), b45) : _mm256_and_si256(hv, b45));
-          w1 = _mm256_or_si256(w1, jj == 0 ? _mm256_and_si256(_mm256_slli_epi16(hv, 2), b45)
-                                           : _mm256_and_si256(_mm256_srli_epi16(hv, 2), b45));
-        } else if constexpr (kQ5) {
+          unpack6(raw, load256(pb + L.extra + 64 * s + 32 * h), jj == 0, w0, w1);
+        } else {
+          w0 = _mm256_and_si256(raw, m4);
+          w1 = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
+        }
+        if constexpr (kQ5) {
           w0 = _mm256_or_si256(w0, fifth_bits(pb + L.extra + 16 * j, h));
           w1 = _mm256_or_si256(w1, fifth_bits(pb + L.extra + 16 * j + 8, h));
         }
@@ -157,7 +187,7 @@ void tile_k(int64_t nsb, const uint8_t* panel, int h0, const uint8_t* act, size_
           p[n] = dot4(p[n], w1, _mm256_set1_epi32(load_i32(ab + n * arow + 8 * j + 4)));
         }
       }
-      const __m128i sc8 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(pb + L.scales + 16 * s + 8 * h));
+      const __m128i sc8 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(sd + 16 * s + 8 * h));
       const __m256i scv = kQ6 ? _mm256_cvtepi8_epi32(sc8) : _mm256_cvtepu8_epi32(sc8);
       for (int n = 0; n < N; ++n) isum[hh][n] = _mm256_add_epi32(isum[hh][n], _mm256_mullo_epi32(p[n], scv));
       }
@@ -173,7 +203,7 @@ void tile_k(int64_t nsb, const uint8_t* panel, int h0, const uint8_t* act, size_
         if constexpr (!kQ6) {
           __m256i m = _mm256_setzero_si256();
           for (int q = 0; q < 4; ++q) {
-            const __m256i mv = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(pb + L.mins + 32 * q + 16 * h)));
+            const __m256i mv = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sd + packed::kSideMins + 32 * q + 16 * h)));
             m = _mm256_add_epi32(m, _mm256_madd_epi16(mv, _mm256_set1_epi32(load_i32(mb + n * meta_stride + 4 + 4 * q))));
           }
           const __m256 dm = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(pb + L.dmin + 16 * h)));

@@ -14,8 +14,14 @@
 //   Q5_0 their [2][8] step masks, then their [2][16] fp16 row scales. Units are whole cache lines,
 //   so a panel is one sequential stream.
 //   K-quants, per super-block of 256 columns: 32 nibble vectors; Q5_K [64] step masks, Q6_K [16]
-//   high-bit vectors; scales as bytes [n_sub][16] (Q6_K signed); Q4_K/Q5_K mins as bytes [4][16][2]
-//   (sub-blocks 2p, 2p+1 of row i at 32p + 2i); [16] fp16 d; Q4_K/Q5_K [16] fp16 dmin; padded to 64.
+//   high-bit vectors; the side block; [16] fp16 d; Q4_K/Q5_K [16] fp16 dmin; padded to 64.
+//   Q6_K's side block is its signed scales as bytes [16][16] (sub-block s of row i at 16s + i).
+//   Q4_K/Q5_K's is 256 bytes of 6-bit values, scales [8][16] (16s + i) then mins [4][16][2]
+//   (sub-blocks 2p, 2p+1 of row i at 128 + 32p + 2i), stored in 192 bytes the way Q6_K stores its
+//   codes (encode_side_k4): nibble vector 0 = bytes 0-63 (low nibbles) and 64-127 (high), nibble
+//   vector 1 = bytes 128-191 and 192-255, then one vector of their two high bits (bits 2e, 2e+1
+//   of byte k: byte 64e + k). So a Q4_K / Q5_K panel has exactly the file's 144 / 176 bytes per
+//   row and super-block.
 // Rows past the end of the matrix in its last panel are zero (codes, scales), so they add nothing.
 #pragma once
 #include <cstddef>
@@ -48,17 +54,21 @@ constexpr LayoutA layout_a(GgmlType t) {
 // K-quants (Q4_K, Q5_K, Q6_K): offsets inside one super-block of a panel.
 struct LayoutK {
   int n_sub;
-  size_t extra, scales, mins, d, dmin, bytes;
+  size_t extra, side, d, dmin, bytes;
   constexpr size_t panel_bytes(int64_t cols) const { return static_cast<size_t>(cols / 256) * bytes; }
 };
 constexpr LayoutK layout_k(GgmlType t) {
   const bool q6 = t == GgmlType::Q6_K, q5 = t == GgmlType::Q5_K;
-  const int n_sub = q6 ? 16 : 8;
-  const size_t scales = 2048 + (q6 ? 1024 : q5 ? 512 : 0);
-  const size_t mins = scales + 16 * static_cast<size_t>(n_sub);
-  const size_t d = mins + (q6 ? 0 : 128);
-  return {n_sub, 2048, scales, mins, d, d + 32, round64(d + (q6 ? 32 : 64))};
+  const size_t side = 2048 + (q6 ? 1024 : q5 ? 512 : 0);
+  const size_t d = side + (q6 ? 256 : 192);
+  return {q6 ? 16 : 8, 2048, side, d, d + 32, round64(d + (q6 ? 32 : 64))};
 }
+// Q4_K/Q5_K side block: offset of the mins in its 256 decoded bytes, and its writer from the 16
+// rows' 8 scales and 8 mins (row i's at sm + i * sm_stride, scales_mins_k4_all order) to out[192].
+// Decoders are per table: the unpacking of Q6_K nibble vectors j = 0, 1 applied to the block
+// gives bytes 0-127 and 128-255.
+constexpr size_t kSideMins = 128;
+void encode_side_k4(const uint8_t* sm, size_t sm_stride, uint8_t* out);
 
 // Per-token tables of the panel kernels (GemmKernel::prepare / meta_bytes), one format for the
 // AVX-512 and AVX2 tables: Q8_0-activation types {float d; int32 -offset * sum(q)} per block (the

@@ -1,6 +1,7 @@
 // Portable packer of the packed-weight layout (packed_layout.h): unpacks each row's codes and
 // scales with plain integer code, then places bytes. Used by tables whose packer is not
 // vectorized, and as the reference the vectorized packers are tested against.
+#include <cstddef>
 #include <cstring>
 
 #include "kernels/packed_layout.h"
@@ -89,6 +90,25 @@ inline uint8_t code(const RowBlock* r, int i, int step, int q) { return r[i].cod
 
 }  // namespace
 
+void encode_side_k4(const uint8_t* sm, size_t sm_stride, uint8_t* out) {
+  uint8_t v[256];
+  for (int i = 0; i < 16; ++i) {
+    const uint8_t* r = sm + static_cast<size_t>(i) * sm_stride;
+    for (int s = 0; s < 8; ++s) v[16 * s + i] = r[s];
+    for (int q = 0; q < 4; ++q) {
+      v[kSideMins + 32 * q + 2 * i] = r[8 + 2 * q];
+      v[kSideMins + 32 * q + 2 * i + 1] = r[9 + 2 * q];
+    }
+  }
+  std::memset(out, 0, 192);
+  for (int e = 0; e < 4; ++e)
+    for (int k = 0; k < 64; ++k) {
+      const uint8_t x = v[64 * e + k];
+      out[64 * (e / 2) + k] = static_cast<uint8_t>(out[64 * (e / 2) + k] | (x & 0x0F) << (e % 2 ? 4 : 0));
+      out[128 + k] = static_cast<uint8_t>(out[128 + k] | ((x >> 4) & 3) << (2 * e));
+    }
+}
+
 void prepare_meta_a(GgmlType t, int64_t cols, const void* act, size_t arow, int64_t t0, int64_t t1, uint8_t* meta) {
   const int64_t nb = cols / QK8_0;
   for (int64_t tok = t0; tok < t1; ++tok) {
@@ -168,14 +188,11 @@ void pack_panels_ref(GgmlType t, const void* w, size_t wrow, int64_t rows, int64
                 sb[L.extra + 64 * s + 4 * i + q] = v;
               }
         }
-        for (int s = 0; s < L.n_sub; ++s)
-          for (int i = 0; i < 16; ++i) sb[L.scales + 16 * s + i] = r[i].sm[s];
-        if (t != GgmlType::Q6_K) {
-          for (int q = 0; q < 4; ++q)
-            for (int i = 0; i < 16; ++i) {
-              sb[L.mins + 32 * q + 2 * i] = r[i].sm[8 + 2 * q];
-              sb[L.mins + 32 * q + 2 * i + 1] = r[i].sm[9 + 2 * q];
-            }
+        if (t == GgmlType::Q6_K) {
+          for (int s = 0; s < 16; ++s)
+            for (int i = 0; i < 16; ++i) sb[L.side + 16 * s + i] = r[i].sm[s];
+        } else {
+          encode_side_k4(reinterpret_cast<const uint8_t*>(r) + offsetof(RowBlock, sm), sizeof(RowBlock), sb + L.side);
           for (int i = 0; i < 16; ++i) std::memcpy(sb + L.dmin + 2 * i, &r[i].dmin, 2);
         }
         for (int i = 0; i < 16; ++i) std::memcpy(sb + L.d + 2 * i, &r[i].d, 2);
