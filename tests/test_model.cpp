@@ -126,10 +126,16 @@ TEST_CASE("session: micro-batch size does not change the result", "[model]") {
 }
 
 TEST_CASE("model: repacked weights give the file rows' logits, and any micro-batch split gives the same bits", "[model]") {
-  // Where the kernel table has packed forms (AVX-512 VNNI), Repack::On keeps every matrix in
+  // Where the kernel table has packed forms (AVX2, AVX-512 VNNI), Repack::On keeps every matrix in
   // panels; the integer sums are those of the file's rows, so logits differ only by float rounding
   // order. With every matrix packed, a token gets the same arithmetic whether it is decoded alone
   // or inside a prefill batch, so the micro-batch size does not change a single bit.
+  // How close "off" comes depends on the table: AVX-512 runs the file's rows through a per-call
+  // GEMM with the packed tiles' float order (logits within 1e-3 x max); AVX2 runs them through the
+  // fused dot tiles, whose other float order flips some 8-bit roundings of later activations
+  // (measured: 1-1.4% of max on the zoo models). There both are held to Exact mode instead: the
+  // repacked logits must be as close to it as the file rows' are.
+  const bool same_order = best_kernels().gemm[static_cast<int>(GgmlType::Q4_K)].run != nullptr;
   for (const char* name : {"zoo-Q4_K.gguf", "zoo-Q5_0.gguf", "zoo-Q8_0.gguf", "zoo-Q6_K.gguf", "zoo-Q5_K.gguf",
                            "zoo-Q4_0.gguf", "qwen2-bpe-q4km.gguf"}) {
     INFO(name);
@@ -138,10 +144,14 @@ TEST_CASE("model: repacked weights give the file rows' logits, and any micro-bat
     on.repack = Repack::On;
     on.pool = &pool;
     off.repack = Repack::Off;
+    ModelOptions exact = off;
+    exact.activations = ActivationMode::Exact;
     auto mp = Model::load(model_path(name), on);
     auto mf = Model::load(model_path(name), off);
+    auto me = Model::load(model_path(name), exact);
     REQUIRE(mp.ok());
     REQUIRE(mf.ok());
+    REQUIRE(me.ok());
     CHECK(mf.value()->packed_bytes() == 0);
     if (mp.value()->packed_bytes() == 0) {
       WARN("no packed kernels on this CPU: repacking is a no-op");
@@ -151,22 +161,26 @@ TEST_CASE("model: repacked weights give the file rows' logits, and any micro-bat
     const int32_t nv = mp.value()->hparams().n_vocab;
     for (int i = 0; i < 24; ++i) toks.push_back(1 + (i * 7919) % (nv - 1));
     Session sp(mp.value(), pool, SessionOptions{0, 256}), sf(mf.value(), pool, SessionOptions{0, 256});
-    Session sp1(mp.value(), pool, SessionOptions{0, 1});
+    Session sp1(mp.value(), pool, SessionOptions{0, 1}), se(me.value(), pool, SessionOptions{0, 256});
     REQUIRE(sp.eval(toks, true).ok());
     REQUIRE(sf.eval(toks, true).ok());
     REQUIRE(sp1.eval(toks, true).ok());
-    float maxd = 0, maxv = 0;
+    REQUIRE(se.eval(toks, true).ok());
+    float maxd = 0, maxv = 0, on_exact = 0, off_exact = 0;
     for (size_t i = 0; i < toks.size(); ++i) {
-      auto a = sp.logits_at(i), b = sf.logits_at(i);
+      auto a = sp.logits_at(i), b = sf.logits_at(i), e = se.logits_at(i);
       for (size_t j = 0; j < a.size(); ++j) {
         maxd = std::max(maxd, std::fabs(a[j] - b[j]));
         maxv = std::max(maxv, std::fabs(b[j]));
+        on_exact = std::max(on_exact, std::fabs(a[j] - e[j]));
+        off_exact = std::max(off_exact, std::fabs(b[j] - e[j]));
       }
       auto c = sp1.logits_at(i);
       REQUIRE(std::memcmp(a.data(), c.data(), a.size() * sizeof(float)) == 0);
     }
     CHECK(maxv > 0.0f);
-    CHECK(maxd <= 1e-3f * std::max(1.0f, maxv));
+    if (same_order) CHECK(maxd <= 1e-3f * std::max(1.0f, maxv));
+    CHECK(on_exact <= 1.25f * off_exact + 1e-3f * std::max(1.0f, maxv));
   }
 }
 
