@@ -615,14 +615,14 @@ void tile_pa(int64_t nb, const uint8_t* panel, size_t pstride, const uint8_t* ac
   // faster without it (-8-17% with it, 1-8 units ahead).
   constexpr int kAheadUnits = P::kQ8 ? 0 : 4;
   constexpr size_t kFirstHalf = P::L.unit / 128 * 64;
-  for (int64_t b = 0; b < nb; ++b) {
+  // Integer sums of block b (with the offset correction as the starting value).
+  auto int_sums = [&](int64_t b, __m512i (&s)[R][N]) __attribute__((always_inline)) {
     if constexpr (kAheadUnits > 0) {
       const size_t ahead = static_cast<size_t>(b / 2 + kAheadUnits) * P::L.unit + (b % 2 ? kFirstHalf : 0);
       const size_t lines = b % 2 ? P::L.unit - kFirstHalf : kFirstHalf;
       PICOLM_GEMM_UNROLL for (int r = 0; r < R; ++r)
         for (size_t l = 0; l < lines; l += 64) _mm_prefetch(reinterpret_cast<const char*>(panel + r * pstride + ahead + l), _MM_HINT_T0);
     }
-    __m512i s[R][N];
     PICOLM_GEMM_UNROLL for (int n = 0; n < N; ++n) {
       const __m512i c = _mm512_set1_epi32(meta[n * nb + b].corr);
       PICOLM_GEMM_UNROLL for (int r = 0; r < R; ++r) s[r][n] = c;
@@ -646,10 +646,30 @@ void tile_pa(int64_t nb, const uint8_t* panel, size_t pstride, const uint8_t* ac
         }
       }
     }
+  };
+  auto scale_add = [&](int64_t b, const __m512i (&s)[R][N]) __attribute__((always_inline)) {
     PICOLM_GEMM_UNROLL for (int r = 0; r < R; ++r) {
       const __m512 dw = _mm512_cvtph_ps(load256(panel + r * pstride + P::d_at(b)));
       PICOLM_GEMM_UNROLL for (int n = 0; n < N; ++n)
         acc[r][n] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[r][n]), _mm512_mul_ps(dw, _mm512_set1_ps(meta[n * nb + b].d)), acc[r][n]);
+    }
+  };
+  if constexpr (R == 1) {
+    // One panel (decode): both blocks of a unit before their row scales, which sit at the unit's
+    // end, so the panel is read in address order. Measured in paired runs: Q8_0 per kernel from
+    // 0.92x to 1.04x the file-row dot's speed; Qwen2.5-0.5B decode +5%.
+    for (int64_t b = 0; b < nb; b += 2) {
+      __m512i s0[R][N], s1[R][N];
+      int_sums(b, s0);
+      if (b + 1 < nb) int_sums(b + 1, s1);
+      scale_add(b, s0);
+      if (b + 1 < nb) scale_add(b + 1, s1);
+    }
+  } else {
+    for (int64_t b = 0; b < nb; ++b) {
+      __m512i s0[R][N];
+      int_sums(b, s0);
+      scale_add(b, s0);
     }
   }
   PICOLM_GEMM_UNROLL for (int n = 0; n < N; ++n) PICOLM_GEMM_UNROLL for (int r = 0; r < R; ++r)
