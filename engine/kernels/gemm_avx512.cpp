@@ -614,14 +614,12 @@ void tile_pa(int64_t nb, const uint8_t* panel, size_t pstride, const uint8_t* ac
   // per block. Measured on decode (2 threads, paired runs): Q5_0 +7-24%, Q4_0 +1-6%; Q8_0 streams
   // faster without it (-8-17% with it, 1-8 units ahead).
   constexpr int kAheadUnits = P::kQ8 ? 0 : 4;
-  constexpr size_t kFirstHalf = P::L.unit / 128 * 64;
   // Integer sums of block b (with the offset correction as the starting value).
   auto int_sums = [&](int64_t b, __m512i (&s)[R][N]) __attribute__((always_inline)) {
     if constexpr (kAheadUnits > 0) {
-      const size_t ahead = static_cast<size_t>(b / 2 + kAheadUnits) * P::L.unit + (b % 2 ? kFirstHalf : 0);
-      const size_t lines = b % 2 ? P::L.unit - kFirstHalf : kFirstHalf;
+      const packed::Span sp = packed::prefetch_span_a(P::L, b, kAheadUnits);
       PICOLM_GEMM_UNROLL for (int r = 0; r < R; ++r)
-        for (size_t l = 0; l < lines; l += 64) _mm_prefetch(reinterpret_cast<const char*>(panel + r * pstride + ahead + l), _MM_HINT_T0);
+        for (size_t l = 0; l < sp.bytes; l += 64) _mm_prefetch(reinterpret_cast<const char*>(panel + r * pstride + sp.offset + l), _MM_HINT_T0);
     }
     PICOLM_GEMM_UNROLL for (int n = 0; n < N; ++n) {
       const __m512i c = _mm512_set1_epi32(meta[n * nb + b].corr);

@@ -45,6 +45,16 @@ struct LayoutA {
   }
   constexpr size_t panel_bytes(int64_t cols) const { return static_cast<size_t>((cols / 32 + 1) / 2) * unit; }
 };
+// Software prefetch in the panel tiles of these types: while on block b, the part of the unit
+// `ahead` units further that block b's turn fetches (the first half of the unit's lines for an
+// even b, the rest for an odd one), as {offset in the panel, bytes}.
+struct Span {
+  size_t offset, bytes;
+};
+constexpr Span prefetch_span_a(const LayoutA& L, int64_t b, int ahead) {
+  const size_t first = L.unit / 128 * 64;
+  return {static_cast<size_t>(b / 2 + ahead) * L.unit + (b % 2 ? first : 0), b % 2 ? L.unit - first : first};
+}
 constexpr LayoutA layout_a(GgmlType t) {
   const size_t codes = t == GgmlType::Q8_0 ? 512 : 256;
   const bool masks = t == GgmlType::Q5_0;
