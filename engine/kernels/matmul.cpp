@@ -13,13 +13,18 @@ namespace {
 
 // Rows per task: about 4 tasks per thread so the atomic task counter balances uneven progress,
 // rounded to a multiple of `align` rows (8: a cache line of row starts for the small types; 16: a
-// packed panel; 32: the two 16-row panels of a GEMM tile).
-int64_t chunk_rows(int64_t rows, int n_threads, int64_t align) {
+// packed panel; 32: the two 16-row panels of a GEMM tile), and at least `min_rows`.
+int64_t chunk_rows(int64_t rows, int n_threads, int64_t align, int64_t min_rows) {
   if (n_threads <= 1) return rows;
   int64_t c = (rows + n_threads * 4 - 1) / (n_threads * 4);
-  c = (c + align - 1) / align * align;
+  c = (std::max(c, min_rows) + align - 1) / align * align;
   return std::max<int64_t>(c, 1);
 }
+
+// Decode reads each task's rows as one stream that starts cold (the prefetch has to ramp up):
+// tasks of at least 64 rows, so a small matrix (K/V projections of 128-256 rows) is not cut into
+// 16-row streams of 10-20 KB. Measured in paired runs: decode +2% (Qwen2.5-0.5B, TinyLlama).
+constexpr int64_t kDecodeMinRows = 64;
 
 // One target's share of the work: rows [r0, r1) of targets[target].
 struct Task {
@@ -186,7 +191,7 @@ void matmul_impl(const KernelTable& k, ThreadPool& pool, ActivationMode mode, co
       return p.packed != nullptr ? 16 : p.gemm != nullptr ? 32 : 8;
     };
     const int64_t a = combine != nullptr ? std::max(align(0), align(1)) : align(i);
-    int64_t chunk = n_threads == 1 ? rows : chunk_rows(rows, n_threads, a);
+    int64_t chunk = n_threads == 1 ? rows : chunk_rows(rows, n_threads, a, n_tokens < 4 ? kDecodeMinRows : 1);
     // A pair's products of a chunk are held in scratch: at most ~128 rows of them.
     if (combine != nullptr) chunk = std::min(chunk, int64_t{128});
     max_chunk = std::max(max_chunk, chunk);
