@@ -707,6 +707,18 @@ inline void decode_side6(const uint8_t* src, uint8_t* side) {
   for (int e = 0; e < 4; ++e) _mm512_store_si512(side + 64 * e, v[e]);
 }
 
+// The side bytes of super-block `pb` of a packed K-quant panel: Q6_K's scales in place, Q4_K/Q5_K's
+// scales and mins decoded into `buf`.
+template <class T>
+inline const uint8_t* side_bytes(const uint8_t* pb, uint8_t* buf) {
+  if constexpr (PackK<T>::kQ6) {
+    return pb + PackK<T>::kSide;
+  } else {
+    decode_side6(pb + PackK<T>::kSide, buf);
+    return buf;
+  }
+}
+
 // Codes of steps 2j, 2j+1 (nibble vector j) of one super-block `pb` of a packed K-quant panel.
 template <class T>
 __attribute__((always_inline)) inline void unpack_pair_k(const uint8_t* pb, int j, __m512i& w0, __m512i& w1) {
@@ -793,13 +805,8 @@ void pack_k(const void* w, size_t wrow, int64_t rows, int64_t cols, int64_t p0, 
           }
         }
       }
-      if constexpr (P::kQ6) {
-        for (int s = 0; s < 16; ++s)
-          for (int i = 0; i < 16; ++i) dsb[P::kSide + 16 * s + i] = sm[i][s];
-      } else {
-        packed::encode_side_k4(sm[0], sizeof sm[0], dsb + P::kSide);
-        std::memcpy(dsb + P::kDmin, dmin, 32);
-      }
+      packed::write_side_k(T::kType, sm[0], sizeof sm[0], dsb + P::kSide);
+      if constexpr (!P::kQ6) std::memcpy(dsb + P::kDmin, dmin, 32);
       std::memcpy(dsb + P::kD, d, 32);
     }
   }
@@ -820,17 +827,9 @@ void tile_pk(int64_t nsb, const uint8_t* panel, size_t pstride, const uint8_t* a
     const uint8_t* mb = meta + static_cast<size_t>(sb) * L::kMetaBytes;
     __m512i isum[R][N];
     PICOLM_GEMM_UNROLL for (int r = 0; r < R; ++r) PICOLM_GEMM_UNROLL for (int n = 0; n < N; ++n) isum[r][n] = _mm512_setzero_si512();
-    // Scales (and mins): Q6_K's bytes in place, Q4_K/Q5_K's decoded from 6 bits to bytes here.
     alignas(64) uint8_t side[P::kQ6 ? 1 : R][256];
     const uint8_t* sides[R];
-    PICOLM_GEMM_UNROLL for (int r = 0; r < R; ++r) {
-      if constexpr (P::kQ6) {
-        sides[r] = pb + r * pstride + P::kSide;
-      } else {
-        decode_side6(pb + r * pstride + P::kSide, side[r]);
-        sides[r] = side[r];
-      }
-    }
+    PICOLM_GEMM_UNROLL for (int r = 0; r < R; ++r) sides[r] = side_bytes<T>(pb + r * pstride, side[P::kQ6 ? 0 : r]);
     for (int s = 0; s < P::kSub; ++s) {
       __m512i p[R][N];
       PICOLM_GEMM_UNROLL for (int n = 0; n < N; ++n) {
@@ -930,11 +929,7 @@ void expand_panel_k(const uint8_t* panel, int64_t nsb, uint8_t* out) {
       _mm512_storeu_si512(dst + 128 * j + 64, w1);
     }
     alignas(64) uint8_t side[256];
-    const uint8_t* sd = pb + P::kSide;
-    if constexpr (!P::kQ6) {
-      decode_side6(sd, side);
-      sd = side;
-    }
+    const uint8_t* sd = side_bytes<T>(pb, side);
     for (int s = 0; s < P::kSub; ++s) {
       const __m128i sc8 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(sd + 16 * s));
       _mm512_storeu_si512(dst + L::kScales + 64 * s, P::kQ6 ? _mm512_cvtepi8_epi32(sc8) : _mm512_cvtepu8_epi32(sc8));

@@ -183,6 +183,7 @@ void matmul_impl(const KernelTable& k, ThreadPool& pool, ActivationMode mode, co
   size_t kernel_scratch = 0;
   int64_t max_chunk = 0;
   const int n_chunked = combine != nullptr ? 1 : n_targets;
+  const bool decode = n_tokens < 4;  // one token (or a few): each task's rows are a cold stream
   for (int i = 0; i < n_chunked; ++i) {
     const int64_t rows = targets[i].rows;
     // Packed weights: whole 16-row panels; per-call GEMM: pairs of panels (its 2-panel tiles).
@@ -191,11 +192,11 @@ void matmul_impl(const KernelTable& k, ThreadPool& pool, ActivationMode mode, co
       return p.packed != nullptr ? 16 : p.gemm != nullptr ? 32 : 8;
     };
     const int64_t a = combine != nullptr ? std::max(align(0), align(1)) : align(i);
-    int64_t chunk = n_threads == 1 ? rows : chunk_rows(rows, n_threads, a, n_tokens < 4 ? kDecodeMinRows : 1);
+    int64_t chunk = n_threads == 1 ? rows : chunk_rows(rows, n_threads, a, decode ? kDecodeMinRows : 1);
     // A pair's products of a chunk are held in scratch: at most ~128 rows of them for many tokens;
     // decode holds one row of products per matrix, so its tasks may stream 256 rows of each
     // (measured in paired runs: decode +1-3% against 128).
-    if (combine != nullptr) chunk = std::min(chunk, n_tokens < 4 ? int64_t{256} : int64_t{128});
+    if (combine != nullptr) chunk = std::min(chunk, decode ? int64_t{256} : int64_t{128});
     max_chunk = std::max(max_chunk, chunk);
     for (int64_t r0 = 0; r0 < rows; r0 += chunk) tasks.push_back({i, r0, std::min(rows, r0 + chunk)});
   }

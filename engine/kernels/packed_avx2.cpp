@@ -23,7 +23,7 @@ using packed::meta_bytes_k;
 
 template <GgmlType T>
 void prepare(int64_t cols, const void* act, size_t arow, int64_t t0, int64_t t1, uint8_t* meta) {
-  if constexpr (T == GgmlType::Q4_K || T == GgmlType::Q5_K || T == GgmlType::Q6_K)
+  if constexpr (packed::is_k_quant(T))
     packed::prepare_meta_k(T, cols, act, arow, t0, t1, meta);
   else
     packed::prepare_meta_a(T, cols, act, arow, t0, t1, meta);
@@ -31,7 +31,7 @@ void prepare(int64_t cols, const void* act, size_t arow, int64_t t0, int64_t t1,
 
 template <GgmlType T>
 size_t meta_bytes(int64_t cols) {
-  if constexpr (T == GgmlType::Q4_K || T == GgmlType::Q5_K || T == GgmlType::Q6_K)
+  if constexpr (packed::is_k_quant(T))
     return static_cast<size_t>(cols / QK_K) * meta_bytes_k(T);
   else
     return static_cast<size_t>(cols / QK8_0) * sizeof(MetaA);
@@ -239,7 +239,7 @@ inline void with_n(int n, Fn&& fn) {
 template <GgmlType T>
 void run(int64_t cols, const uint8_t* packed, int64_t r0, int64_t r1, const void* act, size_t arow, const uint8_t* meta,
          int64_t n_tokens, float* y, int64_t ldy, uint8_t*) {
-  constexpr bool kq = T == GgmlType::Q4_K || T == GgmlType::Q5_K || T == GgmlType::Q6_K;
+  constexpr bool kq = packed::is_k_quant(T);
   const size_t pstride = packed::panel_bytes(T, cols);
   const auto* ab = static_cast<const uint8_t*>(act);
   const int64_t nblk = kq ? cols / QK_K : cols / QK8_0;

@@ -18,7 +18,7 @@
 //   Q6_K's side block is its signed scales as bytes [16][16] (sub-block s of row i at 16s + i).
 //   Q4_K/Q5_K's is 256 bytes of 6-bit values, scales [8][16] (16s + i) then mins [4][16][2]
 //   (sub-blocks 2p, 2p+1 of row i at 128 + 32p + 2i), stored in 192 bytes the way Q6_K stores its
-//   codes (encode_side_k4): nibble vector 0 = bytes 0-63 (low nibbles) and 64-127 (high), nibble
+//   codes (write_side_k): nibble vector 0 = bytes 0-63 (low nibbles) and 64-127 (high), nibble
 //   vector 1 = bytes 128-191 and 192-255, then one vector of their two high bits (bits 2e, 2e+1
 //   of byte k: byte 64e + k). So a Q4_K / Q5_K panel has exactly the file's 144 / 176 bytes per
 //   row and super-block.
@@ -73,12 +73,14 @@ constexpr LayoutK layout_k(GgmlType t) {
   const size_t d = side + (q6 ? 256 : 192);
   return {q6 ? 16 : 8, 2048, side, d, d + 32, round64(d + (q6 ? 32 : 64))};
 }
-// Q4_K/Q5_K side block: offset of the mins in its 256 decoded bytes, and its writer from the 16
-// rows' 8 scales and 8 mins (row i's at sm + i * sm_stride, scales_mins_k4_all order) to out[192].
-// Decoders are per table: the unpacking of Q6_K nibble vectors j = 0, 1 applied to the block
-// gives bytes 0-127 and 128-255.
+constexpr bool is_k_quant(GgmlType t) { return t == GgmlType::Q4_K || t == GgmlType::Q5_K || t == GgmlType::Q6_K; }
+// Side block of a K-quant super-block: the writer from the 16 rows' 16 side values each (row i's
+// at sm + i * sm_stride: Q6_K its scales, Q4_K/Q5_K 8 scales and 8 mins in scales_mins_k4_all
+// order) to out, and the offset of the mins in Q4_K/Q5_K's 256 decoded bytes. Decoders are per
+// table: the unpacking of Q6_K nibble vectors j = 0, 1 applied to a Q4_K/Q5_K block gives bytes
+// 0-127 and 128-255.
 constexpr size_t kSideMins = 128;
-void encode_side_k4(const uint8_t* sm, size_t sm_stride, uint8_t* out);
+void write_side_k(GgmlType t, const uint8_t* sm, size_t sm_stride, uint8_t* out);
 
 // Per-token tables of the panel kernels (GemmKernel::prepare / meta_bytes), one format for the
 // AVX-512 and AVX2 tables: Q8_0-activation types {float d; int32 -offset * sum(q)} per block (the

@@ -90,7 +90,12 @@ inline uint8_t code(const RowBlock* r, int i, int step, int q) { return r[i].cod
 
 }  // namespace
 
-void encode_side_k4(const uint8_t* sm, size_t sm_stride, uint8_t* out) {
+void write_side_k(GgmlType t, const uint8_t* sm, size_t sm_stride, uint8_t* out) {
+  if (t == GgmlType::Q6_K) {
+    for (int s = 0; s < 16; ++s)
+      for (int i = 0; i < 16; ++i) out[16 * s + i] = sm[static_cast<size_t>(i) * sm_stride + static_cast<size_t>(s)];
+    return;
+  }
   uint8_t v[256];
   for (int i = 0; i < 16; ++i) {
     const uint8_t* r = sm + static_cast<size_t>(i) * sm_stride;
@@ -148,13 +153,13 @@ void prepare_meta_k(GgmlType t, int64_t cols, const void* act, size_t arow, int6
 
 size_t panel_bytes(GgmlType t, int64_t cols) {
   if (!is_packable(t)) return 0;
-  if (t == GgmlType::Q4_K || t == GgmlType::Q5_K || t == GgmlType::Q6_K) return layout_k(t).panel_bytes(cols);
+  if (is_k_quant(t)) return layout_k(t).panel_bytes(cols);
   return layout_a(t).panel_bytes(cols);
 }
 
 void pack_panels_ref(GgmlType t, const void* w, size_t wrow, int64_t rows, int64_t cols, int64_t p0, int64_t p1,
                      uint8_t* dst) {
-  const bool kq = t == GgmlType::Q4_K || t == GgmlType::Q5_K || t == GgmlType::Q6_K;
+  const bool kq = is_k_quant(t);
   const int be = kq ? QK_K : 32;
   const size_t bb = ggml_type_traits(t)->block_bytes;
   const int64_t nb = cols / be;
@@ -188,13 +193,9 @@ void pack_panels_ref(GgmlType t, const void* w, size_t wrow, int64_t rows, int64
                 sb[L.extra + 64 * s + 4 * i + q] = v;
               }
         }
-        if (t == GgmlType::Q6_K) {
-          for (int s = 0; s < 16; ++s)
-            for (int i = 0; i < 16; ++i) sb[L.side + 16 * s + i] = r[i].sm[s];
-        } else {
-          encode_side_k4(reinterpret_cast<const uint8_t*>(r) + offsetof(RowBlock, sm), sizeof(RowBlock), sb + L.side);
+        write_side_k(t, reinterpret_cast<const uint8_t*>(r) + offsetof(RowBlock, sm), sizeof(RowBlock), sb + L.side);
+        if (t != GgmlType::Q6_K)
           for (int i = 0; i < 16; ++i) std::memcpy(sb + L.dmin + 2 * i, &r[i].dmin, 2);
-        }
         for (int i = 0; i < 16; ++i) std::memcpy(sb + L.d + 2 * i, &r[i].d, 2);
       } else {
         const LayoutA L = layout_a(t);
