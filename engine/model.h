@@ -21,7 +21,21 @@ namespace picolm {
 
 class ThreadPool;
 
-enum class Arch { Llama, Qwen2, Qwen3 };
+enum class Arch { Llama, Qwen2, Qwen3, Gemma3, Smollm3 };
+
+// What a layer computes besides its FFN. Only attention today; the recurrent mixers of the hybrid
+// architectures (gated delta net, short convolution) become further kinds.
+enum class LayerKind { Attention };
+
+// Per-layer hyper-parameters (GGUF gives head_count_kv and feed_forward_length as arrays for
+// some models; architectures mark sliding-window and NoPE layers).
+struct LayerHParams {
+  LayerKind kind = LayerKind::Attention;
+  int32_t n_head_kv = 0;
+  int32_t n_ff = 0;
+  int32_t window = 0;  // sliding-window attention: a query sees the last `window` positions; 0: all
+  int32_t rope = 0;    // index into HParams::rope_bases; -1: no rotary embedding (NoPE layer)
+};
 
 struct HParams {
   Arch arch = Arch::Llama;
@@ -30,14 +44,17 @@ struct HParams {
   int32_t n_embd = 0;
   int32_t n_layer = 0;
   int32_t n_head = 0;
-  int32_t n_head_kv = 0;
-  int32_t head_dim = 0;      // n_embd / n_head unless the file says otherwise
-  int32_t n_ff = 0;
+  int32_t n_head_kv = 0;     // of every attention layer (the KV cache has one row width)
+  int32_t head_dim = 0;      // n_embd / n_head unless the file says otherwise (key_length)
+  int32_t n_ff = 0;          // the largest of the layers'
   int32_t n_ctx_train = 0;
   float rms_eps = 1e-5f;
-  float rope_base = 10000.0f;
+  float rope_base = 10000.0f;  // of the global (full-attention) layers
   bool rope_neox = false;    // rotate pairs (i, i + head_dim/2) instead of (2i, 2i+1)
   bool tied_output = false;  // output projection reuses token_embd
+  float attn_scale = 0.0f;   // applied to q before q.k (1/sqrt(head_dim) unless the architecture says)
+  std::vector<float> rope_bases;    // distinct RoPE bases the layers use (rope_bases[0] == rope_base)
+  std::vector<LayerHParams> layers;  // [n_layer]
 };
 
 // Whether the weight matrices are repacked at load into the interleaved panels of
@@ -128,8 +145,9 @@ class Session {
   size_t memory_bytes() const;  // KV cache + scratch buffers owned by this session
   const Model& model() const;
 
+  struct Impl;  // engine-internal (session_impl.h: the layer blocks compute on it)
+
  private:
-  struct Impl;
   std::unique_ptr<Impl> impl_;
 };
 

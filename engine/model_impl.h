@@ -2,6 +2,7 @@
 #pragma once
 #include <vector>
 
+#include "gguf.h"
 #include "kernels/vec_ops.h"
 #include "model.h"
 
@@ -33,18 +34,43 @@ class AnonMemory {
   size_t n_ = 0;
 };
 
-struct LayerWeights {
-  std::vector<float> attn_norm, ffn_norm;  // [n_embd], dequantized at load (tiny)
-  WeightView wq, wk, wv, wo;
-  std::vector<float> bq, bk, bv;  // qwen2 biases ([n_head*hd], [n_kv*hd]); empty for llama
-  std::vector<float> q_norm, k_norm;  // qwen3 per-head RMS norms of q and k ([head_dim]); else empty
-  WeightView w_gate, w_up, w_down;
+// FFN variants: down(act(gate(x)) * up(x)).
+enum class FfnActivation {
+  SiluGated,      // SwiGLU (llama, qwen2, qwen3, smollm3)
+  GeluTanhGated,  // GELU with the tanh approximation (gemma3), through ggml's F16 table (see layers.cpp)
 };
+
+struct AttnWeights {
+  WeightView wq, wk, wv, wo;
+  std::vector<float> bq, bk, bv;      // q/k/v biases ([n_head*hd], [n_kv*hd]); empty when absent
+  std::vector<float> q_norm, k_norm;  // per-head RMS norms of q and k ([head_dim]); empty when absent
+};
+
+struct FfnWeights {
+  WeightView gate, up, down;
+};
+
+struct LayerWeights {
+  std::vector<float> attn_norm, ffn_norm;             // [n_embd], dequantized at load (tiny)
+  std::vector<float> attn_post_norm, ffn_post_norm;   // gemma3: sublayer outputs normed before the residual add
+  AttnWeights attn;
+  FfnWeights ffn;
+};
+
+// Every matrix of a layer (repacking, accounting): new weight kinds must be listed here.
+template <class Fn>
+void for_each_matrix(LayerWeights& w, const Fn& fn) {
+  for (WeightView* v : {&w.attn.wq, &w.attn.wk, &w.attn.wv, &w.attn.wo, &w.ffn.gate, &w.ffn.up, &w.ffn.down})
+    if (v->data) fn(*v);
+}
+
+struct Architecture;
 
 struct Model::Impl {
   std::unique_ptr<GgufFile> file;
   std::unique_ptr<Tokenizer> tokenizer;
   HParams hp;
+  const Architecture* arch = nullptr;
   ModelOptions opts;
   WeightView tok_embd;  // [n_vocab][n_embd]
   WeightView output;    // [n_vocab][n_embd] (== tok_embd when tied)

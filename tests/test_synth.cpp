@@ -412,3 +412,108 @@ TEST_CASE("picolm-gguf: prints a shared model and rejects bad files", "[synth]")
   REQUIRE(run(bin("picolm-gguf") + " " + trunc, &out) == 1);
   CHECK(out.find("trunc.gguf") != std::string::npos);
 }
+
+namespace {
+
+// Logits of every position: the whole prompt in one eval, and one token per eval.
+struct PrefillVsSequential {
+  std::vector<std::vector<float>> prefill, sequential;
+  float max_diff = 0.0f;
+};
+PrefillVsSequential prefill_vs_sequential(const std::shared_ptr<Model>& m, const std::vector<int32_t>& toks) {
+  ThreadPool pool(2);
+  PrefillVsSequential r;
+  Session a(m, pool, SessionOptions{0, 512});
+  REQUIRE(a.eval(toks, true).ok());
+  Session b(m, pool);
+  for (size_t i = 0; i < toks.size(); ++i) {
+    r.prefill.emplace_back(a.logits_at(i).begin(), a.logits_at(i).end());
+    REQUIRE(b.eval(std::span<const int32_t>(&toks[i], 1)).ok());
+    r.sequential.emplace_back(b.logits().begin(), b.logits().end());
+    for (size_t j = 0; j < r.prefill[i].size(); ++j)
+      r.max_diff = std::max(r.max_diff, std::fabs(r.prefill[i][j] - r.sequential[i][j]));
+  }
+  return r;
+}
+
+std::vector<int32_t> some_tokens(int n, int n_vocab) {
+  std::vector<int32_t> t;
+  for (int i = 0; i < n; ++i) t.push_back(int32_t((i * 7919 + 13) % n_vocab));
+  return t;
+}
+
+}  // namespace
+
+TEST_CASE("synth: qwen3 and gemma3 shapes load, run, and prefill equals one token at a time", "[synth]") {
+  TempDir dir;
+  SECTION("qwen3-0.6b (head_dim 128 from key_length, QK-norm)") {
+    const std::string out = dir.file("qwen3.gguf");
+    REQUIRE(run(bin("picolm-synth") + " --shape qwen3-0.6b --type q4_k_m --layers 2 --vocab 2048 -o " + out) == 0);
+    auto m = Model::load(out);
+    REQUIRE(m.ok());
+    const HParams& hp = m.value()->hparams();
+    CHECK(hp.arch == Arch::Qwen3);
+    CHECK(hp.n_embd == 1024);
+    CHECK(hp.head_dim == 128);
+    CHECK(hp.n_head == 16);
+    CHECK(hp.n_head_kv == 8);
+    CHECK(m.value()->gguf().tensor("blk.1.attn_q_norm.weight") != nullptr);
+    check_runs(m.value());
+    auto r = prefill_vs_sequential(m.value(), some_tokens(40, hp.n_vocab));
+    // Repacked weights (AVX2 / AVX-512): the same operations per token alone or in a batch.
+    if (m.value()->packed_bytes() > 0) CHECK(r.max_diff == 0.0f);
+    else CHECK(r.max_diff <= 0.1f);
+  }
+  SECTION("gemma3-270m (head_dim 256, 1 KV head, 5 sliding layers of 6, window shortened to 16)") {
+    const std::string out = dir.file("gemma3.gguf");
+    REQUIRE(run(bin("picolm-synth") + " --shape gemma3-270m --type q4_k_m --layers 6 --vocab 2048 --window 16 -o " +
+                out) == 0);
+    auto m = Model::load(out);
+    REQUIRE(m.ok());
+    const HParams& hp = m.value()->hparams();
+    CHECK(hp.arch == Arch::Gemma3);
+    CHECK(hp.n_embd == 640);
+    CHECK(hp.head_dim == 256);
+    CHECK(hp.n_head_kv == 1);
+    CHECK(hp.tied_output);
+    REQUIRE(hp.layers.size() == 6);
+    for (int l = 0; l < 6; ++l) {
+      CHECK(hp.layers[size_t(l)].window == (l < 5 ? 16 : 0));
+      CHECK(hp.layers[size_t(l)].rope == (l < 5 ? 1 : 0));
+    }
+    REQUIRE(hp.rope_bases.size() == 2);
+    CHECK(hp.rope_bases[0] == 1e6f);
+    CHECK(hp.rope_bases[1] == 1e4f);
+    check_runs(m.value());
+    // 40 tokens: past the window of 16 on the sliding layers.
+    auto r = prefill_vs_sequential(m.value(), some_tokens(40, hp.n_vocab));
+    if (m.value()->packed_bytes() > 0) CHECK(r.max_diff == 0.0f);
+    else CHECK(r.max_diff <= 0.1f);
+  }
+}
+
+TEST_CASE("synth: smollm3 skips RoPE on every fourth layer (NoPE) and is llama otherwise", "[synth]") {
+  TempDir dir;
+  // The same weights (same shape and seed) written as smollm3 and as llama.
+  auto make = [&](const char* arch, int layers) {
+    const std::string out = dir.file((std::string(arch) + std::to_string(layers) + ".gguf").c_str());
+    REQUIRE(run(bin("picolm-synth") + " --shape smollm2-360m --type q4_0 --vocab 1024 --layers " +
+                std::to_string(layers) + " --arch " + arch + " -o " + out) == 0);
+    auto m = Model::load(out);
+    REQUIRE(m.ok());
+    return m.value();
+  };
+  const auto toks = some_tokens(12, 1024);
+  auto logits = [&](const std::shared_ptr<Model>& m) { return prefill_vs_sequential(m, toks).prefill; };
+  // Three layers: no NoPE layer yet ((il + 1) % 4 != 0), so smollm3 is llama bit for bit.
+  auto s3 = make("smollm3", 3), l3 = make("llama", 3);
+  CHECK(s3->hparams().arch == Arch::Smollm3);
+  for (const LayerHParams& lp : s3->hparams().layers) CHECK(lp.rope == 0);
+  CHECK(logits(s3) == logits(l3));
+  // Four layers: layer 3 has no rotation. Position 0 is never rotated, so it agrees; later ones do not.
+  auto s4 = make("smollm3", 4), l4 = make("llama", 4);
+  CHECK(s4->hparams().layers[3].rope == -1);
+  const auto a = logits(s4), b = logits(l4);
+  CHECK(a[0] == b[0]);
+  for (size_t p = 1; p < toks.size(); ++p) CHECK(a[p] != b[p]);
+}

@@ -30,11 +30,15 @@ namespace {
 
 struct Shape {
   const char* name;
-  const char* arch;  // "llama" or "qwen2"
+  const char* arch;  // general.architecture
   int n_layer, n_embd, n_head, n_head_kv, n_ff, n_vocab, n_ctx;
   float rope_base, rms_eps;
   bool tied;      // no output.weight: the output projection reuses token_embd
   bool qkv_bias;  // Qwen2 has biases on q, k, v
+  int head_dim = 0;       // 0: n_embd / n_head (qwen3 and gemma3 state it: attention.key_length)
+  bool qk_norm = false;   // per-head attn_q_norm / attn_k_norm (qwen3, gemma3)
+  bool post_norms = false;  // post_attention_norm / post_ffw_norm (gemma3)
+  int window = 0;         // gemma3.attention.sliding_window
 };
 
 // Hyper-parameters as published in each model's config.json. n_vocab 0: the demo's vocabulary size.
@@ -46,6 +50,11 @@ constexpr Shape kShapes[] = {
     // Llama 3.2 also rescales rope frequencies (rope_freqs.weight); the engine does not model that,
     // which changes no cost.
     {"llama-3.2-1b", "llama", 16, 2048, 32, 8, 8192, 128256, 131072, 500000.0f, 1e-5f, true, false},
+    {"qwen3-0.6b", "qwen3", 28, 1024, 16, 8, 3072, 151936, 40960, 1000000.0f, 1e-6f, true, false, 128, true},
+    {"qwen3-1.7b", "qwen3", 28, 2048, 16, 8, 6144, 151936, 40960, 1000000.0f, 1e-6f, true, false, 128, true},
+    {"gemma3-270m", "gemma3", 18, 640, 4, 1, 2048, 262144, 32768, 1000000.0f, 1e-6f, true, false, 256, true, true, 512},
+    {"gemma3-1b", "gemma3", 26, 1152, 4, 1, 6912, 262144, 32768, 1000000.0f, 1e-6f, true, false, 256, true, true, 512},
+    {"smollm3-3b", "smollm3", 36, 2048, 16, 4, 11008, 128256, 65536, 5000000.0f, 1e-6f, true, false},
     {"demo", "qwen2", 4, 256, 4, 2, 512, 0, 4096, 1000000.0f, 1e-6f, true, true},
 };
 
@@ -455,20 +464,25 @@ Status write_vector(GgufWriter& w, int64_t n, float mean, float sigma, Rng& rng)
 void usage(FILE* out) {
   std::fprintf(out,
                "usage: picolm-synth --shape NAME --type MIX -o OUT.gguf [options]\n"
-               "  --shape NAME        tinyllama-1.1b | qwen2.5-0.5b | qwen2.5-1.5b | smollm2-360m | llama-3.2-1b | demo\n"
+               "  --shape NAME        tinyllama-1.1b | qwen2.5-0.5b | qwen2.5-1.5b | smollm2-360m | llama-3.2-1b |\n"
+               "                      qwen3-0.6b | qwen3-1.7b | gemma3-270m | gemma3-1b | smollm3-3b | demo\n"
                "  --type MIX          q4_k_m | q8_0 | q4_0 | f16 | f32 (llama.cpp's per-tensor rules)\n"
                "  -o, --output FILE   output GGUF (written to FILE.tmp, then renamed)\n"
                "  --vocab-from FILE   copy all tokenizer.* keys from another GGUF (n_vocab must be >= its vocabulary)\n"
                "  --seed S            random seed (default 1)\n"
                "  --ctx N             context_length to record (default: the model's)\n"
                "  --layers N          override the number of layers (smaller test models)\n"
-               "  --merges N          demo vocabulary: number of BPE merges to learn (default 480)\n");
+               "  --merges N          demo vocabulary: number of BPE merges to learn (default 480)\n"
+               "  --vocab N           override n_vocab (a smaller embedding for tests; >= the vocabulary's tokens)\n"
+               "  --window N          override the sliding window of gemma3 shapes\n"
+               "  --arch NAME         write this general.architecture instead of the shape's (same tensors and\n"
+               "                      seed: compares architectures on identical weights, e.g. smollm3 vs llama)\n");
 }
 
 struct Args {
-  std::string shape, type = "q4_k_m", output, vocab_from;
+  std::string shape, type = "q4_k_m", output, vocab_from, arch;
   uint64_t seed = 1;
-  int ctx = 0, layers = 0, merges = 480;
+  int ctx = 0, layers = 0, merges = 480, vocab = 0, window = 0;
 };
 
 bool parse_int(const char* s, long long& out) {
@@ -492,10 +506,10 @@ int run(const Args& a) {
     return 2;
   }
   const auto t0 = std::chrono::steady_clock::now();
-  const std::string arch = shape->arch;
+  const std::string arch = a.arch.empty() ? shape->arch : a.arch;
   const int n_layer = a.layers > 0 ? a.layers : shape->n_layer;
   const int E = shape->n_embd, n_ff = shape->n_ff;
-  const int head_dim = E / shape->n_head;
+  const int head_dim = shape->head_dim > 0 ? shape->head_dim : E / shape->n_head;
   const int q_dim = shape->n_head * head_dim, kv_dim = shape->n_head_kv * head_dim;
   const int n_ctx = a.ctx > 0 ? a.ctx : shape->n_ctx;
 
@@ -513,9 +527,15 @@ int run(const Args& a) {
   w.set_f32(arch + ".attention.layer_norm_rms_epsilon", shape->rms_eps);
   w.set_f32(arch + ".rope.freq_base", shape->rope_base);
   w.set_u32(arch + ".rope.dimension_count", static_cast<uint32_t>(head_dim));
+  if (shape->head_dim > 0) {
+    w.set_u32(arch + ".attention.key_length", static_cast<uint32_t>(head_dim));
+    w.set_u32(arch + ".attention.value_length", static_cast<uint32_t>(head_dim));
+  }
+  if (shape->window > 0)
+    w.set_u32(arch + ".attention.sliding_window", static_cast<uint32_t>(a.window > 0 ? a.window : shape->window));
 
   // Tokenizer: copied, or a synthetic byte-level BPE vocabulary.
-  int n_vocab = shape->n_vocab;
+  int n_vocab = a.vocab > 0 ? a.vocab : shape->n_vocab;
   std::unique_ptr<GgufFile> vocab_file;
   if (!a.vocab_from.empty()) {
     auto vf = GgufFile::open(a.vocab_from);
@@ -587,11 +607,17 @@ int run(const Args& a) {
       vec(p + "attn_k.bias", kv_dim, 0.0f, 0.1f);
       vec(p + "attn_v.bias", kv_dim, 0.0f, 0.1f);
     }
+    if (shape->qk_norm) {
+      vec(p + "attn_q_norm.weight", head_dim, 1.0f, 0.05f);
+      vec(p + "attn_k_norm.weight", head_dim, 1.0f, 0.05f);
+    }
     mat(p + "attn_output.weight", Kind::AttnO, l, E, q_dim, 1.0f / std::sqrt(static_cast<float>(q_dim)));
+    if (shape->post_norms) vec(p + "post_attention_norm.weight", E, 1.0f, 0.05f);
     vec(p + "ffn_norm.weight", E, 1.0f, 0.05f);
     mat(p + "ffn_gate.weight", Kind::FfnGate, l, n_ff, E, inv_e);
     mat(p + "ffn_up.weight", Kind::FfnUp, l, n_ff, E, inv_e);
     mat(p + "ffn_down.weight", Kind::FfnDown, l, E, n_ff, 1.0f / std::sqrt(static_cast<float>(n_ff)));
+    if (shape->post_norms) vec(p + "post_ffw_norm.weight", E, 1.0f, 0.05f);
   }
   vec("output_norm.weight", E, 1.0f, 0.05f);
   if (!shape->tied) mat("output.weight", Kind::Output, 0, n_vocab, E, 2.0f * inv_e);
@@ -658,10 +684,14 @@ int main(int argc, char** argv) {
     } else if (k == "-o" || k == "--output") {
       if (!(v = val())) return 2;
       a.output = v;
+    } else if (k == "--arch") {
+      if (!(v = val())) return 2;
+      a.arch = v;
     } else if (k == "--vocab-from") {
       if (!(v = val())) return 2;
       a.vocab_from = v;
-    } else if (k == "--seed" || k == "--ctx" || k == "--layers" || k == "--merges") {
+    } else if (k == "--seed" || k == "--ctx" || k == "--layers" || k == "--merges" || k == "--vocab" ||
+               k == "--window") {
       if (!(v = val())) return 2;
       if (!parse_int(v, n) || n < 0 || n > (1ll << 31)) {
         std::fprintf(stderr, "picolm-synth: %s: '%s' is not a non-negative integer\n", k.c_str(), v);
@@ -670,6 +700,8 @@ int main(int argc, char** argv) {
       if (k == "--seed") a.seed = static_cast<uint64_t>(n);
       else if (k == "--ctx") a.ctx = static_cast<int>(n);
       else if (k == "--layers") a.layers = static_cast<int>(n);
+      else if (k == "--vocab") a.vocab = static_cast<int>(n);
+      else if (k == "--window") a.window = static_cast<int>(n);
       else a.merges = static_cast<int>(n);
     } else {
       std::fprintf(stderr, "picolm-synth: unknown argument '%s'\n", k.c_str());

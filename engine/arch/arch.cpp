@@ -1,0 +1,118 @@
+#include "arch/arch.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace picolm {
+namespace {
+
+const Architecture* const kAll[] = {&kArchLlama, &kArchQwen2, &kArchQwen3, &kArchGemma3, &kArchSmollm3};
+
+// A per-layer value: the file may store a scalar (every layer) or an array of n_layer values.
+bool per_layer(const GgufFile& f, const std::string& key, int32_t n_layer, std::vector<int32_t>& out,
+               std::vector<std::string>& problems) {
+  if (auto v = f.get_int(key)) {
+    out.assign(size_t(n_layer), int32_t(*v));
+    return true;
+  }
+  const GgufValue* raw = f.find(key);
+  if (raw && raw->type == GgufValueType::ARRAY) {
+    out = f.get_i32_array(key);
+    if (out.size() != size_t(n_layer)) {
+      problems.push_back(key + " has " + std::to_string(raw->count) + " entries for " + std::to_string(n_layer) +
+                         " layers");
+      return false;
+    }
+    return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+const Architecture* find_architecture(std::string_view name) {
+  for (const Architecture* a : kAll)
+    if (name == a->name) return a;
+  return nullptr;
+}
+
+std::string supported_architectures() {
+  std::string s;
+  for (const Architecture* a : kAll) s += (s.empty() ? "" : ", ") + std::string(a->name);
+  return s;
+}
+
+Status read_common_hparams(const GgufFile& f, HParams& hp) {
+  const std::string a = hp.arch_name + ".";
+  std::vector<std::string> missing, problems;
+  auto need = [&](const std::string& key) -> int64_t {
+    auto v = f.get_int(a + key);
+    if (!v) {
+      missing.push_back(a + key);
+      return 0;
+    }
+    return *v;
+  };
+  hp.n_embd = static_cast<int32_t>(need("embedding_length"));
+  hp.n_layer = static_cast<int32_t>(need("block_count"));
+  hp.n_head = static_cast<int32_t>(need("attention.head_count"));
+  hp.n_ctx_train = static_cast<int32_t>(need("context_length"));
+  if (hp.n_layer < 1 || hp.n_layer > 1024) return Error{"implausible hyper-parameters (block_count)"};
+  std::vector<int32_t> n_ff, n_kv;
+  if (!per_layer(f, a + "feed_forward_length", hp.n_layer, n_ff, problems) && problems.empty())
+    missing.push_back(a + "feed_forward_length");
+  if (!per_layer(f, a + "attention.head_count_kv", hp.n_layer, n_kv, problems)) n_kv.assign(size_t(hp.n_layer), hp.n_head);
+  if (!missing.empty()) {
+    std::string m = "missing metadata:";
+    for (auto& k : missing) m += " " + k;
+    return Error{m};
+  }
+  if (!problems.empty()) return Error{problems.front()};
+  hp.rms_eps = static_cast<float>(f.get_float(a + "attention.layer_norm_rms_epsilon").value_or(1e-5));
+  hp.rope_base = static_cast<float>(f.get_float(a + "rope.freq_base").value_or(10000.0));
+  hp.rope_bases = {hp.rope_base};
+  if (hp.n_head < 1 || hp.n_embd < 1) return Error{"implausible hyper-parameters"};
+  hp.head_dim = static_cast<int32_t>(f.get_int(a + "attention.key_length").value_or(hp.n_embd / hp.n_head));
+  if (auto rd = f.get_int(a + "rope.dimension_count"); rd && *rd != hp.head_dim)
+    return Error{"partial rotary embeddings (rope.dimension_count != head_dim) are not supported"};
+  if (hp.head_dim > 0) hp.attn_scale = 1.0f / std::sqrt(float(hp.head_dim));
+  hp.layers.assign(size_t(hp.n_layer), LayerHParams{});
+  for (int l = 0; l < hp.n_layer; ++l) {
+    LayerHParams& lp = hp.layers[size_t(l)];
+    lp.n_ff = n_ff[size_t(l)];
+    lp.n_head_kv = n_kv[size_t(l)];
+  }
+  return Ok{};
+}
+
+Status validate_hparams(HParams& hp) {
+  auto bad = [](int64_t v, int64_t lo, int64_t hi) { return v < lo || v > hi; };
+  if (bad(hp.n_embd, 1, 1 << 16) || bad(hp.n_layer, 1, 1024) || bad(hp.n_head, 1, 1024) ||
+      bad(hp.n_ctx_train, 1, 1 << 24) || int32_t(hp.layers.size()) != hp.n_layer)
+    return Error{"implausible hyper-parameters"};
+  if (hp.head_dim <= 0 || hp.head_dim % 2 != 0 || hp.head_dim > 1024) return Error{"invalid head dimension"};
+  if (!(hp.rms_eps > 0.0f) || !std::isfinite(hp.rms_eps)) return Error{"invalid rms epsilon"};
+  if (hp.rope_bases.empty()) return Error{"no rope base"};
+  for (float b : hp.rope_bases)
+    if (!(b > 0.0f) || !std::isfinite(b)) return Error{"invalid rope base"};
+  if (!(hp.attn_scale > 0.0f) || !std::isfinite(hp.attn_scale)) return Error{"invalid attention scale"};
+  hp.n_ff = 0;
+  hp.n_head_kv = 0;
+  for (int l = 0; l < hp.n_layer; ++l) {
+    const LayerHParams& lp = hp.layers[size_t(l)];
+    const std::string at = " (layer " + std::to_string(l) + ")";
+    if (bad(lp.n_ff, 1, 1 << 20)) return Error{"implausible feed_forward_length" + at};
+    if (bad(lp.n_head_kv, 1, hp.n_head)) return Error{"implausible head_count_kv" + at};
+    if (hp.n_head % lp.n_head_kv != 0) return Error{"head_count is not a multiple of head_count_kv" + at};
+    // One KV row width for the whole cache (the prompt cache's layout relies on it).
+    if (hp.n_head_kv != 0 && lp.n_head_kv != hp.n_head_kv)
+      return Error{"layers with different head_count_kv are not supported" + at};
+    if (lp.window < 0) return Error{"negative sliding window" + at};
+    if (lp.rope < -1 || lp.rope >= int32_t(hp.rope_bases.size())) return Error{"invalid rope table" + at};
+    hp.n_head_kv = lp.n_head_kv;
+    hp.n_ff = std::max(hp.n_ff, lp.n_ff);
+  }
+  return Ok{};
+}
+
+}  // namespace picolm

@@ -1,0 +1,43 @@
+// Internal: one Architecture per `general.architecture` value. Each lives in its own small file
+// (engine/arch/<name>.cpp) that reads its hyper-parameters in one place, names its weights, and
+// composes the shared layer blocks of engine/layers.h into its forward pass. See ARCHITECTURE.md,
+// "Adding an architecture".
+#pragma once
+#include <string>
+#include <string_view>
+
+#include "layers.h"
+
+namespace picolm {
+
+struct Architecture {
+  const char* name;  // general.architecture
+  Arch id;
+  // After read_common_hparams: the architecture's own keys and rules (per-layer windows, RoPE
+  // tables, NoPE layers, q scale). Errors name the key.
+  Status (*read_hparams)(const GgufFile& f, HParams& hp);
+  // Every tensor the forward pass reads (problems go to L.errors).
+  void (*load_weights)(WeightLoader& L, Model::Impl& m);
+  // One micro-batch; logits of every position (all_logits) or the last one when need_logits.
+  void (*forward)(Forward& f, bool need_logits, bool all_logits, float* logits);
+};
+
+// nullptr when unsupported.
+const Architecture* find_architecture(std::string_view name);
+// "llama, qwen2, ..." for error messages.
+std::string supported_architectures();
+
+// The keys every architecture shares (<arch>.embedding_length, block_count, attention.head_count,
+// head_count_kv and feed_forward_length (scalars or per-layer arrays), context_length,
+// layer_norm_rms_epsilon, rope.freq_base, attention.key_length), with one full-attention RoPE'd
+// layer description per layer. Validated again (validate_hparams) once the architecture is done.
+Status read_common_hparams(const GgufFile& f, HParams& hp);
+Status validate_hparams(HParams& hp);  // also sets the summary fields n_head_kv, n_ff
+
+extern const Architecture kArchLlama;
+extern const Architecture kArchQwen2;
+extern const Architecture kArchQwen3;
+extern const Architecture kArchGemma3;
+extern const Architecture kArchSmollm3;
+
+}  // namespace picolm

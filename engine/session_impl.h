@@ -1,0 +1,64 @@
+// Internal: a Session's state (KV cache, RoPE tables, scratch), shared by model.cpp (the Session
+// API) and layers.cpp (the blocks that compute with it).
+#pragma once
+#include <algorithm>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "kernels/thread_pool.h"
+#include "model.h"
+#include "model_impl.h"
+
+namespace picolm {
+
+// cos/sin of one RoPE base for every position of the session: [position][head_dim/2].
+struct RopeTable {
+  std::vector<float> cos, sin;
+};
+
+struct Session::Impl {
+  std::shared_ptr<const Model> model;
+  const Model::Impl* m = nullptr;
+  ThreadPool* pool = nullptr;
+  SessionOptions opts;
+  int32_t n_ctx = 0;
+  int64_t kv_row = 0;                 // n_head_kv * head_dim
+  std::vector<uint16_t> k_cache;      // fp16, [layer][position][kv_head][head_dim]
+  std::vector<uint16_t> v_cache;      // fp16, [layer][position][kv_head][head_dim]
+  std::vector<RopeTable> rope;        // one per HParams::rope_bases
+  std::vector<int32_t> tokens;
+  // Scratch for n_batch tokens, [token][dim]. Two buffers serve twice per layer, since their first
+  // use is over when the second begins: xn (normed input of q/k/v) also holds the attention output
+  // (read by attn_output before the FFN norm rewrites xn); q also holds y, the attn_output and
+  // ffn_down results (q is dead once attention has run). Both are sized for either use.
+  std::vector<float> x, xn, q, k, v, gate;  // gate: act(gate) * up, the input of ffn_down
+  std::vector<float> logits;          // [n_out][n_vocab]
+  size_t n_logit_rows = 0;
+  // Attention scratch, one slice per pool worker (VecOps::attention's work area for a tile of at
+  // most attn_tile_tokens tokens x the query heads of one KV head).
+  std::vector<uint8_t> attn_work;     // [worker][attn_work_stride] bytes from attn_work_base
+  size_t attn_work_base = 0;          // offset of the first 64-byte aligned byte
+  size_t attn_work_stride = 0;
+  int attn_tile_tokens = 1;
+
+  uint16_t* k_layer(int layer) { return k_cache.data() + size_t(layer) * size_t(n_ctx) * size_t(kv_row); }
+  uint16_t* v_layer(int layer) { return v_cache.data() + size_t(layer) * size_t(n_ctx) * size_t(kv_row); }
+
+  void ensure_scratch(int64_t T);
+  // fn(t) for every token of the batch; spread over the pool when the batch is large enough.
+  template <class Fn>
+  void for_tokens(int64_t T, const Fn& fn) {
+    const int n_workers = pool->size();
+    if (T < 4 || n_workers == 1) {
+      for (int64_t t = 0; t < T; ++t) fn(t);
+      return;
+    }
+    const int n_tasks = int(std::min<int64_t>(T, int64_t(n_workers) * 4));
+    pool->parallel_for(n_tasks, [&](int task, int) {
+      for (int64_t t = T * task / n_tasks; t < T * (task + 1) / n_tasks; ++t) fn(t);
+    });
+  }
+};
+
+}  // namespace picolm
