@@ -60,6 +60,7 @@ struct AttentionCase {
   int hd, group, n_kv, n_tok;
   int32_t pos0;
   int32_t window = 0;  // sliding window of every row, 0 = unlimited
+  int32_t ring = 0;    // AttentionTile::kv_ring of k_read / v_read
   std::vector<float> q;
   std::vector<uint16_t> k, v;
   // Where run() reads K and V: k / v unless pointed elsewhere (a guarded copy). Position p of KV
@@ -94,6 +95,7 @@ struct AttentionCase {
     a.n_grp = ng;
     a.pos0 = pos0 + t0;
     a.window = window;
+    a.kv_ring = ring;
     a.scale = 1.0f / std::sqrt(float(hd));
     a.q = q.data() + t0 * q_dim() + (int64_t(kvh) * group + g0) * hd;
     a.out = out + t0 * q_dim() + (int64_t(kvh) * group + g0) * hd;
@@ -251,6 +253,50 @@ TEST_CASE("vec_ops: sliding-window attention matches the oracle and reads only t
           }
           c.k_read = c.k.data();
           c.v_read = c.v.data();
+        }
+}
+
+TEST_CASE("vec_ops: sliding-window attention over a ring cache gives the bits of the linear cache", "[kernels]") {
+  // A ring of C slots after the K/V of positions up to `last` were written: slot s holds the latest
+  // position x <= last with x % C == s. Slots whose position is below every row's window (or was
+  // never written) hold NaN: they must be masked, never used.
+  const VecOps* list[4];
+  const int n_ops = available_vec_ops(list, 4);
+  AttentionScratch scratch;
+  uint32_t seed = 5000;
+  for (int32_t window : {1, 8, 63, 64, 65, 200})
+    for (int32_t pos0 : {0, 7, 64, 300, 1000})
+      for (int n_tok : {1, 5, 64})
+        for (int extra_blocks : {0, 1}) {  // the smallest legal ring, and one block more
+          const int group = seed % 2 ? 4 : 1;
+          AttentionCase c(64, group, n_tok, pos0, 4.0f, seed++, window);
+          const int32_t C = (window + n_tok - 1 + kAttentionBlock - 1) / kAttentionBlock * kAttentionBlock +
+                            extra_blocks * kAttentionBlock;
+          const int32_t last = pos0 + n_tok - 1, first = first_seen(pos0, window);
+          const size_t row = size_t(c.kv_stride());
+          std::vector<uint16_t> rk(size_t(C) * row, uint16_t(0x7E00)), rv(size_t(C) * row, uint16_t(0x7E00));
+          for (int32_t x = std::max(first, last - C + 1); x <= last; ++x) {
+            std::memcpy(rk.data() + size_t(x % C) * row, c.k.data() + size_t(x) * row, row * sizeof(uint16_t));
+            std::memcpy(rv.data() + size_t(x % C) * row, c.v.data() + size_t(x) * row, row * sizeof(uint16_t));
+          }
+          for (int vi = 0; vi < n_ops; ++vi) {
+            const VecOps& ops = *list[vi];
+            INFO("variant " << ops.name << " window " << window << " pos0 " << pos0 << " n_tok " << n_tok << " ring "
+                            << C);
+            c.k_read = c.k.data();
+            c.v_read = c.v.data();
+            c.ring = 0;
+            const std::vector<float> linear = c.run_all(ops, scratch);
+            c.k_read = rk.data();
+            c.v_read = rv.data();
+            c.ring = C;
+            const std::vector<float> ringed = c.run_all(ops, scratch);
+            CHECK(std::all_of(linear.begin(), linear.end(), [](float x) { return std::isfinite(x); }));
+            CHECK(std::memcmp(linear.data(), ringed.data(), linear.size() * sizeof(float)) == 0);
+          }
+          c.k_read = c.k.data();
+          c.v_read = c.v.data();
+          c.ring = 0;
         }
 }
 

@@ -27,9 +27,14 @@ struct AttentionTile {
   const float* q = nullptr;      // row (t, g) at q + t * row_stride + g * head_dim
   float* out = nullptr;          // row (t, g) at out + t * row_stride + g * head_dim
   int64_t row_stride = 0;
-  const uint16_t* k = nullptr;   // fp16, position p at k + p * kv_stride ([head_dim] each)
-  const uint16_t* v = nullptr;   // fp16, position p at v + p * kv_stride
+  const uint16_t* k = nullptr;   // fp16, position p at k + slot(p) * kv_stride ([head_dim] each)
+  const uint16_t* v = nullptr;   // fp16, position p at v + slot(p) * kv_stride
   int64_t kv_stride = 0;
+  // 0: slot(p) = p. Else the cache is a ring of kv_ring slots, slot(p) = p % kv_ring: kv_ring is a
+  // multiple of kAttentionBlock (a block of positions stays contiguous) and, with a window W, at
+  // least W + n - 1 when the K/V of n new positions are written before their attention runs (every
+  // position a row sees is then still in the ring; older ones in its blocks are masked).
+  int32_t kv_ring = 0;
   uint8_t* work = nullptr;       // attention_work_bytes(head_dim, n_tok * n_grp) bytes, 64-byte aligned
 };
 constexpr int kAttentionBlock = 64;

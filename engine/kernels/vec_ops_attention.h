@@ -33,6 +33,9 @@ struct AttentionWork {
 // without p - window so that no window up to INT32_MAX overflows.
 inline int32_t window_first(int32_t p, int32_t window) { return window > 0 && p >= window ? p - (window - 1) : 0; }
 
+// Cache slot of position p (AttentionTile::kv_ring).
+inline int64_t kv_slot(int32_t p, int32_t ring) { return ring > 0 ? p % ring : p; }
+
 inline AttentionWork carve_attention_work(int head_dim, int n_rows, uint8_t* base) {
   AttentionWork w;
   w.rows_padded = (n_rows + kAttentionLanes - 1) / kAttentionLanes * kAttentionLanes;

@@ -38,7 +38,7 @@ void attention_ref(const AttentionTile& a) {
       const int nb = std::min<int32_t>(kAttentionBlock, last + 1 - b0);
       float bmax = -INFINITY;
       for (int j = j0; j < nb; ++j) {
-        const uint16_t* k = a.k + (b0 + j) * a.kv_stride;
+        const uint16_t* k = a.k + vecops_detail::kv_slot(b0 + j, a.kv_ring) * a.kv_stride;
         float dot = 0.0f;
         for (int d = 0; d < hd; ++d) dot += qs[d] * fp16_to_fp32(k[d]);
         s[j] = dot;
@@ -51,7 +51,7 @@ void attention_ref(const AttentionTile& a) {
       for (int j = j0; j < nb; ++j) {
         const float p = std::exp(s[j] - m_new);
         l += p;
-        const uint16_t* v = a.v + (b0 + j) * a.kv_stride;
+        const uint16_t* v = a.v + vecops_detail::kv_slot(b0 + j, a.kv_ring) * a.kv_stride;
         for (int d = 0; d < hd; ++d) acc[d] += p * fp16_to_fp32(v[d]);
       }
       m = m_new;

@@ -243,9 +243,10 @@ void attention_rows_simd(const AttentionTile& a) {
   const int32_t last = a.pos0 + a.n_tok - 1;
   for (int32_t b0 = window_first(a.pos0, a.window) / B * B; b0 <= last; b0 += B) {
     const int nb = std::min<int32_t>(B, last + 1 - b0);
-    transpose_k_block(a.k + b0 * a.kv_stride, a.kv_stride, nb, hd, w.kb);
+    const int64_t slot0 = kv_slot(b0, a.kv_ring);  // the block's slots are contiguous
+    transpose_k_block(a.k + slot0 * a.kv_stride, a.kv_stride, nb, hd, w.kb);
     for (int j = 0; j < nb; ++j) {
-      const uint16_t* v = a.v + (b0 + j) * a.kv_stride;
+      const uint16_t* v = a.v + (slot0 + j) * a.kv_stride;
       float* vd = w.vb + size_t(j) * hdp;
       int d = 0;
       for (; d + W <= hd; d += W) V::store(vd + d, V::from_f16(v + d));
@@ -329,9 +330,10 @@ void attention_simd(const AttentionTile& a) {
   const int32_t last = a.pos0 + a.n_tok - 1;
   for (int32_t b0 = w.lo[0] / B * B; b0 <= last; b0 += B) {  // rows are in position order: lo[0] is the least
     const int nb_tile = std::min<int32_t>(B, last + 1 - b0);
+    const int64_t slot0 = kv_slot(b0, a.kv_ring);  // the block's slots are contiguous
     for (int j = 0; j < nb_tile; ++j) {  // fp16 -> f32 is exact, so vector and scalar tails agree
-      const uint16_t* k = a.k + (b0 + j) * a.kv_stride;
-      const uint16_t* v = a.v + (b0 + j) * a.kv_stride;
+      const uint16_t* k = a.k + (slot0 + j) * a.kv_stride;
+      const uint16_t* v = a.v + (slot0 + j) * a.kv_stride;
       float* kd = w.kb + size_t(j) * hd;
       float* vd = w.vb + size_t(j) * hd;
       int d = 0;
