@@ -22,11 +22,19 @@ struct AttentionWork {
   float* m = nullptr;       // [rows_padded]: running max of the scores
   float* l = nullptr;       // [rows_padded]: running sum of exp(score - m)
   int32_t* pos = nullptr;   // [rows_padded]: position of each row (-1 for padding)
+  int32_t* lo = nullptr;    // [rows_padded]: first position each row sees (window_first(pos, W))
   float* kb = nullptr;      // [kAttentionBlock][head_dim] or [head_dim][kAttentionBlock]: one K block in f32
   float* vb = nullptr;      // [kAttentionBlock][head_dim] or [kAttentionBlock][hd_padded]: one V block in f32
   float* s = nullptr;       // [kAttentionBlock][kAttentionLanes]: scores, then weights, of one row group
   size_t bytes = 0;         // total size (carve() with base == nullptr only measures)
 };
+
+// First position a row at position p sees: p - window + 1, or 0 (window 0 = unlimited). Written
+// without p - window so that no window up to INT32_MAX overflows.
+inline int32_t window_first(int32_t p, int32_t window) { return window > 0 && p >= window ? p - (window - 1) : 0; }
+
+// Cache slot of position p (AttentionTile::kv_ring).
+inline int64_t kv_slot(int32_t p, int32_t ring) { return ring > 0 ? p % ring : p; }
 
 inline AttentionWork carve_attention_work(int head_dim, int n_rows, uint8_t* base) {
   AttentionWork w;
@@ -45,6 +53,7 @@ inline AttentionWork carve_attention_work(int head_dim, int n_rows, uint8_t* bas
   w.m = reinterpret_cast<float*>(take(rp * sizeof(float)));
   w.l = reinterpret_cast<float*>(take(rp * sizeof(float)));
   w.pos = reinterpret_cast<int32_t*>(take(rp * sizeof(int32_t)));
+  w.lo = reinterpret_cast<int32_t*>(take(rp * sizeof(int32_t)));
   w.kb = reinterpret_cast<float*>(take(size_t(kAttentionBlock) * hd * sizeof(float)));
   w.vb = reinterpret_cast<float*>(take(size_t(kAttentionBlock) * hdp * sizeof(float)));
   w.s = reinterpret_cast<float*>(take(size_t(kAttentionBlock) * kAttentionLanes * sizeof(float)));

@@ -34,8 +34,9 @@ struct V512 {
   static F max(F a, F b) { return _mm512_max_ps(a, b); }
   static F fma(F a, F b, F c) { return _mm512_fmadd_ps(a, b, c); }
   static M gt(F a, F b) { return _mm512_cmp_ps_mask(a, b, _CMP_GT_OQ); }
-  static M lanes_ge(const int32_t* pos, int32_t p) {
-    return _mm512_cmpge_epi32_mask(_mm512_load_si512(pos), _mm512_set1_epi32(p));
+  static M lanes_see(const int32_t* pos, const int32_t* lo, int32_t p) {
+    const __m512i vp = _mm512_set1_epi32(p);
+    return _mm512_mask_cmple_epi32_mask(_mm512_cmpge_epi32_mask(_mm512_load_si512(pos), vp), _mm512_load_si512(lo), vp);
   }
   static F select(M m, F x, F y) { return _mm512_mask_blend_ps(m, y, x); }
   static F select0(M m, F x) { return _mm512_maskz_mov_ps(m, x); }

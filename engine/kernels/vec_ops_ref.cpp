@@ -15,9 +15,9 @@ void to_f16_ref(int n, const float* x, uint16_t* y) {
 }
 
 // One row at a time, the plain form of the algorithm the SIMD twins run on tiles: blocks of
-// kAttentionBlock positions aligned to position 0; per block, scores, the running max m, the
-// rescale factor exp(m_old - m_new), then the weights exp(s - m) summed and applied to V in
-// position order.
+// kAttentionBlock positions aligned to position 0, from the block holding the row's first visible
+// position; per block, scores of the visible positions, the running max m, the rescale factor
+// exp(m_old - m_new), then the weights exp(s - m) summed and applied to V in position order.
 void attention_ref(const AttentionTile& a) {
   const int hd = a.head_dim, n_rows = a.n_tok * a.n_grp;
   const vecops_detail::AttentionWork w = vecops_detail::carve_attention_work(hd, n_rows, a.work);
@@ -29,14 +29,16 @@ void attention_ref(const AttentionTile& a) {
     const float* q = a.q + t * a.row_stride + g * hd;
     float* out = a.out + t * a.row_stride + g * hd;
     const int32_t last = a.pos0 + t;
+    const int32_t first = vecops_detail::window_first(last, a.window);
     for (int d = 0; d < hd; ++d) qs[d] = q[d] * a.scale;
     std::fill(acc, acc + hd, 0.0f);
     float m = -INFINITY, l = 0.0f;
-    for (int32_t b0 = 0; b0 <= last; b0 += kAttentionBlock) {
+    for (int32_t b0 = first / kAttentionBlock * kAttentionBlock; b0 <= last; b0 += kAttentionBlock) {
+      const int j0 = std::max(0, first - b0);  // positions of the block below the window
       const int nb = std::min<int32_t>(kAttentionBlock, last + 1 - b0);
       float bmax = -INFINITY;
-      for (int j = 0; j < nb; ++j) {
-        const uint16_t* k = a.k + (b0 + j) * a.kv_stride;
+      for (int j = j0; j < nb; ++j) {
+        const uint16_t* k = a.k + vecops_detail::kv_slot(b0 + j, a.kv_ring) * a.kv_stride;
         float dot = 0.0f;
         for (int d = 0; d < hd; ++d) dot += qs[d] * fp16_to_fp32(k[d]);
         s[j] = dot;
@@ -46,10 +48,10 @@ void attention_ref(const AttentionTile& a) {
       const float alpha = m_new > m ? std::exp(m - m_new) : 1.0f;  // exp(-inf) = 0 on the first block
       l *= alpha;
       for (int d = 0; d < hd; ++d) acc[d] *= alpha;
-      for (int j = 0; j < nb; ++j) {
+      for (int j = j0; j < nb; ++j) {
         const float p = std::exp(s[j] - m_new);
         l += p;
-        const uint16_t* v = a.v + (b0 + j) * a.kv_stride;
+        const uint16_t* v = a.v + vecops_detail::kv_slot(b0 + j, a.kv_ring) * a.kv_stride;
         for (int d = 0; d < hd; ++d) acc[d] += p * fp16_to_fp32(v[d]);
       }
       m = m_new;

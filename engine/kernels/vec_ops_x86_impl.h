@@ -3,7 +3,8 @@
 //
 // V provides: W (lanes), F (vector), M (lane mask), kJ / kD (register blocking of the two
 // products), zero, set1, load, store (aligned), loadu, storeu, add, sub, mul, div, min, max (max(a, b)
-// returns b when a is NaN, like maxps), fma, gt, lanes_ge (pos[lane] >= p), select (m ? x : y),
+// returns b when a is NaN, like maxps), fma, gt, lanes_see (lo[lane] <= p <= pos[lane]: the row of the
+// lane sees position p), select (m ? x : y),
 // select0 (m ? x : 0), fma_mask (m ? a * b + c : c), any, round_nearest, pow2i (2^n for integral
 // n in [-126, 127]), from_f16 (W fp16 values, unaligned), iota (lane i holds float(i)), hmax
 // (largest lane), first (lane 0).
@@ -11,8 +12,12 @@
 // Attention keeps query rows in vector lanes (q and the output accumulator are stored transposed,
 // [head_dim][rows]), so a row's arithmetic never leaves its lane: the max, the sum and the products
 // are lane-wise, in position order, whatever the other lanes hold. Lanes whose row must not see a
-// position are masked (score -inf, weight 0, accumulator update skipped), so the operations a row
-// performs are the same in any tile: this is what makes results independent of batch splits.
+// position (above it, or below its sliding window) are masked (score -inf, weight 0, accumulator
+// update skipped), so the operations a row performs are the same in any tile: this is what makes
+// results independent of batch splits. A block a row sees nothing of leaves its state untouched
+// (alpha exactly 1, weights +0), so such blocks may be run or skipped without changing any bit.
+// Masking selects rather than multiplies, so whatever the cache holds at a masked position
+// (another position's row in a ring, even NaN) cannot reach the result.
 #pragma once
 #include <algorithm>
 #include <cmath>
@@ -88,10 +93,10 @@ inline void attn_scores(const float* qt, int rp, const float* kb, int hd, float*
 }
 
 // acc[d][rows] += sum_j p[j][rows] * vb[j][d] for D dimensions, j in order. Without FULL, lanes
-// whose position is below b0 + j keep their accumulator untouched for that j.
+// whose row does not see position b0 + j keep their accumulator untouched for that j.
 template <class V, int D, int C, bool FULL>
 inline void attn_values(float* acc, int rp, const float* p, const float* vb, int hd, int nb, const int32_t* pos,
-                        int32_t b0) {
+                        const int32_t* lo, int32_t b0) {
   using F = typename V::F;
   F a[D][C];
   for (int d = 0; d < D; ++d)
@@ -101,7 +106,7 @@ inline void attn_values(float* acc, int rp, const float* p, const float* vb, int
     typename V::M mask[C];
     for (int c = 0; c < C; ++c) {
       w[c] = V::load(p + j * kAttentionLanes + c * V::W);
-      if constexpr (!FULL) mask[c] = V::lanes_ge(pos + c * V::W, b0 + j);
+      if constexpr (!FULL) mask[c] = V::lanes_see(pos + c * V::W, lo + c * V::W, b0 + j);
     }
     for (int d = 0; d < D; ++d) {
       const F v = V::set1(vb[size_t(j) * hd + d]);
@@ -118,8 +123,8 @@ inline void attn_values(float* acc, int rp, const float* p, const float* vb, int
     for (int c = 0; c < C; ++c) V::store(acc + size_t(d) * rp + c * V::W, a[d][c]);
 }
 
-// One block [b0, b0 + nb) for the C vectors of rows starting at row g0. FULL: every row may see
-// every position of the block.
+// One block [b0, b0 + nb) for the C vectors of rows starting at row g0. FULL: every row sees every
+// position of the block.
 template <class V, int C, bool FULL>
 void attn_group_block(const AttentionWork& w, int hd, int g0, int32_t b0, int nb) {
   using F = typename V::F;
@@ -141,7 +146,7 @@ void attn_group_block(const AttentionWork& w, int hd, int g0, int32_t b0, int nb
     for (int jj = 0; jj < nb; ++jj) {
       F x = V::load(s + jj * kAttentionLanes);
       if constexpr (!FULL) {
-        x = V::select(V::lanes_ge(w.pos + r0, b0 + jj), x, neg_inf);
+        x = V::select(V::lanes_see(w.pos + r0, w.lo + r0, b0 + jj), x, neg_inf);
         V::store(s + jj * kAttentionLanes, x);
       }
       bmax = V::max(bmax, x);
@@ -155,7 +160,7 @@ void attn_group_block(const AttentionWork& w, int hd, int g0, int32_t b0, int nb
     F l = V::mul(V::load(w.l + r0), alpha[c]);
     for (int jj = 0; jj < nb; ++jj) {
       F p = exp_lanes<V>(V::sub(V::load(s + jj * kAttentionLanes), m_new));
-      if constexpr (!FULL) p = V::select0(V::lanes_ge(w.pos + r0, b0 + jj), p);
+      if constexpr (!FULL) p = V::select0(V::lanes_see(w.pos + r0, w.lo + r0, b0 + jj), p);
       V::store(s + jj * kAttentionLanes, p);
       l = V::add(l, p);  // masked lanes add +0 to a positive sum (or to 0 for padding): no change
     }
@@ -173,8 +178,9 @@ void attn_group_block(const AttentionWork& w, int hd, int g0, int32_t b0, int nb
   // 4. acc += P V.
   int d = 0;
   for (; d + V::kD <= hd; d += V::kD)
-    attn_values<V, V::kD, C, FULL>(w.acc + size_t(d) * rp + g0, rp, w.s, w.vb + d, hd, nb, w.pos + g0, b0);
-  for (; d < hd; ++d) attn_values<V, 1, C, FULL>(w.acc + size_t(d) * rp + g0, rp, w.s, w.vb + d, hd, nb, w.pos + g0, b0);
+    attn_values<V, V::kD, C, FULL>(w.acc + size_t(d) * rp + g0, rp, w.s, w.vb + d, hd, nb, w.pos + g0, w.lo + g0, b0);
+  for (; d < hd; ++d)
+    attn_values<V, 1, C, FULL>(w.acc + size_t(d) * rp + g0, rp, w.s, w.vb + d, hd, nb, w.pos + g0, w.lo + g0, b0);
 }
 
 // K block [nb][hd] (fp16, rows kv_stride apart) -> kt [hd][kAttentionBlock] in f32; positions
@@ -235,11 +241,12 @@ void attention_rows_simd(const AttentionTile& a) {
   std::fill(w.acc, w.acc + size_t(n_rows) * hdp, 0.0f);
   float* p = w.s;  // [kAttentionBlock]
   const int32_t last = a.pos0 + a.n_tok - 1;
-  for (int32_t b0 = 0; b0 <= last; b0 += B) {
+  for (int32_t b0 = window_first(a.pos0, a.window) / B * B; b0 <= last; b0 += B) {
     const int nb = std::min<int32_t>(B, last + 1 - b0);
-    transpose_k_block(a.k + b0 * a.kv_stride, a.kv_stride, nb, hd, w.kb);
+    const int64_t slot0 = kv_slot(b0, a.kv_ring);  // the block's slots are contiguous
+    transpose_k_block(a.k + slot0 * a.kv_stride, a.kv_stride, nb, hd, w.kb);
     for (int j = 0; j < nb; ++j) {
-      const uint16_t* v = a.v + (b0 + j) * a.kv_stride;
+      const uint16_t* v = a.v + (slot0 + j) * a.kv_stride;
       float* vd = w.vb + size_t(j) * hdp;
       int d = 0;
       for (; d + W <= hd; d += W) V::store(vd + d, V::from_f16(v + d));
@@ -247,8 +254,11 @@ void attention_rows_simd(const AttentionTile& a) {
       for (; d < hdp; ++d) vd[d] = 0.0f;
     }
     for (int r = 0; r < n_rows; ++r) {
-      const int nr = std::min<int32_t>(nb, a.pos0 + r / a.n_grp + 1 - b0);  // positions this row sees
-      if (nr <= 0) continue;
+      // The row sees block positions [j0, nr).
+      const int32_t pos = a.pos0 + r / a.n_grp;
+      const int nr = std::min<int32_t>(nb, pos + 1 - b0);
+      const int j0 = std::max<int32_t>(0, window_first(pos, a.window) - b0);
+      if (nr <= j0) continue;
       F sc[NV];
       for (int v = 0; v < NV; ++v) sc[v] = V::zero();
       const float* q = qs + size_t(r) * hd;
@@ -257,8 +267,10 @@ void attention_rows_simd(const AttentionTile& a) {
         for (int v = 0; v < NV; ++v) sc[v] = V::fma(qd, V::load(w.kb + size_t(d) * B + v * W), sc[v]);
       }
       F bmax = V::set1(-INFINITY);
-      for (int v = 0; v < NV; ++v)
-        bmax = V::max(bmax, V::select(V::gt(V::set1(float(nr - v * W)), V::iota()), sc[v], V::set1(-INFINITY)));
+      for (int v = 0; v < NV; ++v) {
+        const F x = V::select(V::gt(V::set1(float(nr - v * W)), V::iota()), sc[v], V::set1(-INFINITY));
+        bmax = V::max(bmax, V::select(V::gt(V::set1(float(j0 - v * W)), V::iota()), V::set1(-INFINITY), x));
+      }
       const float m_old = w.m[r], m_new = std::max(m_old, V::hmax(bmax));
       float* acc = w.acc + size_t(r) * hdp;
       float l = w.l[r];
@@ -268,14 +280,14 @@ void attention_rows_simd(const AttentionTile& a) {
         for (int d = 0; d < hdp; d += W) V::store(acc + d, V::mul(V::load(acc + d), alpha));
       }
       for (int v = 0; v < NV; ++v) V::store(p + v * W, exp_lanes<V>(V::sub(sc[v], V::set1(m_new))));
-      for (int j = 0; j < nr; ++j) l += p[j];
+      for (int j = j0; j < nr; ++j) l += p[j];
       w.m[r] = m_new;
       w.l[r] = l;
       int d = 0;
       for (; d + 4 * W <= hdp; d += 4 * W) {
         F acc4[4];
         for (int i = 0; i < 4; ++i) acc4[i] = V::load(acc + d + i * W);
-        for (int j = 0; j < nr; ++j) {
+        for (int j = j0; j < nr; ++j) {
           const F pj = V::set1(p[j]);
           const float* vj = w.vb + size_t(j) * hdp + d;
           for (int i = 0; i < 4; ++i) acc4[i] = V::fma(pj, V::load(vj + i * W), acc4[i]);
@@ -284,7 +296,7 @@ void attention_rows_simd(const AttentionTile& a) {
       }
       for (; d < hdp; d += W) {
         F acc1 = V::load(acc + d);
-        for (int j = 0; j < nr; ++j) acc1 = V::fma(V::set1(p[j]), V::load(w.vb + size_t(j) * hdp + d), acc1);
+        for (int j = j0; j < nr; ++j) acc1 = V::fma(V::set1(p[j]), V::load(w.vb + size_t(j) * hdp + d), acc1);
         V::store(acc + d, acc1);
       }
     }
@@ -305,6 +317,7 @@ void attention_simd(const AttentionTile& a) {
   const int rp = w.rows_padded;
   for (int r = 0; r < rp; ++r) {
     w.pos[r] = r < n_rows ? a.pos0 + r / a.n_grp : -1;
+    w.lo[r] = r < n_rows ? window_first(w.pos[r], a.window) : 0;
     w.m[r] = -INFINITY;
     w.l[r] = 0.0f;
   }
@@ -315,11 +328,12 @@ void attention_simd(const AttentionTile& a) {
     for (int d = 0; d < hd; ++d) w.qt[size_t(d) * rp + r] = q[d] * a.scale;
   }
   const int32_t last = a.pos0 + a.n_tok - 1;
-  for (int32_t b0 = 0; b0 <= last; b0 += B) {
+  for (int32_t b0 = w.lo[0] / B * B; b0 <= last; b0 += B) {  // rows are in position order: lo[0] is the least
     const int nb_tile = std::min<int32_t>(B, last + 1 - b0);
+    const int64_t slot0 = kv_slot(b0, a.kv_ring);  // the block's slots are contiguous
     for (int j = 0; j < nb_tile; ++j) {  // fp16 -> f32 is exact, so vector and scalar tails agree
-      const uint16_t* k = a.k + (b0 + j) * a.kv_stride;
-      const uint16_t* v = a.v + (b0 + j) * a.kv_stride;
+      const uint16_t* k = a.k + (slot0 + j) * a.kv_stride;
+      const uint16_t* v = a.v + (slot0 + j) * a.kv_stride;
       float* kd = w.kb + size_t(j) * hd;
       float* vd = w.vb + size_t(j) * hd;
       int d = 0;
@@ -336,9 +350,9 @@ void attention_simd(const AttentionTile& a) {
       const int C = n_rows - g0 > W ? 2 : 1;
       const int g_end = std::min(g0 + C * W, n_rows);  // real rows of the group
       const int32_t pmax = w.pos[g_end - 1];
-      if (pmax < b0) continue;  // no row of the group sees this block
+      if (pmax < b0 || w.lo[g0] >= b0 + B) continue;  // no row of the group sees this block
       const int nb = std::min<int32_t>(B, pmax + 1 - b0);
-      const bool full = g0 + C * W <= n_rows && w.pos[g0] >= b0 + nb - 1;
+      const bool full = g0 + C * W <= n_rows && w.pos[g0] >= b0 + nb - 1 && w.lo[g_end - 1] <= b0;
       if (C == 2) {
         if (full) attn_group_block<V, 2, true>(w, hd, g0, b0, nb);
         else attn_group_block<V, 2, false>(w, hd, g0, b0, nb);

@@ -28,9 +28,12 @@ struct V256 {
   static F max(F a, F b) { return _mm256_max_ps(a, b); }
   static F fma(F a, F b, F c) { return _mm256_fmadd_ps(a, b, c); }
   static M gt(F a, F b) { return _mm256_cmp_ps(a, b, _CMP_GT_OQ); }
-  static M lanes_ge(const int32_t* pos, int32_t p) {
-    const __m256i v = _mm256_load_si256(reinterpret_cast<const __m256i*>(pos));
-    return _mm256_castsi256_ps(_mm256_cmpgt_epi32(v, _mm256_set1_epi32(p - 1)));  // p >= 0
+  static M lanes_see(const int32_t* pos, const int32_t* lo, int32_t p) {
+    const __m256i vp = _mm256_load_si256(reinterpret_cast<const __m256i*>(pos));
+    const __m256i vl = _mm256_load_si256(reinterpret_cast<const __m256i*>(lo));
+    const __m256i ge = _mm256_cmpgt_epi32(vp, _mm256_set1_epi32(p - 1));  // pos >= p (p >= 0)
+    const __m256i below = _mm256_cmpgt_epi32(vl, _mm256_set1_epi32(p));   // p < lo
+    return _mm256_castsi256_ps(_mm256_andnot_si256(below, ge));
   }
   static F select(M m, F x, F y) { return _mm256_blendv_ps(y, x, m); }
   static F select0(M m, F x) { return _mm256_and_ps(m, x); }
