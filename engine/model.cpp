@@ -94,8 +94,11 @@ Status read_hparams(const GgufFile& f, HParams& hp) {
   } else if (hp.arch_name == "qwen2") {
     hp.arch = Arch::Qwen2;
     hp.rope_neox = true;
+  } else if (hp.arch_name == "qwen3") {
+    hp.arch = Arch::Qwen3;
+    hp.rope_neox = true;
   } else {
-    return Error{"unsupported architecture '" + hp.arch_name + "' (supported: llama, qwen2)"};
+    return Error{"unsupported architecture '" + hp.arch_name + "' (supported: llama, qwen2, qwen3)"};
   }
   const std::string a = hp.arch_name + ".";
   std::vector<std::string> missing;
@@ -266,6 +269,9 @@ Result<std::shared_ptr<Model>> Model::from_gguf(std::unique_ptr<GgufFile> file, 
     w.bq = L.vec(p + "attn_q.bias", q_dim, !biases);
     w.bk = L.vec(p + "attn_k.bias", kv_dim, !biases);
     w.bv = L.vec(p + "attn_v.bias", kv_dim, !biases);
+    const bool qk_norm = hp.arch == Arch::Qwen3;
+    w.q_norm = L.vec(p + "attn_q_norm.weight", hd, !qk_norm);
+    w.k_norm = L.vec(p + "attn_k_norm.weight", hd, !qk_norm);
   }
   if (!L.errors.empty()) {
     std::string msg = "cannot load model:";
@@ -497,7 +503,7 @@ void Session::Impl::forward(const int32_t* toks, int64_t T, int32_t pos0, bool n
   const KernelTable& K = *m->kernels;
   const VecOps& ops = *m->vec_ops;
   const ActivationMode mode = m->opts.activations;
-  const int64_t E = hp.n_embd, q_dim = int64_t(hp.n_head) * hp.head_dim;
+  const int64_t E = hp.n_embd, hd = hp.head_dim, q_dim = int64_t(hp.n_head) * hd;
   ensure_scratch(T);
 
   auto mm = [&](const WeightView& w, const float* X, float* Y) {
@@ -530,6 +536,11 @@ void Session::Impl::forward(const int32_t* toks, int64_t T, int32_t pos0, bool n
         for (int64_t i = 0; i < q_dim; ++i) qt[i] += w.bq[i];
         for (int64_t i = 0; i < kv_row; ++i) kt[i] += w.bk[i];
         for (int64_t i = 0; i < kv_row; ++i) vt[i] += w.bv[i];
+      }
+      if (!w.q_norm.empty()) {
+        // Per-head RMS norm of q and k (qwen3), before RoPE.
+        for (int h = 0; h < hp.n_head; ++h) rms_norm(qt + h * hd, w.q_norm.data(), qt + h * hd, hd, hp.rms_eps);
+        for (int h = 0; h < hp.n_head_kv; ++h) rms_norm(kt + h * hd, w.k_norm.data(), kt + h * hd, hd, hp.rms_eps);
       }
       const int32_t pos = pos0 + int32_t(t);
       rope(qt, hp.n_head, pos);

@@ -21,7 +21,7 @@ namespace picolm {
 
 class ThreadPool;
 
-enum class Arch { Llama, Qwen2 };
+enum class Arch { Llama, Qwen2, Qwen3 };
 
 struct HParams {
   Arch arch = Arch::Llama;

@@ -37,6 +37,7 @@ struct LayerWeights {
   std::vector<float> attn_norm, ffn_norm;  // [n_embd], dequantized at load (tiny)
   WeightView wq, wk, wv, wo;
   std::vector<float> bq, bk, bv;  // qwen2 biases ([n_head*hd], [n_kv*hd]); empty for llama
+  std::vector<float> q_norm, k_norm;  // qwen3 per-head RMS norms of q and k ([head_dim]); else empty
   WeightView w_gate, w_up, w_down;
 };
 

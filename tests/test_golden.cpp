@@ -39,6 +39,9 @@ Tolerance tolerance_for(const std::string& stem) {
       {"zoo-Q5_0", {0.02f, 0.2f}},      {"zoo-Q5_1", {0.02f, 0.2f}},   {"zoo-Q2_K", {0.02f, 0.3f}},
       {"zoo-Q3_K", {0.02f, 0.3f}},      {"zoo-Q4_K", {0.02f, 0.3f}},   {"zoo-Q5_K", {0.02f, 0.3f}},
       {"zoo-Q6_K", {0.02f, 0.3f}},      {"llama-spm32k-q4km", {0.02f, 0.35f}}, {"qwen2-bpe-q4km", {0.02f, 0.35f}},
+      // 2026 architectures (llama.cpp 66d65ec goldens; observed spreads in shared/models/README.md).
+      {"qwen3-tiny-f16", {0.02f, 0.03f}}, {"qwen3-tiny-q8_0", {0.02f, 0.3f}}, {"qwen3-tiny-q4km", {0.02f, 0.4f}},
+      {"qwen3-bpe-q4km", {0.03f, 0.5f}},
   };
   auto it = t.find(stem);
   REQUIRE(it != t.end());
@@ -195,3 +198,7 @@ TEST_CASE("golden: zoo-Q5_K", "[golden]") { golden_model("zoo-Q5_K"); }
 TEST_CASE("golden: zoo-Q6_K", "[golden]") { golden_model("zoo-Q6_K"); }
 TEST_CASE("golden: llama-spm32k-q4km", "[golden]") { golden_model("llama-spm32k-q4km"); }
 TEST_CASE("golden: qwen2-bpe-q4km", "[golden]") { golden_model("qwen2-bpe-q4km"); }
+TEST_CASE("golden: qwen3-tiny-f16", "[golden][qwen3]") { golden_model("qwen3-tiny-f16"); }
+TEST_CASE("golden: qwen3-tiny-q8_0", "[golden][qwen3]") { golden_model("qwen3-tiny-q8_0"); }
+TEST_CASE("golden: qwen3-tiny-q4km", "[golden][qwen3]") { golden_model("qwen3-tiny-q4km"); }
+TEST_CASE("golden: qwen3-bpe-q4km", "[golden][qwen3]") { golden_model("qwen3-bpe-q4km"); }

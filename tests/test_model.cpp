@@ -55,6 +55,27 @@ TEST_CASE("model: hyper-parameters come from the metadata", "[model]") {
   CHECK(s.value()->fingerprint() != m.value()->fingerprint());
 }
 
+TEST_CASE("model: qwen3 hyper-parameters: head_dim from key_length, QK-norm weights, tied output", "[model]") {
+  auto m = Model::load(model_path("qwen3-bpe-q4km.gguf"));
+  REQUIRE(m.ok());
+  const HParams& hp = m.value()->hparams();
+  CHECK(hp.arch == Arch::Qwen3);
+  CHECK(hp.n_embd == 384);
+  CHECK(hp.n_head == 6);
+  CHECK(hp.head_dim == 64);  // qwen3.attention.key_length, not 384 / 6
+  CHECK(hp.rope_neox);
+  CHECK(hp.tied_output);
+  auto t = Model::load(model_path("qwen3-tiny-q8_0.gguf"));
+  REQUIRE(t.ok());
+  CHECK(!t.value()->hparams().tied_output);
+  // A qwen3 file without its QK-norm weights is refused, naming the tensor.
+  auto bytes = read_all(model_path("qwen3-tiny-q8_0.gguf"));
+  replace_once(bytes, "blk.1.attn_k_norm.weight", "blk.1.attn_k_morm.weight");
+  auto bad = load_bytes(bytes);
+  REQUIRE(!bad.ok());
+  CHECK(bad.error().find("missing tensor 'blk.1.attn_k_norm.weight'") != std::string::npos);
+}
+
 TEST_CASE("model: broken files are refused with a message naming the problem", "[model]") {
   const auto bytes = read_all(model_path("zoo-Q4_K.gguf"));
   {
