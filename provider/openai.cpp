@@ -441,6 +441,7 @@ void write_usage(JsonWriter& w, const Completion& c) {
   w.key("completion_tokens").value(c.completion_tokens);
   w.key("total_tokens").value(c.prompt_tokens + c.completion_tokens);
   w.key("prompt_tokens_details").begin_object().key("cached_tokens").value(c.cached_tokens).end_object();
+  w.key("completion_tokens_details").begin_object().key("reasoning_tokens").value(c.reasoning_tokens).end_object();
   w.end_object();
 }
 

@@ -90,6 +90,7 @@ struct Completion {
   std::string finish_reason = "stop";  // stop | length | tool_calls
   int64_t prompt_tokens = 0;
   int64_t completion_tokens = 0;
+  int64_t reasoning_tokens = 0;  // of completion_tokens: the think block's (open and close tags included)
   int64_t cached_tokens = 0;
   Timings timings;
 };

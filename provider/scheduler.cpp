@@ -194,6 +194,8 @@ class ThinkingDriver {
     const bool was_thinking = splitter_.state() == ReasoningSplitter::State::Thinking;
     ReasoningPiece part = splitter_.push(piece);
     reasoning_ += part.reasoning;
+    // The block's tokens: from the one that opens it to the one that closes it.
+    if (was_thinking || splitter_.state() == ReasoningSplitter::State::Thinking) ++reasoning_tokens_;
     if (splitter_.state() == ReasoningSplitter::State::Thinking) {
       ++think_tokens_;
       if (!closing_ && think_tokens_ >= limit_ && forced_.empty()) force_close();
@@ -212,6 +214,7 @@ class ThinkingDriver {
     return part;
   }
   const std::string& reasoning() const { return reasoning_; }
+  int64_t reasoning_tokens() const { return reasoning_tokens_; }
 
  private:
   void enqueue(const std::string& text) {
@@ -230,6 +233,7 @@ class ThinkingDriver {
   std::deque<int32_t> forced_;
   std::string reasoning_;
   int64_t think_tokens_ = 0;
+  int64_t reasoning_tokens_ = 0;
   bool closing_ = false;  // the close (or the separator after the model's own close) is scheduled
   char last_char_ = '\n';
 };
@@ -446,6 +450,7 @@ void Engine::Impl::run(Job& job) {
     text += last.content + rest.content;
   }
   if (!thinking.reasoning().empty()) out.reasoning_content = thinking.reasoning();
+  out.reasoning_tokens = thinking.reasoning_tokens();
   // The prompt's KV is final; snapshot its stable part (block-aligned) for later requests.
   if (cache && !cancelled && job.stable_len > 0) cache->store(*session, job.stable_len);
   const auto decoded = Clock::now();
