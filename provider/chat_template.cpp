@@ -988,6 +988,212 @@ bool render_deepseek_r1(Ctx& c) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Qwen3 (Qwen-Qwen3-0.6B.jinja; the whole dense Qwen3 line shares it).
+
+// Python's str.strip(chars) / lstrip / rstrip for one ASCII character.
+std::string_view strip_char(std::string_view s, char ch, bool left, bool right) {
+  while (left && !s.empty() && s.front() == ch) s.remove_prefix(1);
+  while (right && !s.empty() && s.back() == ch) s.remove_suffix(1);
+  return s;
+}
+
+// str.split(sep)[0] and [-1].
+std::string_view split_first(std::string_view s, std::string_view sep) {
+  const size_t p = s.find(sep);
+  return p == std::string_view::npos ? s : s.substr(0, p);
+}
+std::string_view split_last(std::string_view s, std::string_view sep) {
+  const size_t p = s.rfind(sep);
+  return p == std::string_view::npos ? s : s.substr(p + sep.size());
+}
+
+bool starts_with(std::string_view s, std::string_view p) { return s.substr(0, p.size()) == p; }
+bool ends_with(std::string_view s, std::string_view p) { return s.size() >= p.size() && s.substr(s.size() - p.size()) == p; }
+
+bool render_qwen3(Ctx& c) {
+  const auto& msgs = c.msgs;
+  // messages[0].role on an empty list is an error in Jinja (attribute of Undefined).
+  if (msgs.empty()) return c.fail("messages is empty (the template reads messages[0])");
+  const bool first_is_system = msgs[0].role == "system";
+  if (c.has_tools()) {
+    c.out += "<|im_start|>system\n";
+    if (first_is_system) c.out += msgs[0].content + "\n\n";
+    c.out +=
+        "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+        "You are provided with function signatures within <tools></tools> XML tags:\n<tools>";
+    for (const auto& t : c.tools.items) {
+      c.out += '\n';
+      dump(t, c.out);
+    }
+    c.out +=
+        "\n</tools>\n\nFor each function call, return a json object with function name and arguments "
+        "within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, "
+        "\"arguments\": <args-json-object>}\n</tool_call><|im_end|>\n";
+  } else if (first_is_system) {
+    c.out += "<|im_start|>system\n" + msgs[0].content + "<|im_end|>\n";
+  }
+  // The last "real" user query: later assistant turns (the current multi-step tool loop) keep
+  // their reasoning, earlier ones lose it.
+  size_t last_query = msgs.size() - 1;
+  for (size_t i = msgs.size(); i-- > 0;) {
+    const auto& m = msgs[i];
+    if (m.role == "user" && !(starts_with(m.content, "<tool_response>") && ends_with(m.content, "</tool_response>"))) {
+      last_query = i;
+      break;
+    }
+  }
+  for (size_t i = 0; i < msgs.size(); ++i) {
+    const auto& m = msgs[i];
+    const bool last = i + 1 == msgs.size();
+    if (m.role == "user" || (m.role == "system" && i != 0)) {
+      c.out += "<|im_start|>" + m.role + "\n" + m.content + "<|im_end|>\n";
+    } else if (m.role == "assistant") {
+      std::string_view content = m.content;  // null content arrives as "" (see chat_template.h)
+      std::string_view reasoning;
+      if (m.reasoning_content) {
+        reasoning = *m.reasoning_content;
+      } else if (content.find("</think>") != std::string_view::npos) {
+        reasoning = strip_char(split_last(strip_char(split_first(m.content, "</think>"), '\n', false, true), "<think>"), '\n', true, false);
+        content = strip_char(split_last(m.content, "</think>"), '\n', true, false);
+      }
+      if (i > last_query && (last || !reasoning.empty())) {
+        c.out += "<|im_start|>assistant\n<think>\n";
+        c.out += strip_char(reasoning, '\n', true, true);
+        c.out += "\n</think>\n\n";
+        c.out += strip_char(content, '\n', true, false);
+      } else {
+        c.out += "<|im_start|>assistant\n";
+        c.out += content;
+      }
+      for (size_t k = 0; k < m.tool_calls.size(); ++k) {
+        const auto& tc = m.tool_calls[k];
+        if ((k == 0 && !content.empty()) || k > 0) c.out += '\n';
+        Json args;
+        if (!c.arguments(tc, args)) return false;
+        c.out += "<tool_call>\n{\"name\": \"" + tc.name + "\", \"arguments\": ";
+        if (args.is_string()) c.out += args.text;  // `arguments is string`: printed as it is
+        else dump(args, c.out);
+        c.out += "}\n</tool_call>";
+      }
+      c.out += "<|im_end|>\n";
+    } else if (m.role == "tool") {
+      if (i == 0 || msgs[i - 1].role != "tool") c.out += "<|im_start|>user";
+      c.out += "\n<tool_response>\n" + m.content + "\n</tool_response>";
+      if (last || msgs[i + 1].role != "tool") c.out += "<|im_end|>\n";
+    }
+  }
+  if (c.opt.add_generation_prompt) {
+    c.out += "<|im_start|>assistant\n";
+    if (c.opt.enable_thinking == false) c.out += "<think>\n\n</think>\n\n";
+  }
+  return true;
+}
+
+// ---------------------------------------------------------------------------------------------
+// SmolLM3 (HuggingFaceTB-SmolLM3-3B.jinja, the Unsloth edit the GGUFs carry: no tool rendering).
+
+constexpr std::string_view kSmolThinkSystem =
+    "You are a helpful AI assistant named SmolLM, trained by Hugging Face. Your role as an assistant involves "
+    "thoroughly exploring questions through a systematic thinking process before providing the final precise and "
+    "accurate solutions. This requires engaging in a comprehensive cycle of analysis, summarizing, exploration, "
+    "reassessment, reflection, backtracking, and iteration to develop well-considered thinking process. Please "
+    "structure your response into two main sections: Thought and Solution using the specified format: <think> "
+    "Thought section </think> Solution section. In the Thought section, detail your reasoning process in steps. "
+    "Each step should include detailed considerations such as analysing questions, summarizing relevant findings, "
+    "brainstorming new ideas, verifying the accuracy of the current steps, refining any errors, and revisiting "
+    "previous steps. In the Solution section, based on various attempts, explorations, and reflections from the "
+    "Thought section, systematically present the final solution that you deem correct. The Solution section "
+    "should be logical, accurate, and concise and detail necessary steps needed to reach the conclusion.\n\n";
+
+std::string replace_all(std::string s, std::string_view from) {
+  size_t p = 0;
+  while ((p = s.find(from, p)) != std::string::npos) s.erase(p, from.size());
+  return s;
+}
+
+// Python's str.rstrip() without arguments.
+std::string py_rstrip(std::string_view s) {
+  size_t e = s.size();
+  while (e > 0) {
+    size_t start = e - 1;
+    while (start > 0 && (static_cast<unsigned char>(s[start]) & 0xC0) == 0x80) --start;
+    uint32_t cp = 0;
+    decode_utf8(s, start, cp);
+    if (!python_isspace(cp)) break;
+    e = start;
+  }
+  return std::string(s.substr(0, e));
+}
+
+// The template's reasoning mode: the system message's flags win over enable_thinking.
+bool smollm3_thinks(std::span<const ChatMessage> msgs, std::optional<bool> enable_thinking) {
+  bool think = enable_thinking.value_or(true);
+  if (!msgs.empty() && msgs[0].role == "system") {
+    const std::string& sys = msgs[0].content;
+    if (sys.find("/no_think") != std::string::npos) think = false;
+    else if (sys.find("/think") != std::string::npos) think = true;
+  }
+  return think;
+}
+
+bool render_smollm3(Ctx& c) {
+  const auto& msgs = c.msgs;
+  if (msgs.empty()) return c.fail("messages is empty (the template reads messages[0])");
+  const bool think = smollm3_thinks(msgs, c.opt.enable_thinking);
+  std::string custom;
+  if (msgs[0].role == "system") custom = py_rstrip(replace_all(replace_all(msgs[0].content, "/no_think"), "/think"));
+  c.out += "<|im_start|>system\n## Metadata\n\nKnowledge Cutoff Date: June 2025\nReasoning Mode: ";
+  c.out += think ? "/think" : "/no_think";
+  c.out += "\n\n## Custom Instructions\n\n";
+  if (!custom.empty()) c.out += custom + "\n\n";
+  else if (think) c.out += kSmolThinkSystem;
+  else c.out += "You are a helpful AI assistant named SmolLM, trained by Hugging Face.\n\n";
+  c.out += "<|im_end|>\n";
+  for (const auto& m : msgs) {
+    const std::string& content = m.content;  // `content if content is string else ""`: null is ""
+    if (m.role == "user" || m.role == "tool") {
+      c.out += "<|im_start|>user\n" + content + "<|im_end|>\n";
+    } else if (m.role == "assistant") {
+      c.out += "<|im_start|>assistant\n";
+      if (!think) c.out += "<think>\n\n</think>\n";
+      c.out += strip_char(content, '\n', true, false);
+      c.out += "<|im_end|>\n";
+    }
+  }
+  if (c.opt.add_generation_prompt) {
+    c.out += "<|im_start|>assistant\n";
+    if (!think) c.out += "<think>\n\n</think>\n";
+  }
+  return true;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Gemma 3 instruct (google/gemma-3-*-it tokenizer_config.json).
+
+bool render_gemma3(Ctx& c) {
+  const auto& msgs = c.msgs;
+  c.out += c.opt.bos_token;
+  if (msgs.empty()) return c.fail("messages is empty (the template reads messages[0])");
+  std::string first_user_prefix;
+  size_t start = 0;
+  if (msgs[0].role == "system") {
+    first_user_prefix = msgs[0].content + "\n\n";  // not trimmed: only the turn content is
+    start = 1;
+  }
+  for (size_t i = start; i < msgs.size(); ++i) {
+    const auto& m = msgs[i];
+    const size_t index = i - start;
+    if ((m.role == "user") != (index % 2 == 0)) return c.fail("Conversation roles must alternate user/assistant/user/assistant/...");
+    const std::string role = m.role == "assistant" ? "model" : m.role;
+    c.out += "<start_of_turn>" + role + "\n" + (index == 0 ? first_user_prefix : std::string());
+    if (content_is_null(m)) return c.fail("Invalid content type");  // None is neither a string nor iterable
+    c.out += py_strip(m.content) + "<end_of_turn>\n";
+  }
+  if (c.opt.add_generation_prompt) c.out += "<start_of_turn>model\n";
+  return true;
+}
+
+// ---------------------------------------------------------------------------------------------
 // Family table.
 
 constexpr std::string_view kStopImEnd[] = {"<|im_end|>"};
@@ -1010,8 +1216,20 @@ const FamilyTraits kTraits[] = {
     {"gemma2", false, ToolCallStyle::None, "", "", "", false, kStopGemma},
     {"phi3.5", false, ToolCallStyle::None, "", "", "", false, kStopPhi},
     {"deepseek-r1", false, ToolCallStyle::DeepSeekR1, "<｜tool▁calls▁begin｜>", "<｜tool▁call▁end｜>", "", true, kStopDeepSeek},
+    {"qwen3", true, ToolCallStyle::TaggedJson, "<tool_call>", "</tool_call>", "arguments", true, kStopImEnd},
+    // The template shows no tools (tool_format.* lowers them into the system prompt), but SmolLM3
+    // was trained on Qwen/Hermes-style <tool_call> JSON, so the lowered prompt asks for that.
+    {"smollm3", false, ToolCallStyle::TaggedJson, "<tool_call>", "</tool_call>", "arguments", true, kStopImEnd},
+    // No tool syntax was trained; see tool_format.h for the form tools take.
+    {"gemma3", false, ToolCallStyle::None, "", "", "", false, kStopGemma},
 };
-static_assert(std::size(kTraits) == static_cast<size_t>(TemplateFamily::DeepSeekR1) + 1);
+static_assert(std::size(kTraits) == static_cast<size_t>(kLastTemplateFamily) + 1);
+
+const ReasoningTraits kNoReasoning{};
+// The separators are what the templates render between </think> and a past answer.
+const ReasoningTraits kQwen3Reasoning{true, "<think>", "</think>", "\n\n", false, true};
+const ReasoningTraits kSmolReasoning{true, "<think>", "</think>", "\n", false, true};
+const ReasoningTraits kR1Reasoning{true, "<think>", "</think>", "\n\n", true, false};
 
 std::string lower(std::string_view s) {
   std::string r(s);
@@ -1025,6 +1243,24 @@ std::string lower(std::string_view s) {
 const FamilyTraits& family_traits(TemplateFamily family) { return kTraits[static_cast<size_t>(family)]; }
 
 std::string_view family_name(TemplateFamily family) { return family_traits(family).name; }
+
+const ReasoningTraits& reasoning_traits(TemplateFamily family) {
+  switch (family) {
+    case TemplateFamily::Qwen3: return kQwen3Reasoning;
+    case TemplateFamily::SmolLM3: return kSmolReasoning;
+    case TemplateFamily::DeepSeekR1: return kR1Reasoning;
+    default: return kNoReasoning;
+  }
+}
+
+bool template_thinks(TemplateFamily family, std::span<const ChatMessage> messages, std::optional<bool> enable_thinking) {
+  switch (family) {
+    case TemplateFamily::Qwen3: return enable_thinking.value_or(true);  // only `is false` turns it off
+    case TemplateFamily::SmolLM3: return smollm3_thinks(messages, enable_thinking);
+    case TemplateFamily::DeepSeekR1: return true;
+    default: return false;
+  }
+}
 
 std::optional<TemplateFamily> family_from_name(std::string_view name) {
   static constexpr std::pair<std::string_view, TemplateFamily> kNames[] = {
@@ -1049,6 +1285,10 @@ std::optional<TemplateFamily> family_from_name(std::string_view name) {
       {"phi3.5", TemplateFamily::Phi35},
       {"deepseek-r1", TemplateFamily::DeepSeekR1},
       {"deepseek", TemplateFamily::DeepSeekR1},
+      {"qwen3", TemplateFamily::Qwen3},
+      {"smollm3", TemplateFamily::SmolLM3},
+      {"smollm", TemplateFamily::SmolLM3},
+      {"gemma3", TemplateFamily::Gemma3},
   };
   const std::string key = lower(name);
   for (const auto& [n, f] : kNames)
@@ -1066,6 +1306,8 @@ TemplateFamily detect_template_family(std::string_view t) {
   if (has("<start_of_turn>")) {
     // Gemma 3 folds the system message into the first user turn instead of refusing it.
     if (has("System role not supported") && !has("first_user_prefix")) return TemplateFamily::Gemma2;
+    // FunctionGemma and other derivatives that render tools differ.
+    if (has("first_user_prefix") && has("<start_of_image>") && !has("tool")) return TemplateFamily::Gemma3;
     return TemplateFamily::Unknown;
   }
   if (has("[INST]")) {
@@ -1080,7 +1322,15 @@ TemplateFamily detect_template_family(std::string_view t) {
     return TemplateFamily::Unknown;  // Llama 3.0, Functionary, Firefunction, ...
   }
   if (has("<|im_start|>")) {
+    // SmolLM3 as its GGUFs ship it (Unsloth's edit); the original renders tools (xml_tools).
+    if (has("Reasoning Mode: ") && has("/no_think") && has("SmolLM") && !has("xml_tools") && !has("python_tools"))
+      return TemplateFamily::SmolLM3;
     if (has("<tool_call>")) {
+      // Qwen3: <think> with enable_thinking and the multi-step reasoning rule; Qwen3.5 writes
+      // XML-style <function=...> calls instead of JSON.
+      if (has("enable_thinking") && has("reasoning_content") && has("last_query_index") && has("<tool_response>") &&
+          !has("<function="))
+        return TemplateFamily::Qwen3;
       if (has("You are Qwen, created by Alibaba Cloud") && has("<tool_response>") && !has("reasoning_content") && !has("<think>"))
         return TemplateFamily::Qwen25;
       if (has("json_to_python_type") && has("Here are the available tools: <tools>")) return TemplateFamily::Hermes;
@@ -1148,6 +1398,9 @@ ChatRenderResult render_chat(TemplateFamily family, std::span<const ChatMessage>
     case TemplateFamily::Gemma2: ok = render_gemma2(c); break;
     case TemplateFamily::Phi35: ok = render_phi35(c); break;
     case TemplateFamily::DeepSeekR1: ok = render_deepseek_r1(c); break;
+    case TemplateFamily::Qwen3: ok = render_qwen3(c); break;
+    case TemplateFamily::SmolLM3: ok = render_smollm3(c); break;
+    case TemplateFamily::Gemma3: ok = render_gemma3(c); break;
   }
   result.ok = ok;
   if (ok) result.text = std::move(c.out);

@@ -13,6 +13,11 @@
 //   - tool-call arguments are given to the template as a parsed JSON object (the template applies
 //     tojson), except DeepSeek R1, whose template concatenates the argument text as it is;
 //   - `tools` is defined only when the request has a non-empty tools array;
+//   - Qwen3's template tests `'</think>' in message.content`, which Jinja cannot do on null: for
+//     that family a null content is given as "" (as llama.cpp does for templates that need string
+//     content), so tool-call turns from OpenAI clients render;
+//   - `enable_thinking` is defined only when RenderOptions::enable_thinking is set;
+//   - an assistant message's reasoning_content is defined only when ChatMessage::reasoning_content is set;
 //   - when the real template fails (raise_exception, or an operation Jinja rejects such as string +
 //     null), render_chat fails too, with a message.
 //
@@ -39,6 +44,9 @@ struct ChatMessage {
   std::vector<ToolCall> tool_calls;  // assistant only
   std::string tool_call_id;          // tool only
   std::string name;                  // optional
+  // assistant only: the reasoning of a past turn as the client sends it back (DeepSeek / vLLM
+  // style); nullopt = not given (Qwen3 then reads it from a <think> block in content)
+  std::optional<std::string> reasoning_content;
 };
 
 struct RenderOptions {
@@ -49,6 +57,8 @@ struct RenderOptions {
   // Llama 3.x "Today Date:". Empty = what the template does on its own: Llama 3.1/3.3 use the fixed
   // "26 Jul 2024"; Llama 3.2 uses today's local date (strftime "%d %b %Y").
   std::string date_string;
+  // chat_template_kwargs.enable_thinking (Qwen3, SmolLM3); nullopt = undefined in the template.
+  std::optional<bool> enable_thinking;
 };
 
 enum class TemplateFamily : uint8_t {
@@ -63,7 +73,11 @@ enum class TemplateFamily : uint8_t {
   Gemma2,       // Gemma 2 instruct: <start_of_turn>user/model
   Phi35,        // Phi-3.5 mini instruct: <|user|>\n...<|end|>\n
   DeepSeekR1,   // DeepSeek-R1 distills (Llama and Qwen): <｜User｜>, <｜Assistant｜>
+  Qwen3,        // Qwen3 (dense, 2025): ChatML + "# Tools", <tool_call> JSON, <think>, enable_thinking
+  SmolLM3,      // SmolLM3-3B (the Unsloth template GGUFs ship): ChatML, /think /no_think, no tool list
+  Gemma3,       // Gemma 3 instruct: Gemma 2 turns, the system prompt folded into the first user turn
 };
+constexpr TemplateFamily kLastTemplateFamily = TemplateFamily::Gemma3;
 
 // How a family's model writes tool calls in its output, and where its turn ends.
 enum class ToolCallStyle : uint8_t {
@@ -92,12 +106,29 @@ std::string_view family_name(TemplateFamily family);
 
 // Names for --chat-template: the canonical names plus aliases ("chatml", "qwen2.5"/"qwen",
 // "hermes", "llama3"/"llama3.1"/"llama3.3", "llama3.2", "zephyr"/"tinyllama", "mistral"/"mistral-nemo",
-// "gemma"/"gemma2", "phi3"/"phi3.5", "deepseek-r1"). Case-insensitive; nullopt if unknown.
+// "gemma"/"gemma2", "phi3"/"phi3.5", "deepseek-r1", "qwen3", "smollm3", "gemma3"). Case-insensitive; nullopt if unknown.
 std::optional<TemplateFamily> family_from_name(std::string_view name);
 
 // Recognises the family from the template text by distinctive literals. Unknown for templates not
 // listed above (Command-R, Functionary, Firefunction, Llama 3.0, Mistral v1-v3, ...).
 TemplateFamily detect_template_family(std::string_view jinja_text);
+
+// How a family's model writes its reasoning ("thinking") before the answer.
+struct ReasoningTraits {
+  bool supported = false;         // the model thinks inside open ... close
+  std::string_view open, close;   // "<think>", "</think>"
+  // What the model writes between close and the answer (the template's own rendering of a past
+  // turn shows it): "\n\n" for Qwen3, "\n" for SmolLM3. Forced after close when the budget ends.
+  std::string_view separator;
+  bool prefills_open = false;     // the generation prompt ends with open (DeepSeek R1): the reply starts inside
+  bool switchable = false;        // enable_thinking turns it off in the template
+};
+const ReasoningTraits& reasoning_traits(TemplateFamily family);
+
+// Whether the prompt render_chat makes for these messages lets the model think, by the template's
+// own rules: Qwen3 thinks unless enable_thinking is false; SmolLM3's "/no_think" or "/think" in the
+// system message wins over enable_thinking; DeepSeek R1 always thinks; other families never.
+bool template_thinks(TemplateFamily family, std::span<const ChatMessage> messages, std::optional<bool> enable_thinking);
 
 struct ChatRenderResult {
   bool ok = false;

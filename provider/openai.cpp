@@ -145,6 +145,11 @@ bool parse_messages(dom::element msgs, std::vector<ChatMessage>& out, ApiError& 
       if (m["tool_call_id"].get(v)) return fail(err, p + ".tool_call_id", "'" + p + ".tool_call_id' is required for role tool");
       if (!get_string(v, p + ".tool_call_id", msg.tool_call_id, err)) return false;
     }
+    if (msg.role == "assistant" && !m["reasoning_content"].get(v) && !v.is_null()) {
+      std::string rc;
+      if (!get_string(v, p + ".reasoning_content", rc, err)) return false;
+      msg.reasoning_content = std::move(rc);
+    }
     if (msg.role == "assistant" && !m["tool_calls"].get(v) && !v.is_null()) {
       if (v.type() != dom::element_type::ARRAY) return wrong_type(err, p + ".tool_calls", "an array", v);
       size_t j = 0;
@@ -267,6 +272,32 @@ bool parse_common_sampling(dom::object obj, ChatRequest& r, ApiError& err) {
   return true;
 }
 
+bool get_bool(dom::element e, const std::string& param, std::optional<bool>& out, ApiError& err) {
+  if (e.is_null()) return true;
+  if (e.type() != dom::element_type::BOOL) return wrong_type(err, param, "a boolean", e);
+  out = bool(e);
+  return true;
+}
+
+// reasoning_effort and chat_template_kwargs.enable_thinking (llama.cpp server, vLLM); a top-level
+// enable_thinking too. Other template kwargs are ignored: the templates we render read no others.
+bool parse_thinking(dom::object obj, ChatRequest& r, ApiError& err) {
+  dom::element v;
+  if (!obj["reasoning_effort"].get(v) && !v.is_null()) {
+    std::string name;
+    if (!get_string(v, "reasoning_effort", name, err)) return false;
+    r.reasoning_effort = reasoning_effort_from_name(name);
+    if (!r.reasoning_effort) return fail(err, "reasoning_effort", "'reasoning_effort' must be none, minimal, low, medium or high");
+  }
+  if (!obj["enable_thinking"].get(v) && !get_bool(v, "enable_thinking", r.enable_thinking, err)) return false;
+  if (!obj["chat_template_kwargs"].get(v) && !v.is_null()) {
+    if (v.type() != dom::element_type::OBJECT) return wrong_type(err, "chat_template_kwargs", "an object", v);
+    dom::element et;
+    if (!v["enable_thinking"].get(et) && !get_bool(et, "chat_template_kwargs.enable_thinking", r.enable_thinking, err)) return false;
+  }
+  return true;
+}
+
 bool parse_json_body(std::string_view body, dom::parser& parser, dom::element& root, ApiError& err) {
   if (parser.parse(body.data(), body.size(), true).get(root)) {
     return fail(err, "", "the request body is not valid JSON");
@@ -354,6 +385,7 @@ bool parse_chat_request(std::string_view body, ChatRequest& r, ApiError& err) {
     if (v.type() != dom::element_type::BOOL) return wrong_type(err, "stream", "a boolean", v);
     r.stream = bool(v);
   }
+  if (!parse_thinking(obj, r, err)) return false;
   if (!obj["stream_options"].get(v) && !v.is_null()) {
     if (v.type() != dom::element_type::OBJECT) return wrong_type(err, "stream_options", "an object", v);
     dom::element u;
@@ -373,7 +405,7 @@ bool parse_tool_call_request(std::string_view body, ChatRequest& r, ApiError& er
   dom::element v;
   std::string system;
   if (!obj["system"].get(v) && !v.is_null() && !get_string(v, "system", system, err)) return false;
-  if (!system.empty()) r.messages.push_back(ChatMessage{"system", system, {}, "", ""});
+  if (!system.empty()) r.messages.push_back(ChatMessage{"system", system, {}, "", "", std::nullopt});
   bool have_messages = !obj["messages"].get(v) && !v.is_null();
   if (have_messages) {
     std::vector<ChatMessage> msgs;
@@ -382,7 +414,7 @@ bool parse_tool_call_request(std::string_view body, ChatRequest& r, ApiError& er
   } else if (!obj["prompt"].get(v) && !v.is_null()) {
     std::string prompt;
     if (!get_string(v, "prompt", prompt, err)) return false;
-    r.messages.push_back(ChatMessage{"user", prompt, {}, "", ""});
+    r.messages.push_back(ChatMessage{"user", prompt, {}, "", "", std::nullopt});
   } else {
     return fail(err, "messages", "one of 'messages' or 'prompt' is required");
   }
@@ -396,6 +428,7 @@ bool parse_tool_call_request(std::string_view body, ChatRequest& r, ApiError& er
     if (v.type() != dom::element_type::BOOL) return wrong_type(err, "parallel_tool_calls", "a boolean", v);
     r.parallel_tool_calls = bool(v);
   }
+  if (!parse_thinking(obj, r, err)) return false;
   if (!parse_common_sampling(obj, r, err)) return false;
   return finish_validation(r, err);
 }
@@ -408,6 +441,7 @@ void write_usage(JsonWriter& w, const Completion& c) {
   w.key("completion_tokens").value(c.completion_tokens);
   w.key("total_tokens").value(c.prompt_tokens + c.completion_tokens);
   w.key("prompt_tokens_details").begin_object().key("cached_tokens").value(c.cached_tokens).end_object();
+  w.key("completion_tokens_details").begin_object().key("reasoning_tokens").value(c.reasoning_tokens).end_object();
   w.end_object();
 }
 
@@ -444,6 +478,7 @@ std::string chat_completion_json(const ResponseIds& ids, const Completion& c) {
   w.key("role").value("assistant");
   w.key("content");
   if (c.content) w.value(*c.content); else w.null();
+  if (c.reasoning_content) w.key("reasoning_content").value(*c.reasoning_content);
   if (!c.tool_calls.empty()) {
     w.key("tool_calls").begin_array();
     for (const auto& tc : c.tool_calls) {
@@ -493,6 +528,12 @@ std::string chunk_role_json(const ResponseIds& ids) {
 std::string chunk_content_json(const ResponseIds& ids, std::string_view delta) {
   JsonWriter w = chunk_begin(ids);
   w.key("delta").begin_object().key("content").value(delta).end_object();
+  return chunk_end(w, nullptr);
+}
+
+std::string chunk_reasoning_json(const ResponseIds& ids, std::string_view delta) {
+  JsonWriter w = chunk_begin(ids);
+  w.key("delta").begin_object().key("reasoning_content").value(delta).end_object();
   return chunk_end(w, nullptr);
 }
 

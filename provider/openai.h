@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "chat_template.h"
+#include "reasoning.h"
 
 namespace picolm {
 
@@ -52,6 +53,10 @@ struct ChatRequest {
   double frequency_penalty = 0.0;
   bool stream = false;
   bool include_usage = false;
+  // Thinking: chat_template_kwargs.enable_thinking (also accepted at the top level, as vLLM and
+  // llama.cpp do) and reasoning_effort; nullopt = not given.
+  std::optional<bool> enable_thinking;
+  std::optional<ReasoningEffort> reasoning_effort;
 };
 
 // Parses and validates a POST /v1/chat/completions body. Unknown fields are ignored; a known field
@@ -80,10 +85,12 @@ struct Timings {
 
 struct Completion {
   std::optional<std::string> content;  // nullopt -> JSON null
+  std::optional<std::string> reasoning_content;  // the <think> text; nullopt -> field absent
   std::vector<GeneratedToolCall> tool_calls;
   std::string finish_reason = "stop";  // stop | length | tool_calls
   int64_t prompt_tokens = 0;
   int64_t completion_tokens = 0;
+  int64_t reasoning_tokens = 0;  // of completion_tokens: the think block's (open and close tags included)
   int64_t cached_tokens = 0;
   Timings timings;
 };
@@ -98,6 +105,7 @@ std::string chat_completion_json(const ResponseIds& ids, const Completion& c);
 // Stream chunks (the JSON after "data: ").
 std::string chunk_role_json(const ResponseIds& ids);
 std::string chunk_content_json(const ResponseIds& ids, std::string_view delta);
+std::string chunk_reasoning_json(const ResponseIds& ids, std::string_view delta);  // delta.reasoning_content
 std::string chunk_tool_call_json(const ResponseIds& ids, size_t index, const GeneratedToolCall& call);
 std::string chunk_finish_json(const ResponseIds& ids, std::string_view finish_reason);
 std::string chunk_usage_json(const ResponseIds& ids, const Completion& c);

@@ -24,7 +24,7 @@ static double ms_between(Clock::time_point a, Clock::time_point b) {
 
 // ---------------------------------------------------------------- Job
 
-bool Job::wait(std::chrono::milliseconds timeout, std::vector<std::string>& deltas) {
+bool Job::wait(std::chrono::milliseconds timeout, std::vector<Delta>& deltas) {
   std::unique_lock<std::mutex> lock(mu_);
   cv_.wait_for(lock, timeout, [&] { return done_ || !deltas_.empty(); });
   while (!deltas_.empty()) {
@@ -38,7 +38,16 @@ void Job::push_delta(std::string text) {
   if (text.empty()) return;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    deltas_.push_back(std::move(text));
+    deltas_.push_back(Delta{std::move(text), false});
+  }
+  cv_.notify_all();
+}
+
+void Job::push_reasoning_delta(std::string text) {
+  if (text.empty()) return;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    deltas_.push_back(Delta{std::move(text), true});
   }
   cv_.notify_all();
 }
@@ -137,6 +146,112 @@ bool all_space(std::string_view s) {
   return std::all_of(s.begin(), s.end(), [](char c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r'; });
 }
 
+
+// ---------------------------------------------------------------- thinking (issue 19)
+//
+// The <think> part of a reply: the tokens the provider writes itself (the open tag when thinking
+// is on, the close tag and separator when the thinking budget is spent), the count against the
+// budget, and the split into reasoning and content (ReasoningSplitter). The decode loop takes a
+// forced token instead of sampling when there is one, feeds every decoded piece through split(),
+// and starts the answer's grammar once answer_started().
+
+class ThinkingDriver {
+ public:
+  // think_limit: thinking tokens (forced open included) after which close is forced.
+  ThinkingDriver(const ThinkingPlan& plan, const Tokenizer& tok, bool constrained_answer, int64_t think_limit)
+      : plan_(plan), tok_(tok), constrained_(constrained_answer), limit_(think_limit),
+        splitter_(plan.open, plan.close, plan.start_inside) {
+    if (!plan_.split) return;
+    if (plan_.start_inside && limit_ <= 0) force_close();  // the prompt opened it; no tokens for it
+    // Open the block only if there is room to think in it.
+    if (plan_.force_open && limit_ > static_cast<int64_t>(tok_.encode(plan_.open + "\n", false, true).size()))
+      enqueue(plan_.open + "\n");
+  }
+
+  bool active() const { return plan_.split; }
+  bool thinking() const { return plan_.split && !splitter_.in_answer(); }
+  // The answer (and its grammar) may start: thinking is over and nothing forced is pending.
+  bool answer_started() const { return !plan_.split || (splitter_.in_answer() && forced_.empty()); }
+  bool has_forced() const { return !forced_.empty(); }
+  int32_t take_forced() {
+    const int32_t id = forced_.front();
+    forced_.pop_front();
+    return id;
+  }
+
+  // An end-of-generation token was sampled inside the block. A constrained answer must still come,
+  // so the block is closed instead; free text just ends (the reply is then reasoning only).
+  bool close_instead_of_eog() {
+    if (!thinking() || !constrained_ || closing_) return false;
+    force_close();
+    return true;
+  }
+
+  // Every generated piece (forced or sampled), in order. Returns the newly decided parts.
+  ReasoningPiece split(std::string_view piece) {
+    if (!plan_.split) return ReasoningPiece{{}, std::string(piece)};
+    if (!piece.empty()) last_char_ = piece.back();
+    const bool was_thinking = splitter_.state() == ReasoningSplitter::State::Thinking;
+    ReasoningPiece part = splitter_.push(piece);
+    reasoning_ += part.reasoning;
+    // The block's tokens: from the one that opens it to the one that closes it.
+    if (was_thinking || splitter_.state() == ReasoningSplitter::State::Thinking) ++reasoning_tokens_;
+    if (splitter_.state() == ReasoningSplitter::State::Thinking) {
+      ++think_tokens_;
+      if (!closing_ && think_tokens_ >= limit_ && forced_.empty()) force_close();
+    } else if (was_thinking && splitter_.in_answer() && !closing_ && constrained_ && !plan_.separator.empty()) {
+      // The model closed the block itself: write the template's separator for it, since the
+      // answer's grammar starts at its first byte.
+      closing_ = true;
+      enqueue(plan_.separator);
+    }
+    return part;
+  }
+  ReasoningPiece finish() {
+    if (!plan_.split) return {};
+    ReasoningPiece part = splitter_.finish();
+    reasoning_ += part.reasoning;
+    return part;
+  }
+  const std::string& reasoning() const { return reasoning_; }
+  int64_t reasoning_tokens() const { return reasoning_tokens_; }
+
+ private:
+  void enqueue(const std::string& text) {
+    for (int32_t id : tok_.encode(text, false, true)) forced_.push_back(id);
+  }
+  void force_close() {
+    closing_ = true;
+    enqueue((last_char_ == '\n' ? "" : "\n") + plan_.close + plan_.separator);
+  }
+
+  const ThinkingPlan& plan_;
+  const Tokenizer& tok_;
+  const bool constrained_;
+  const int64_t limit_;
+  ReasoningSplitter splitter_;
+  std::deque<int32_t> forced_;
+  std::string reasoning_;
+  int64_t think_tokens_ = 0;
+  int64_t reasoning_tokens_ = 0;
+  bool closing_ = false;  // the close (or the separator after the model's own close) is scheduled
+  char last_char_ = '\n';
+};
+
+// Tokens the answer after </think> needs at least, kept free when the thinking budget is sized
+// so that a constrained answer still fits in max_tokens. Issue 13's budget helper owns this number
+// (the grammar's shortest completion in tokens, plus its margin); until it lands, free text and
+// constrained answers alike reserve nothing beyond what the effort fraction leaves.
+int64_t answer_reserve_tokens(const Job& job) {
+  (void)job;
+  return 0;
+}
+
+// Tokens a forced close costs at most (the newline before it included): kept free for it.
+int64_t thinking_close_cost(const ThinkingPlan& plan, const Tokenizer& tok) {
+  return plan.split ? static_cast<int64_t>(tok.encode("\n" + plan.close + plan.separator, false, true).size()) : 0;
+}
+
 }  // namespace
 
 void Engine::Impl::run(Job& job) {
@@ -191,7 +306,18 @@ void Engine::Impl::run(Job& job) {
   std::unique_ptr<grammar::Matcher> matcher;
   const bool constrained_from_start =
       job.mode == OutputMode::Json || job.mode == OutputMode::ToolsForced || job.mode == OutputMode::Envelope;
-  if (constrained_from_start) matcher = std::make_unique<grammar::Matcher>(job.grammar, vocab);
+  // Thinking first (if any), then the answer: a constrained answer's grammar starts after </think>.
+  const int64_t think_limit = std::min<int64_t>(
+      job.thinking.budget, job.max_tokens - thinking_close_cost(job.thinking, tok) - answer_reserve_tokens(job));
+  ThinkingDriver thinking(job.thinking, tok, constrained_from_start, std::max<int64_t>(think_limit, 0));
+  bool answer_grammar_pending = constrained_from_start;
+  auto start_answer_grammar = [&] {
+    if (answer_grammar_pending && thinking.answer_started()) {
+      matcher = std::make_unique<grammar::Matcher>(job.grammar, vocab);
+      answer_grammar_pending = false;
+    }
+  };
+  start_answer_grammar();
   std::vector<uint32_t> mask((static_cast<size_t>(n_vocab) + 31) / 32);
   std::vector<float> logits(static_cast<size_t>(n_vocab));
 
@@ -227,29 +353,48 @@ void Engine::Impl::run(Job& job) {
     if (Clock::now() > job.deadline) { timed_out = true; break; }
     if (session->n_past() >= session->n_ctx()) break;
 
-    auto l = session->logits();
-    std::copy(l.begin(), l.end(), logits.begin());
-    const uint32_t* m = nullptr;
-    if (matcher) {
-      matcher->fill_mask(mask.data());
-      m = mask.data();
-    }
-    int32_t id = sampler.sample(logits, m);
-    if (id < 0) { finish = "stop"; break; }  // the grammar allows nothing: treat as the end
-    if (matcher && !matcher->accept_token(id)) {
-      job.finish(out, "internal error: the grammar rejected a token it allowed");
-      session->truncate(0);
-      return;
+    int32_t id = -1;
+    if (thinking.has_forced()) {
+      id = thinking.take_forced();  // the provider writes <think> / </think> itself (no grammar is active then)
+    } else {
+      auto l = session->logits();
+      std::copy(l.begin(), l.end(), logits.begin());
+      const uint32_t* m = nullptr;
+      if (matcher) {
+        matcher->fill_mask(mask.data());
+        m = mask.data();
+      }
+      id = sampler.sample(logits, m);
+      if (id < 0) { finish = "stop"; break; }  // the grammar allows nothing: treat as the end
+      if (matcher && !matcher->accept_token(id)) {
+        job.finish(out, "internal error: the grammar rejected a token it allowed");
+        session->truncate(0);
+        return;
+      }
+      if (tok.is_eog(id) && thinking.close_instead_of_eog()) continue;  // the forced close comes next
     }
     sampler.accept(id);
     if (tok.is_eog(id)) { finish = "stop"; break; }
     ++generated;
-    std::string piece = decoder.push(id);
+    std::string raw_piece = decoder.push(id);
     Status st = session->eval(std::span<const int32_t>(&id, 1));
     if (!st.ok()) {
       job.finish(out, "decode failed: " + st.error());
       session->truncate(0);
       return;
+    }
+    // Reasoning goes its own way; only the answer's text goes on to stops, triggers and grammar.
+    ReasoningPiece split = thinking.split(raw_piece);
+    job.push_reasoning_delta(std::move(split.reasoning));
+    std::string piece = std::move(split.content);
+    if (answer_grammar_pending) {
+      start_answer_grammar();
+      // Answer text in the same piece as the model's own close: the new grammar must take it, or
+      // it is dropped (the grammar then writes the answer from its start).
+      if (!answer_grammar_pending && !piece.empty() && !matcher->accept_bytes(piece)) {
+        matcher = std::make_unique<grammar::Matcher>(job.grammar, vocab);
+        piece.clear();
+      }
     }
 
     if (in_call) {
@@ -298,7 +443,14 @@ void Engine::Impl::run(Job& job) {
     }
     if (matcher && matcher->is_terminated()) { finish = "stop"; break; }
   }
-  if (!in_call) text += decoder.flush();
+  if (!in_call) {
+    ReasoningPiece last = thinking.split(decoder.flush());
+    ReasoningPiece rest = thinking.finish();
+    job.push_reasoning_delta(last.reasoning + rest.reasoning);
+    text += last.content + rest.content;
+  }
+  if (!thinking.reasoning().empty()) out.reasoning_content = thinking.reasoning();
+  out.reasoning_tokens = thinking.reasoning_tokens();
   // The prompt's KV is final; snapshot its stable part (block-aligned) for later requests.
   if (cache && !cancelled && job.stable_len > 0) cache->store(*session, job.stable_len);
   const auto decoded = Clock::now();
@@ -482,12 +634,14 @@ std::shared_ptr<Job> Engine::prepare(const ChatRequest& req, ApiError& err) {
   ro.bos_token = s.bos_text;
   ro.eos_token = s.eos_text;
   std::vector<ChatMessage> messages = req.messages;
-  if (tools_active && native) {
+  if (tools_active && native && !family_needs_tool_lowering(s.family)) {
     ro.tools_json = req.tools_json;
   } else if (family_needs_tool_lowering(s.family)) {
-    // Tool list (if active) and tool history rewritten into plain turns asking for the envelope.
+    // Tool list (if active) and tool history rewritten into plain turns asking for the envelope,
+    // or for <tool_call> JSON where the model was trained on it (SmolLM3, whose shipped template
+    // drops the tools).
     LoweredConversation low = lower_tool_conversation(s.family, messages, tools_active ? req.tools_json : "",
-                                                      LoweredToolSyntax::Envelope);
+                                                      native ? LoweredToolSyntax::Tagged : LoweredToolSyntax::Envelope);
     if (!low.ok) {
       err = ApiError{400, low.error, "invalid_request_error", "messages", ""};
       return nullptr;
@@ -496,6 +650,9 @@ std::shared_ptr<Job> Engine::prepare(const ChatRequest& req, ApiError& err) {
   } else if (tools_active) {
     ro.tools_json = req.tools_json;  // the template shows the tools; the envelope grammar still applies
   }
+  // Thinking: what the request, the --reasoning default and the template decide together.
+  job->thinking = plan_thinking(s.family, messages, req.enable_thinking, req.reasoning_effort, s.opts.reasoning,
+                                ro.enable_thinking);
   ChatRenderResult rendered = render_chat(s.family, messages, ro);
   if (!rendered.ok) {
     err = ApiError{400, "the conversation cannot be rendered with the " + std::string(family_name(s.family)) +
@@ -548,6 +705,7 @@ std::shared_ptr<Job> Engine::prepare(const ChatRequest& req, ApiError& err) {
   }
   const int64_t room = n_ctx - static_cast<int64_t>(job->prompt.size());
   job->max_tokens = std::min<int64_t>(req.max_tokens.value_or(room), room);
+  size_thinking_budget(job->thinking, job->max_tokens);
 
   // ---- grammar ----
   grammar::CompileResult compiled;
@@ -644,7 +802,7 @@ Status Engine::warm(const ChatRequest& req) {
     impl_->queue.push_back(job);  // not subject to the queue limit: start-up only
   }
   impl_->cv.notify_all();
-  std::vector<std::string> ignored;
+  std::vector<Delta> ignored;
   while (!job->wait(std::chrono::milliseconds(1000), ignored)) ignored.clear();
   if (job->failed()) return Error{job->error()};
   return Ok{};

@@ -22,6 +22,7 @@
 #include "chat_template.h"
 #include "model.h"
 #include "openai.h"
+#include "reasoning.h"
 #include "result.h"
 #include "sampler.h"
 
@@ -44,6 +45,7 @@ struct EngineOptions {
   std::string cache_dir;       // prompt cache on disk ("" = off)
   size_t cache_max_mb = 1024;
   size_t cache_ram_mb = 256;
+  ReasoningMode reasoning = ReasoningMode::Auto;  // --reasoning: thinking when a request does not say
 };
 
 // How the reply is produced and read back.
@@ -53,6 +55,12 @@ enum class OutputMode {
   ToolsTagged,  // native <tool_call> format, tool_choice auto: free text; at the trigger the grammar takes over
   ToolsForced,  // native format, tool_choice required/named: constrained from the first token
   Envelope,     // no native format: {"tool_calls":[...]} or {"content":"..."} from the first token
+};
+
+// A streamed piece of the reply: answer text, or reasoning (thinking) text.
+struct Delta {
+  std::string text;
+  bool reasoning = false;
 };
 
 class Job {
@@ -71,6 +79,7 @@ class Job {
   std::string close_tag;   // "</tool_call>"
   bool trigger_at_start = false;  // bare-JSON calls (Llama 3.x): the trigger counts only before any text
   std::vector<std::string> stop;  // Plain/ToolsTagged: text that ends the reply
+  ThinkingPlan thinking;   // <think> handling (reasoning.h); the modes above apply to the answer after it
   std::chrono::steady_clock::time_point arrived, deadline;
   std::string endpoint;    // for the log line
 
@@ -81,20 +90,21 @@ class Job {
   // ---- outputs ----
   // Waits up to `timeout` for news; moves pending content deltas into `deltas`. Returns true once the
   // job is finished (then result() is final and all deltas have been handed out).
-  bool wait(std::chrono::milliseconds timeout, std::vector<std::string>& deltas);
+  bool wait(std::chrono::milliseconds timeout, std::vector<Delta>& deltas);
   const Completion& result() const { return result_; }  // valid after wait() returned true
   bool failed() const { return !error_.empty(); }
   const std::string& error() const { return error_; }
 
   // ---- worker side ----
   void push_delta(std::string text);
+  void push_reasoning_delta(std::string text);
   void finish(Completion c, std::string error = {});
 
  private:
   std::atomic<bool> cancelled_{false};
   std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<std::string> deltas_;
+  std::deque<Delta> deltas_;
   bool done_ = false;
   Completion result_;
   std::string error_;

@@ -233,10 +233,11 @@ void Server::Impl::handle_generation(const httplib::Request& req, httplib::Respo
               state->sent_role = true;
               if (!write_event(chunk_role_json(ids))) { job->cancel(); return false; }
             }
-            std::vector<std::string> deltas;
+            std::vector<Delta> deltas;
             bool done = job->wait(std::chrono::milliseconds(100), deltas);
             for (const auto& d : deltas) {
-              if (!write_event(chunk_content_json(ids, d))) { job->cancel(); return false; }
+              const std::string event = d.reasoning ? chunk_reasoning_json(ids, d.text) : chunk_content_json(ids, d.text);
+              if (!write_event(event)) { job->cancel(); return false; }
             }
             if (!done) {
               if (watch->closed()) { job->cancel(); return false; }
@@ -265,7 +266,7 @@ void Server::Impl::handle_generation(const httplib::Request& req, httplib::Respo
     return;
   }
 
-  std::vector<std::string> ignored;
+  std::vector<Delta> ignored;
   while (!job->wait(std::chrono::milliseconds(100), ignored)) {
     ignored.clear();
     if (!job->cancelled() && watch->closed()) job->cancel();

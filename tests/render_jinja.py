@@ -19,7 +19,8 @@ Input (stdin): a JSON list of cases
                                      # concatenates them); false: json.loads them into a dict, as
                                      # HF and llama.cpp give them to templates that apply tojson
    "add_generation_prompt": true, "bos_token": "...", "eos_token": "...",
-   "date_string": "26 Jul 2024" | absent}
+   "date_string": "26 Jul 2024" | absent,
+   "enable_thinking": true | false | absent}     # chat_template_kwargs, defined only when given
 Output (stdout, binary-safe, no JSON re-escaping): for each case, in order,
   "OK <n>\\n" + n bytes of UTF-8 text + "\\n"   or   "ERR <n>\\n" + n bytes of message + "\\n".
 """
@@ -92,6 +93,8 @@ def render(env, case, compiled):
         ctx["tools"] = tools
     if "date_string" in case:
         ctx["date_string"] = case["date_string"]
+    if "enable_thinking" in case:
+        ctx["enable_thinking"] = case["enable_thinking"]
     return template.render(**ctx)
 
 

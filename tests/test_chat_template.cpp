@@ -18,6 +18,7 @@
 #include <sstream>
 
 #include "chat_template.h"
+#include "reasoning.h"
 #include "tool_format.h"
 
 using namespace picolm;
@@ -65,13 +66,18 @@ ChatMessage tool_msg(std::string id, std::string content) {
   return m;
 }
 
-// The message dicts as an OpenAI client sends them (the convention chat_template.h states).
-void json_message(const ChatMessage& m, std::string& out) {
+// The message dicts as an OpenAI client sends them (the convention chat_template.h states; Qwen3
+// gets "" for a null content).
+void json_message(const ChatMessage& m, std::string& out, TemplateFamily family) {
   out += "{\"role\": ";
   json_string(m.role, out);
   out += ", \"content\": ";
-  if (m.role == "assistant" && !m.tool_calls.empty() && m.content.empty()) out += "null";
+  if (m.role == "assistant" && !m.tool_calls.empty() && m.content.empty() && family != TemplateFamily::Qwen3) out += "null";
   else json_string(m.content, out);
+  if (m.reasoning_content) {
+    out += ", \"reasoning_content\": ";
+    json_string(*m.reasoning_content, out);
+  }
   if (!m.tool_calls.empty()) {
     out += ", \"tool_calls\": [";
     for (size_t i = 0; i < m.tool_calls.size(); ++i) {
@@ -124,7 +130,7 @@ std::string cases_json(const std::vector<Case>& cases) {
     out += ", \"messages\": [";
     for (size_t k = 0; k < c.messages.size(); ++k) {
       if (k) out += ", ";
-      json_message(c.messages[k], out);
+      json_message(c.messages[k], out, c.family);
     }
     out += "], \"tools\": ";
     out += c.options.tools_json.empty() ? "null" : c.options.tools_json;
@@ -140,6 +146,7 @@ std::string cases_json(const std::vector<Case>& cases) {
       out += ", \"date_string\": ";
       json_string(c.options.date_string, out);
     }
+    if (c.options.enable_thinking) out += *c.options.enable_thinking ? ", \"enable_thinking\": true" : ", \"enable_thinking\": false";
     out += "}";
   }
   out += "]\n";
@@ -240,6 +247,25 @@ std::vector<std::pair<std::string, std::vector<ChatMessage>>> conversations() {
                 msg("assistant", "Sunny."), msg("user", "Bye")}});
   v.push_back({"empty", {}});
   {
+    // Reasoning in the history: a multi-step tool loop after the last user query (Qwen3 keeps its
+    // reasoning there), reasoning_content given as a field, think blocks inside content.
+    ChatMessage think_call = call_msg("<think>\nI should look it up.\n</think>\n\n", {{"call00001", "get_weather", kArgsParis}});
+    ChatMessage with_field = call_msg("", {{"call00002", "get_time", "{}"}});
+    with_field.reasoning_content = "\nTime matters too.\n";
+    ChatMessage answer = msg("assistant", "It is 20 C.");
+    answer.reasoning_content = "Both known.";
+    v.push_back({"reasoning in a tool loop",
+                 {msg("system", "You are a weather bot."), msg("user", "Weather in Paris?"), think_call,
+                  tool_msg("call00001", "{\"temp\": 20}"), with_field, tool_msg("call00002", "12:00"), answer}});
+    ChatMessage old = msg("assistant", "<think>old reasoning</think>\n\nOld answer.");
+    v.push_back({"reasoning before the last query", {msg("user", "Q1"), old, msg("user", "Q2")}});
+    ChatMessage empty_reasoning = msg("assistant", "Plain.");
+    empty_reasoning.reasoning_content = "";
+    v.push_back({"reasoning after the last query", {msg("user", "Q1"), empty_reasoning}});
+  }
+  v.push_back({"system think flag", {msg("system", "Be brief. /think"), msg("user", "Hi"), msg("assistant", "\n\nHello")}});
+  v.push_back({"system no_think flag", {msg("system", "/no_think  "), msg("user", "Hi")}});
+  {
     ChatMessage named = msg("user", "I am Bob.");
     named.name = "bob";
     v.push_back({"system in the middle and a named user",
@@ -257,6 +283,27 @@ struct FamilyTemplates {
   std::vector<std::string> files;  // shared template files (or inline text, see below)
   std::string bos, eos;
 };
+
+// Gemma 3's template (google/gemma-3-*-it tokenizer_config.json, as llama.cpp and HF copies show
+// it); not among the shared template files.
+const char* kGemma3Template =
+    "{{ bos_token }}\n{%- if messages[0]['role'] == 'system' -%}\n    {%- if messages[0]['content'] is string -%}\n"
+    "        {%- set first_user_prefix = messages[0]['content'] + '\\n\\n' -%}\n    {%- else -%}\n"
+    "        {%- set first_user_prefix = messages[0]['content'][0]['text'] + '\\n\\n' -%}\n    {%- endif -%}\n"
+    "    {%- set loop_messages = messages[1:] -%}\n{%- else -%}\n    {%- set first_user_prefix = \"\" -%}\n"
+    "    {%- set loop_messages = messages -%}\n{%- endif -%}\n{%- for message in loop_messages -%}\n"
+    "    {%- if (message['role'] == 'user') != (loop.index0 % 2 == 0) -%}\n"
+    "        {{ raise_exception(\"Conversation roles must alternate user/assistant/user/assistant/...\") }}\n"
+    "    {%- endif -%}\n    {%- if (message['role'] == 'assistant') -%}\n        {%- set role = \"model\" -%}\n"
+    "    {%- else -%}\n        {%- set role = message['role'] -%}\n    {%- endif -%}\n"
+    "    {{ '<start_of_turn>' + role + '\\n' + (first_user_prefix if loop.first else \"\") }}\n"
+    "    {%- if message['content'] is string -%}\n        {{ message['content'] | trim }}\n"
+    "    {%- elif message['content'] is iterable -%}\n        {%- for item in message['content'] -%}\n"
+    "            {%- if item['type'] == 'image' -%}\n                {{ '<start_of_image>' }}\n"
+    "            {%- elif item['type'] == 'text' -%}\n                {{ item['text'] | trim }}\n"
+    "            {%- endif -%}\n        {%- endfor -%}\n    {%- else -%}\n"
+    "        {{ raise_exception(\"Invalid content type\") }}\n    {%- endif -%}\n    {{ '<end_of_turn>\\n' }}\n"
+    "{%- endfor -%}\n{%- if add_generation_prompt -%}\n    {{'<start_of_turn>model\\n'}}\n{%- endif -%}\n";
 
 const char* kChatMLTemplate =
     "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + "
@@ -284,6 +331,9 @@ std::vector<FamilyTemplates> all_families() {
       {TemplateFamily::Gemma2, {"google-gemma-2-2b-it.jinja"}, "<bos>", "<eos>"},
       {TemplateFamily::Phi35, {"microsoft-Phi-3.5-mini-instruct.jinja"}, "<s>", "<|endoftext|>"},
       {TemplateFamily::DeepSeekR1, {"deepseek-ai-DeepSeek-R1-Distill-Llama-8B.jinja", "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja"}, "<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>"},
+      {TemplateFamily::Qwen3, {"Qwen-Qwen3-0.6B.jinja"}, "", "<|im_end|>"},
+      {TemplateFamily::SmolLM3, {"HuggingFaceTB-SmolLM3-3B.jinja"}, "", "<|im_end|>"},
+      {TemplateFamily::Gemma3, {"inline:gemma3"}, "<bos>", "<eos>"},
   };
 }
 
@@ -292,6 +342,8 @@ Case base_case(const FamilyTemplates& f, const std::string& file) {
   base.family = f.family;
   if (file == "inline:chatml") {
     base.template_text = kChatMLTemplate;
+  } else if (file == "inline:gemma3") {
+    base.template_text = kGemma3Template;
   } else if (file.rfind("golden:", 0) == 0) {
     base.template_text = golden_template(file.substr(7));
   } else {
@@ -337,14 +389,20 @@ TEST_CASE("chat templates render byte-identical to python3-jinja2", "[chat_templ
     for (const auto& file : f.files) {
       const Case base = base_case(f, file);
       for (const auto& [conv_name, conv] : conversations()) {
+        // enable_thinking undefined / true / false where the template reads it.
+        const int thinking_variants = reasoning_traits(f.family).switchable ? 3 : 1;
         for (int tools = 0; tools < 2; ++tools) {
           for (int gen = 0; gen < 2; ++gen) {
-            Case c = base;
-            c.messages = conv;
-            c.options.tools_json = tools ? kTools : "";
-            c.options.add_generation_prompt = gen == 1;
-            c.label = std::string(family_name(f.family)) + " [" + file + "] " + conv_name + (tools ? " +tools" : "") + (gen ? " +gen" : "");
-            cases.push_back(std::move(c));
+            for (int think = 0; think < thinking_variants; ++think) {
+              Case c = base;
+              c.messages = conv;
+              c.options.tools_json = tools ? kTools : "";
+              c.options.add_generation_prompt = gen == 1;
+              if (think > 0) c.options.enable_thinking = think == 1;
+              c.label = std::string(family_name(f.family)) + " [" + file + "] " + conv_name + (tools ? " +tools" : "") +
+                        (gen ? " +gen" : "") + (think == 1 ? " +thinking" : think == 2 ? " -thinking" : "");
+              cases.push_back(std::move(c));
+            }
           }
         }
       }
@@ -455,6 +513,8 @@ TEST_CASE("template family detection", "[chat_template]") {
       {"microsoft-Phi-3.5-mini-instruct.jinja", TemplateFamily::Phi35},
       {"deepseek-ai-DeepSeek-R1-Distill-Llama-8B.jinja", TemplateFamily::DeepSeekR1},
       {"deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja", TemplateFamily::DeepSeekR1},
+      {"Qwen-Qwen3-0.6B.jinja", TemplateFamily::Qwen3},
+      {"HuggingFaceTB-SmolLM3-3B.jinja", TemplateFamily::SmolLM3},
       // Not reproduced: must not be mistaken for a supported family.
       {"llama-cpp-deepseek-r1.jinja", TemplateFamily::Unknown},
       {"CohereForAI-c4ai-command-r-plus-tool_use.jinja", TemplateFamily::Unknown},
@@ -462,6 +522,12 @@ TEST_CASE("template family detection", "[chat_template]") {
       {"fireworks-ai-llama-3-firefunction-v2.jinja", TemplateFamily::Unknown},
       {"meetkai-functionary-medium-v3.1.jinja", TemplateFamily::Unknown},
       {"meetkai-functionary-medium-v3.2.jinja", TemplateFamily::Unknown},
+      {"Qwen3.5-4B.jinja", TemplateFamily::Unknown},
+      {"LFM2-8B-A1B.jinja", TemplateFamily::Unknown},
+      {"LFM2.5-Instruct.jinja", TemplateFamily::Unknown},
+      {"ibm-granite-granite-3.3-2B-Instruct.jinja", TemplateFamily::Unknown},
+      {"google-gemma-4-31B-it.jinja", TemplateFamily::Unknown},
+      {"mistralai-Ministral-3-14B-Reasoning-2512.jinja", TemplateFamily::Unknown},
   };
   // Every shared template is classified on purpose.
   size_t seen = 0;
@@ -476,11 +542,12 @@ TEST_CASE("template family detection", "[chat_template]") {
   }
   CHECK(seen == expected.size());
   CHECK(detect_template_family(kChatMLTemplate) == TemplateFamily::ChatML);
+  CHECK(detect_template_family(kGemma3Template) == TemplateFamily::Gemma3);
   CHECK(detect_template_family("") == TemplateFamily::Unknown);
 }
 
 TEST_CASE("family names and traits", "[chat_template]") {
-  for (int i = 1; i <= static_cast<int>(TemplateFamily::DeepSeekR1); ++i) {
+  for (int i = 1; i <= static_cast<int>(kLastTemplateFamily); ++i) {
     const auto f = static_cast<TemplateFamily>(i);
     INFO("family " << family_name(f));
     REQUIRE(family_from_name(family_name(f)) == f);
@@ -531,7 +598,7 @@ TEST_CASE("tool lowering for templates without tool syntax", "[chat_template]") 
   }();
 
   for (TemplateFamily f : {TemplateFamily::ChatML, TemplateFamily::Zephyr, TemplateFamily::Gemma2, TemplateFamily::Phi35,
-                           TemplateFamily::DeepSeekR1, TemplateFamily::Unknown}) {
+                           TemplateFamily::DeepSeekR1, TemplateFamily::SmolLM3, TemplateFamily::Gemma3, TemplateFamily::Unknown}) {
     for (LoweredToolSyntax syntax : {LoweredToolSyntax::Tagged, LoweredToolSyntax::Envelope, LoweredToolSyntax::Native}) {
       for (const auto* c : {&conv, &with_system}) {
         INFO("family " << family_name(f) << " syntax " << static_cast<int>(syntax) << " system " << (c == &with_system));
@@ -614,6 +681,7 @@ TEST_CASE("chat templates match python3-jinja2 on random conversations", "[chat_
           else if (r < 0.45) m = msg("user", pick(contents));
           else if (r < 0.75) {
             m = msg("assistant", pick(contents));
+            if (chance(0.2)) m.reasoning_content = pick(contents);
             if (chance(0.4)) {
               const int ncalls = std::uniform_int_distribution<int>(1, 3)(rng);
               for (int q = 0; q < ncalls; ++q) m.tool_calls.push_back({pick(ids), pick(names), pick(args)});
@@ -636,6 +704,7 @@ TEST_CASE("chat templates match python3-jinja2 on random conversations", "[chat_
         }
         c.options.tools_json = chance(0.5) ? "" : chance(0.5) ? std::string(kTools) : small_tools;
         c.options.add_generation_prompt = chance(0.5);
+        if (chance(0.5)) c.options.enable_thinking = chance(0.5);
         c.label = std::string(family_name(f.family)) + " [" + file + "] random #" + std::to_string(n);
         cases.push_back(std::move(c));
       }
@@ -649,4 +718,186 @@ TEST_CASE("chat templates match python3-jinja2 on random conversations", "[chat_
     CHECK(matched.at(fam).first >= 10);
     CHECK(matched.at(fam).second >= 10);
   }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Thinking: the reasoning/content split and the per-request plan (reasoning.h).
+
+namespace {
+
+struct SplitCase {
+  std::string text;
+  bool start_inside;
+  std::string reasoning, content;
+};
+
+// Feeds `text` cut at the given positions; returns the concatenated outputs and checks, piece by
+// piece, that no delta carries a tag (or a part of one that was later completed).
+std::pair<std::string, std::string> split_in_pieces(const SplitCase& c, const std::vector<size_t>& cuts) {
+  ReasoningSplitter sp("<think>", "</think>", c.start_inside);
+  std::string reasoning, content;
+  size_t prev = 0;
+  auto take = [&](const ReasoningPiece& p) {
+    CHECK(p.reasoning.find("</think>") == std::string::npos);
+    CHECK(p.reasoning.find("<think>") == std::string::npos);
+    reasoning += p.reasoning;
+    content += p.content;
+  };
+  for (size_t cut : cuts) {
+    take(sp.push(std::string_view(c.text).substr(prev, cut - prev)));
+    prev = cut;
+  }
+  take(sp.push(std::string_view(c.text).substr(prev)));
+  take(sp.finish());
+  return {reasoning, content};
+}
+
+}  // namespace
+
+TEST_CASE("reasoning splitter: same split for every chunking", "[reasoning]") {
+  const std::vector<SplitCase> cases = {
+      {"<think>\nI think.\n</think>\n\nHello", false, "I think.", "Hello"},
+      {"  \n<think>x</think>y", false, "x", "y"},
+      {"<think>a \n b</think>c d\n", false, "a \n b", "c d\n"},
+      {"<think>\n\n</think>\n\nHi", false, "", "Hi"},                 // empty think block
+      {"<think>\nnever closed\n", false, "never closed", ""},         // no </think>: all reasoning
+      {"<think>a</thi", false, "a</thi", ""},                         // a close tag cut off is text
+      {"Hello <think>x</think> there", false, "", "Hello <think>x</think> there"},  // not first: content
+      {"<thi", false, "", "<thi"},                                    // an open tag that never completed
+      {"<thinking>about</thinking>", false, "", "<thinking>about</thinking>"},
+      {"\n\nHello", false, "", "\n\nHello"},                          // thinking off: text as it is
+      {"", false, "", ""},
+      {"R1 reasoning\n</think>\n\nanswer </think>", true, "R1 reasoning", "answer </think>"},  // prefilled open
+      {"</think>\n\nok", true, "", "ok"},
+      {"<think>one</think><think>two</think>", false, "one", "<think>two</think>"},
+      {"<think>x</think>\n\n<tool_call>\n{}\n</tool_call>", false, "x", "<tool_call>\n{}\n</tool_call>"},
+  };
+  std::mt19937 rng(19);
+  for (const auto& c : cases) {
+    INFO("text: " << c.text);
+    // Whole, byte by byte, and random cuts.
+    std::vector<std::vector<size_t>> cut_sets = {{}};
+    std::vector<size_t> every;
+    for (size_t i = 1; i < c.text.size(); ++i) every.push_back(i);
+    cut_sets.push_back(every);
+    for (int r = 0; r < 50 && c.text.size() > 1; ++r) {
+      std::vector<size_t> cuts;
+      for (size_t i = 1; i < c.text.size(); ++i)
+        if (rng() % 3 == 0) cuts.push_back(i);
+      cut_sets.push_back(cuts);
+    }
+    for (const auto& cuts : cut_sets) {
+      const auto [reasoning, content] = split_in_pieces(c, cuts);
+      CHECK(reasoning == c.reasoning);
+      CHECK(content == c.content);
+    }
+  }
+}
+
+TEST_CASE("reasoning splitter: state and held text", "[reasoning]") {
+  ReasoningSplitter sp("<think>", "</think>", false);
+  CHECK(sp.state() == ReasoningSplitter::State::Start);
+  ReasoningPiece p = sp.push("<thi");
+  CHECK(p.reasoning.empty());
+  CHECK(p.content.empty());  // may still be the tag
+  p = sp.push("nk>\nabc </");
+  CHECK(sp.state() == ReasoningSplitter::State::Thinking);
+  CHECK(p.reasoning == "abc");  // " </" held: whitespace before a possible close
+  p = sp.push("think>\n\n");
+  CHECK(sp.in_answer());
+  CHECK(p.reasoning.empty());
+  CHECK(p.content.empty());  // the separator is not content
+  p = sp.push("Answer");
+  CHECK(p.content == "Answer");
+  // Text that starts otherwise is content at once.
+  ReasoningSplitter plain("<think>", "</think>", false);
+  CHECK(plain.push("Hi").content == "Hi");
+  CHECK(plain.in_answer());
+}
+
+TEST_CASE("thinking plan per family and request", "[reasoning]") {
+  const std::vector<ChatMessage> user = {msg("user", "Hi")};
+  std::optional<bool> render;
+
+  // Qwen3: thinks by default; the template is left to decide (enable_thinking undefined).
+  ThinkingPlan p = plan_thinking(TemplateFamily::Qwen3, user, std::nullopt, std::nullopt, ReasoningMode::Auto, render);
+  CHECK(p.split);
+  CHECK(p.enabled);
+  CHECK_FALSE(render.has_value());
+  size_thinking_budget(p, 400);
+  CHECK(p.budget == 200);  // medium: half of max_tokens
+  CHECK(p.force_open);
+  CHECK(p.separator == "\n\n");
+
+  // Off, three ways; the prompt then carries the empty think block.
+  for (int way = 0; way < 3; ++way) {
+    INFO("way " << way);
+    p = plan_thinking(TemplateFamily::Qwen3, user, way == 0 ? std::optional<bool>(false) : std::nullopt,
+                      way == 1 ? std::optional(ReasoningEffort::None) : std::nullopt,
+                      way == 2 ? ReasoningMode::Off : ReasoningMode::Auto, render);
+    CHECK_FALSE(p.enabled);
+    REQUIRE(render == std::optional<bool>(false));
+    size_thinking_budget(p, 400);
+    CHECK(p.budget == 0);
+    CHECK_FALSE(p.force_open);
+    RenderOptions ro;
+    ro.enable_thinking = render;
+    const auto r = render_chat(TemplateFamily::Qwen3, user, ro);
+    REQUIRE(r.ok);
+    CHECK(r.text.ends_with("<|im_start|>assistant\n<think>\n\n</think>\n\n"));
+  }
+  // The request wins over the provider default; enable_thinking wins over reasoning_effort.
+  p = plan_thinking(TemplateFamily::Qwen3, user, true, ReasoningEffort::None, ReasoningMode::Off, render);
+  CHECK(p.enabled);
+  CHECK(render == std::optional<bool>(true));
+  size_thinking_budget(p, 400);
+  CHECK(p.budget == 200);
+  p = plan_thinking(TemplateFamily::Qwen3, user, std::nullopt, ReasoningEffort::Low, ReasoningMode::Off, render);
+  CHECK(p.enabled);
+  size_thinking_budget(p, 400);
+  CHECK(p.budget == 100);
+  p = plan_thinking(TemplateFamily::Qwen3, user, std::nullopt, ReasoningEffort::High, ReasoningMode::Auto, render);
+  size_thinking_budget(p, 400);
+  CHECK(p.budget == 300);
+  size_thinking_budget(p, 1000000);
+  CHECK(p.budget == 16384);
+  size_thinking_budget(p, 1);
+  CHECK(p.budget == 0);
+  CHECK_FALSE(p.force_open);  // no room to think: the block is not opened
+
+  // SmolLM3: the system flag wins over enable_thinking, in the prompt and in the plan alike.
+  const std::vector<ChatMessage> no_think = {msg("system", "Be brief /no_think"), msg("user", "Hi")};
+  p = plan_thinking(TemplateFamily::SmolLM3, no_think, true, std::nullopt, ReasoningMode::Auto, render);
+  CHECK_FALSE(p.enabled);
+  RenderOptions ro;
+  ro.enable_thinking = render;
+  auto r = render_chat(TemplateFamily::SmolLM3, no_think, ro);
+  REQUIRE(r.ok);
+  CHECK(r.text.ends_with("<|im_start|>assistant\n<think>\n\n</think>\n"));
+  p = plan_thinking(TemplateFamily::SmolLM3, user, std::nullopt, std::nullopt, ReasoningMode::Auto, render);
+  CHECK(p.enabled);
+  CHECK(p.separator == "\n");
+
+  // DeepSeek R1 opens the block in the prompt; "off" closes it at once.
+  p = plan_thinking(TemplateFamily::DeepSeekR1, user, false, std::nullopt, ReasoningMode::Auto, render);
+  CHECK(p.enabled);
+  CHECK(p.start_inside);
+  CHECK_FALSE(render.has_value());  // the template has no switch
+  size_thinking_budget(p, 400);
+  CHECK(p.budget == 0);
+  CHECK_FALSE(p.force_open);
+
+  // Families without thinking.
+  for (TemplateFamily f : {TemplateFamily::Gemma3, TemplateFamily::Qwen25, TemplateFamily::ChatML}) {
+    p = plan_thinking(f, user, true, ReasoningEffort::High, ReasoningMode::On, render);
+    CHECK_FALSE(p.split);
+    CHECK_FALSE(p.enabled);
+    CHECK_FALSE(render.has_value());
+  }
+
+  CHECK(reasoning_effort_from_name("HIGH") == ReasoningEffort::High);
+  CHECK(reasoning_effort_from_name("minimal") == ReasoningEffort::Low);
+  CHECK_FALSE(reasoning_effort_from_name("max").has_value());
+  CHECK(reasoning_mode_from_name("off") == ReasoningMode::Off);
+  CHECK_FALSE(reasoning_mode_from_name("maybe").has_value());
 }

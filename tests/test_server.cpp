@@ -33,6 +33,8 @@ const std::string kShared = PICOLM_SHARED_DIR;
 const std::string kSource = PICOLM_SOURCE_DIR;
 const std::string kStories = kShared + "/models/stories260K.gguf";
 const std::string kQwen = kShared + "/models/qwen2-bpe-q4km.gguf";
+// Qwen3 vocabulary (<think>, </think>, <tool_call> tokens) and chat template, random weights.
+const std::string kQwen3 = kShared + "/models/qwen3-bpe-q4km.gguf";
 
 // Tools whose arguments are finite by construction (enums, booleans, bounded integers, short
 // strings), so that even a random-weight model completes a call in a few dozen tokens.
@@ -82,6 +84,10 @@ Started& stories() {
 }
 Started& qwen() {
   static Started s = start_server(kQwen, 2048);
+  return s;
+}
+Started& qwen3() {
+  static Started s = start_server(kQwen3, 4096);
   return s;
 }
 
@@ -237,6 +243,8 @@ std::vector<CallSeen> check_completion(const std::string& body, std::string* con
 // Reassembles an SSE stream into content, tool calls and finish reason.
 struct StreamResult {
   std::string content;
+  std::string reasoning;  // delta.reasoning_content
+  int64_t reasoning_tokens = -1;  // usage.completion_tokens_details.reasoning_tokens
   std::vector<CallSeen> calls;
   std::string finish;
   bool done = false;
@@ -257,12 +265,16 @@ StreamResult parse_stream(const std::string& sse) {
     ++r.chunks;
     CHECK(str(j.root["object"]) == "chat.completion.chunk");
     dom::element usage;
-    if (!j.root["usage"].get(usage) && !usage.is_null()) r.usage = true;
+    if (!j.root["usage"].get(usage) && !usage.is_null()) {
+      r.usage = true;
+      r.reasoning_tokens = int64_t(usage["completion_tokens_details"]["reasoning_tokens"]);
+    }
     dom::array choices = j.root["choices"];
     if (choices.size() == 0) continue;
     dom::element c = choices.at(0);
     dom::element delta = c["delta"], v;
     if (!delta["content"].get(v) && v.is_string()) r.content += str(v);
+    if (!delta["reasoning_content"].get(v) && v.is_string()) r.reasoning += str(v);
     if (!delta["tool_calls"].get(v)) {
       for (dom::element tc : dom::array(v)) {
         size_t idx = size_t(int64_t(tc["index"]));
@@ -872,4 +884,229 @@ TEST_CASE("reading tool calls back from model output", "[server]") {
   CHECK(parse_envelope(R"({"content":"hi"})", env, content));
   CHECK(env.empty());
   CHECK(content == "hi");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Thinking (issue 19) on the Qwen3-vocabulary model: <think> text goes to reasoning_content, never
+// to content; the thinking budget closes the block in time for the answer.
+
+namespace {
+
+struct ThinkingReply {
+  std::string content;  // "<null>" for JSON null
+  std::optional<std::string> reasoning;
+  int64_t reasoning_tokens = 0, completion_tokens = 0;
+  std::string finish;
+  std::vector<CallSeen> calls;
+};
+
+ThinkingReply thinking_reply(const std::string& body) {
+  ThinkingReply r;
+  r.calls = check_completion(body, &r.content, &r.finish);
+  Json j(body);
+  dom::element msg = j.root["choices"].at(0)["message"], rc;
+  if (!msg["reasoning_content"].get(rc)) {
+    REQUIRE(rc.is_string());
+    r.reasoning = str(rc);
+  }
+  r.reasoning_tokens = int64_t(j.root["usage"]["completion_tokens_details"]["reasoning_tokens"]);
+  r.completion_tokens = int64_t(j.root["usage"]["completion_tokens"]);
+  return r;
+}
+
+// Reasoning never leaks into the answer: no tag, and no piece of the reasoning text.
+void check_no_reasoning_in_content(const ThinkingReply& r) {
+  INFO("content: " << r.content);
+  CHECK(r.content.find("<think>") == std::string::npos);
+  CHECK(r.content.find("</think>") == std::string::npos);
+  if (r.reasoning && r.reasoning->size() >= 8 && r.content != "<null>") {
+    CHECK(r.content.find(r.reasoning->substr(0, 8)) == std::string::npos);
+  }
+}
+
+struct ThinkingMode {
+  std::string label;
+  std::string fields;  // request fields
+  bool on;
+  double share;        // of max_tokens thinking may use
+};
+
+const std::vector<ThinkingMode>& thinking_modes() {
+  static const std::vector<ThinkingMode> modes = {
+      {"default (template: on)", "", true, 0.5},
+      {"reasoning_effort low", R"("reasoning_effort":"low")", true, 0.25},
+      {"reasoning_effort high", R"("reasoning_effort":"high")", true, 0.75},
+      {"chat_template_kwargs on", R"("chat_template_kwargs":{"enable_thinking":true})", true, 0.5},
+      {"chat_template_kwargs off", R"("chat_template_kwargs":{"enable_thinking":false})", false, 0.0},
+      {"reasoning_effort none", R"("reasoning_effort":"none")", false, 0.0},
+  };
+  return modes;
+}
+
+std::string with(const std::string& a, const std::string& b) { return a.empty() ? b : b.empty() ? a : a + "," + b; }
+
+}  // namespace
+
+TEST_CASE("qwen3: thinking on and off, streamed and not; reasoning never in content", "[server][thinking]") {
+  auto& s = qwen3();
+  auto c = client(s.port);
+  for (const auto& mode : thinking_modes()) {
+    for (int max_tokens : {8, 40, 90}) {
+      INFO("mode " << mode.label << ", max_tokens " << max_tokens);
+      const std::string body = chat_body(with(mode.fields, R"("max_tokens":)" + std::to_string(max_tokens) + R"(,"temperature":0)"), "Hello");
+      auto res = c->Post("/v1/chat/completions", body, "application/json");
+      REQUIRE(res);
+      REQUIRE(res->status == 200);
+      const ThinkingReply r = thinking_reply(res->body);
+      check_no_reasoning_in_content(r);
+      CHECK(r.completion_tokens <= max_tokens);
+      const int64_t budget = static_cast<int64_t>(mode.share * max_tokens);
+      if (mode.on && budget > 2) {
+        // The provider opened the block; the budget closed it (or the model did) with room left.
+        REQUIRE(r.reasoning.has_value());
+        CHECK(!r.reasoning->empty());
+        CHECK(r.reasoning_tokens > 0);
+        CHECK(r.reasoning_tokens <= budget + 4);  // + the forced "\n</think>" (separator counted as answer)
+        CHECK(r.completion_tokens > r.reasoning_tokens);  // the answer got tokens
+        CHECK(r.content != "<null>");
+      } else if (!mode.on) {
+        CHECK_FALSE(r.reasoning.has_value());
+        CHECK(r.reasoning_tokens == 0);
+      }
+
+      // The stream carries the same split, piece by piece.
+      std::string stream_body = body;
+      stream_body.pop_back();
+      stream_body += R"(,"stream":true,"stream_options":{"include_usage":true}})";
+      auto sres = c->Post("/v1/chat/completions", stream_body, "application/json");
+      REQUIRE(sres);
+      REQUIRE(sres->status == 200);
+      StreamResult st = parse_stream(sres->body);
+      CHECK(st.done);
+      CHECK(st.finish == r.finish);
+      CHECK(st.content == r.content);
+      CHECK(st.reasoning == r.reasoning.value_or(""));
+      CHECK(st.reasoning_tokens == r.reasoning_tokens);
+      CHECK(st.content.find("</think>") == std::string::npos);
+    }
+  }
+}
+
+TEST_CASE("qwen3: tools with thinking on and off: required / named give valid calls, auto thinks first", "[server][thinking]") {
+  auto& s = qwen3();
+  auto c = client(s.port);
+  Validator v;
+  int calls_seen = 0;
+  for (const auto& mode : thinking_modes()) {
+    for (uint64_t seed : {11, 12}) {
+      INFO("mode " << mode.label << ", seed " << seed);
+      const std::string sd = R"("seed":)" + std::to_string(seed);
+      for (const std::string choice : {R"("required")", R"({"type":"function","function":{"name":"set_volume"}})"}) {
+        const std::string body =
+            chat_body(with(mode.fields, R"("tools":)" + kTools + R"(,"tool_choice":)" + choice + R"(,"parallel_tool_calls":false,"max_tokens":300,)" + sd));
+        auto res = c->Post("/v1/chat/completions", body, "application/json");
+        REQUIRE(res);
+        REQUIRE(res->status == 200);
+        const ThinkingReply r = thinking_reply(res->body);
+        CHECK(r.finish == "tool_calls");
+        REQUIRE(r.calls.size() == 1);
+        if (choice[0] == '{') CHECK(r.calls[0].name == "set_volume");
+        CHECK(r.content == "<null>");
+        CHECK(r.reasoning.has_value() == mode.on);
+        if (mode.on) CHECK(r.reasoning_tokens <= static_cast<int64_t>(mode.share * 300) + 4);
+        for (auto& k : r.calls) v.add_tool_call(kTools, k.name, k.arguments);
+        ++calls_seen;
+      }
+      // auto: thinking, then free text or a call; the trigger counts only after </think>.
+      auto res = c->Post("/v1/chat/completions",
+                         chat_body(with(mode.fields, R"("tools":)" + kTools + R"(,"tool_choice":"auto","max_tokens":60,)" + sd)),
+                         "application/json");
+      REQUIRE(res);
+      REQUIRE(res->status == 200);
+      const ThinkingReply r = thinking_reply(res->body);
+      check_no_reasoning_in_content(r);
+      CHECK(r.content.find("<tool_call>") == std::string::npos);
+      for (auto& k : r.calls) v.add_tool_call(kTools, k.name, k.arguments);
+    }
+  }
+  CHECK(calls_seen == 24);
+
+  // Streamed (greedy) equals non-streamed, reasoning included.
+  for (const auto& mode : {thinking_modes()[0], thinking_modes()[4]}) {
+    INFO("mode " << mode.label);
+    const std::string body = chat_body(
+        with(mode.fields, R"("tools":)" + kTools + R"(,"tool_choice":"required","parallel_tool_calls":false,"max_tokens":200,"temperature":0)"));
+    auto res = c->Post("/v1/chat/completions", body, "application/json");
+    REQUIRE(res);
+    const ThinkingReply r = thinking_reply(res->body);
+    std::string stream_body = body;
+    stream_body.pop_back();
+    stream_body += R"(,"stream":true})";
+    auto sres = c->Post("/v1/chat/completions", stream_body, "application/json");
+    REQUIRE(sres);
+    StreamResult st = parse_stream(sres->body);
+    CHECK(st.finish == "tool_calls");
+    CHECK(st.content.empty());
+    CHECK(st.reasoning == r.reasoning.value_or(""));
+    REQUIRE(st.calls.size() == r.calls.size());
+    REQUIRE(st.calls.size() == 1);
+    CHECK(st.calls[0].name == r.calls[0].name);
+    CHECK(st.calls[0].arguments == r.calls[0].arguments);
+    v.add_tool_call(kTools, st.calls[0].name, st.calls[0].arguments);
+  }
+
+  // A second turn: the past call (with its reasoning_content) and the tool result render and run.
+  const std::string history = R"({"messages":[
+      {"role":"user","content":"Turn on the hall light"},
+      {"role":"assistant","content":null,"reasoning_content":"The user wants light.","tool_calls":[{"id":"call_1","type":"function","function":{"name":"set_light","arguments":"{\"room\":\"hall\",\"on\":true}"}}]},
+      {"role":"tool","tool_call_id":"call_1","content":"ok"}],
+    "tools":)" + kTools + R"(,"tool_choice":"required","parallel_tool_calls":false,"max_tokens":300,"seed":5})";
+  auto res = c->Post("/v1/chat/completions", history, "application/json");
+  REQUIRE(res);
+  REQUIRE(res->status == 200);
+  const ThinkingReply r = thinking_reply(res->body);
+  REQUIRE(r.calls.size() == 1);
+  v.add_tool_call(kTools, r.calls[0].name, r.calls[0].arguments);
+  v.check();
+}
+
+TEST_CASE("qwen3: json_schema answer after thinking", "[server][thinking]") {
+  const std::string schema =
+      R"({"type":"object","properties":{"answer":{"type":"string","enum":["yes","no"]},"score":{"type":"integer","minimum":0,"maximum":5}},"required":["answer","score"],"additionalProperties":false})";
+  auto& s = qwen3();
+  auto c = client(s.port);
+  Validator v;
+  for (const auto& mode : {thinking_modes()[0], thinking_modes()[5]}) {
+    for (uint64_t seed : {1, 2}) {
+      INFO("mode " << mode.label << ", seed " << seed);
+      auto res = c->Post("/v1/chat/completions",
+                         chat_body(with(mode.fields, R"("response_format":{"type":"json_schema","json_schema":{"name":"r","schema":)" + schema +
+                                                         R"(}},"max_tokens":120,"seed":)" + std::to_string(seed))),
+                         "application/json");
+      REQUIRE(res);
+      REQUIRE(res->status == 200);
+      const ThinkingReply r = thinking_reply(res->body);
+      CHECK(r.finish == "stop");
+      CHECK(r.reasoning.has_value() == mode.on);
+      v.add(schema, r.content);  // the content is the JSON alone: the reasoning is not in it
+    }
+  }
+  v.check();
+}
+
+TEST_CASE("thinking request fields are validated", "[server][thinking]") {
+  ChatRequest r;
+  ApiError err;
+  CHECK(parse_chat_request(R"({"messages":[{"role":"user","content":"x"}],"reasoning_effort":"medium","chat_template_kwargs":{"enable_thinking":false}})", r, err));
+  CHECK(r.reasoning_effort == ReasoningEffort::Medium);
+  CHECK(r.enable_thinking == std::optional<bool>(false));
+  ChatRequest r2;
+  CHECK_FALSE(parse_chat_request(R"({"messages":[{"role":"user","content":"x"}],"reasoning_effort":"max"})", r2, err));
+  CHECK(err.param == "reasoning_effort");
+  ChatRequest r3;
+  CHECK_FALSE(parse_chat_request(R"({"messages":[{"role":"user","content":"x"}],"chat_template_kwargs":{"enable_thinking":"yes"}})", r3, err));
+  CHECK(err.param == "chat_template_kwargs.enable_thinking");
+  ChatRequest r4;
+  CHECK(parse_chat_request(R"({"messages":[{"role":"assistant","content":"a","reasoning_content":"why"},{"role":"user","content":"x"}]})", r4, err));
+  CHECK(r4.messages[0].reasoning_content == std::optional<std::string>("why"));
 }

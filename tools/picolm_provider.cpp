@@ -32,7 +32,11 @@ void usage(FILE* out) {
       "                          the CPU has them and the model is under half the RAM)\n"
       "  --api-key KEY           require Authorization: Bearer KEY\n"
       "  --chat-template NAME    override the detected chat template (chatml, qwen2.5, hermes, llama3.1,\n"
-      "                          llama3.2, zephyr, mistral-nemo, gemma2, phi3.5, deepseek-r1)\n"
+      "                          llama3.2, zephyr, mistral-nemo, gemma2, phi3.5, deepseek-r1, qwen3, smollm3,\n"
+      "                          gemma3)\n"
+      "  --reasoning auto|on|off thinking when a request does not say (reasoning_effort or\n"
+      "                          chat_template_kwargs.enable_thinking); auto = the template's default\n"
+      "                          (Qwen3, SmolLM3 think). Reasoning is returned in reasoning_content\n"
       "  --max-queue N           requests waiting for the engine before 429 (default 16)\n"
       "  --timeout SEC           per-request limit incl. queue wait, then finish_reason length (default 110)\n"
       "  --max-body-mb N         largest request body (default 8)\n"
@@ -102,6 +106,15 @@ int main(int argc, char** argv) {
     }
     else if (k == "--api-key") o.api_key = val();
     else if (k == "--chat-template") o.engine.chat_template = val();
+    else if (k == "--reasoning") {
+      const char* v = val();
+      const auto r = reasoning_mode_from_name(v);
+      if (!r) {
+        std::fprintf(stderr, "picolm-provider: --reasoning takes auto, on or off, not '%s'\n", v);
+        return 2;
+      }
+      o.engine.reasoning = *r;
+    }
     else if (k == "--max-queue") o.engine.max_queue = static_cast<size_t>(num(0, 1 << 20));
     else if (k == "--timeout") o.engine.timeout_sec = static_cast<double>(num(1, 1 << 24));
     else if (k == "--max-body-mb") o.max_body_bytes = static_cast<size_t>(num(1, 4096)) << 20;
