@@ -5,6 +5,9 @@
 //   - a deterministic selection of JSON-Schema-Test-Suite schemas the compiler accepts, and
 //   - the PicoClaw-like tool list in every tool-call format, single and parallel,
 // with the 32k Llama SentencePiece vocabulary and the 152k Qwen2.5 byte-level BPE vocabulary.
+// Every seed walks twice: freely, and switching to the closing mask (Matcher::fill_mask_closing)
+// after a random prefix, as a decoder whose token budget runs out does; the closing walk must
+// finish within min_completion_tokens() + slack tokens of that point.
 // Every walk must end with end-of-generation within its token budget (a walk that gets stuck or
 // cannot finish is a grammar bug), its bytes must be accepted again by a fresh matcher, and the
 // instance must validate with an independent validator: Python's jsonschema
@@ -212,18 +215,39 @@ TEST_CASE("random walks under the mask produce valid instances", "[grammar]") {
   std::map<std::string, int> status_count;
   long total_tokens = 0;
   int n_canonical = 0;  // instances whose canonical tokenization was replayed
+  int n_closing = 0, n_closed = 0;  // walks asked to close / that reached closing mode
+  long closing_tokens = 0;
   uint64_t seed = 1;
   for (const auto& [c, n_seeds] : plan) {
     for (const NamedVocab& nv : vocabs) {
-      for (int s = 0; s < n_seeds; ++s) {
+      // Each seed walks twice: freely, and switching to closing mode after a random prefix (it
+      // must then finish within min_completion_tokens() + slack tokens, and still validate).
+      for (int s = 0; s < 2 * n_seeds; ++s) {
+        const bool closing = s % 2 == 1;
         tools::WalkOptions wo;
         wo.seed = seed++;
         wo.rollback_check = 0.1;
+        if (closing) {
+          wo.close_after = static_cast<int>(wo.seed * 7919 % 17);
+          wo.closing_slack = static_cast<int>(wo.seed % 3);
+        }
         const tools::WalkResult w = tools::random_walk(c.grammar, nv.wv, wo);
-        Outcome o{c.label, nv.name, w.text, w.status, w.detail, w.n_tokens};
+        Outcome o{c.label + (closing ? "/closing" : ""), nv.name, w.text, w.status, w.detail, w.n_tokens};
+        if (closing) {
+          ++n_closing;
+          if (w.closing_used >= 0) {
+            ++n_closed;
+            closing_tokens += w.closing_used;
+            if (w.closing_used > w.closing_budget || w.closing_budget != w.closing_min_tokens + wo.closing_slack) {
+              o.status = tools::WalkStatus::Inconsistent;
+              o.detail = "closing mode used " + std::to_string(w.closing_used) + " tokens, allowed " +
+                         std::to_string(w.closing_budget) + " (shortest " + std::to_string(w.closing_min_tokens) + ")";
+            }
+          }
+        }
         status_count[tools::walk_status_name(w.status)]++;
         total_tokens += w.n_tokens;
-        if (w.status == tools::WalkStatus::Finished) {
+        if (o.status == tools::WalkStatus::Finished) {
           grammar::Matcher again(c.grammar, bytes);
           std::string canonical_problem;
           if (!again.accept_bytes(w.text) || !again.is_complete()) {
@@ -294,10 +318,12 @@ TEST_CASE("random walks under the mask produce valid instances", "[grammar]") {
   for (size_t i = 0; i < problems.size() && i < 40; ++i) std::printf("%s\n", problems[i].c_str());
   std::printf("grammar property: %zu walks, %ld tokens; ", outcomes.size(), total_tokens);
   for (const auto& [k, v] : status_count) std::printf("%s %d; ", k.c_str(), v);
-  std::printf("%zu validated, %d invalid; canonical tokenization replayed for %d\n", verdicts.size(), n_invalid,
-              n_canonical);
+  std::printf("%zu validated, %d invalid; canonical tokenization replayed for %d; closing mode reached in %d of %d "
+              "walks (%ld tokens)\n",
+              verdicts.size(), n_invalid, n_canonical, n_closed, n_closing, closing_tokens);
   CHECK(n_unfinished == 0);
   CHECK(n_invalid == 0);
-  CHECK(outcomes.size() >= 150);
+  CHECK(outcomes.size() >= 300);
+  CHECK(n_closed >= n_closing * 2 / 3);  // most closing walks were still open when asked to close
   CHECK(n_canonical >= 50);  // the byte-exact (BPE) vocabulary must replay a good share
 }

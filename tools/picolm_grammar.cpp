@@ -340,6 +340,36 @@ int cmd_bench(const Args& a) {
               slowest_prefix.size() > 200 ? (slowest_prefix.substr(0, 80) + " ... " + slowest_prefix.substr(slowest_prefix.size() - 100)).c_str()
                                           : slowest_prefix.c_str());
   std::printf("accept_token: median %.2f us, p99 %.2f us, max %.2f us (%zu calls)\n", as.median, as.p99, as.max, as.n);
+
+  // Shortest completion and closing mode: the same walks switch to closing mode after a random
+  // number of tokens (what a budget-aware decoder does when the budget runs low) and must finish
+  // within min_completion_tokens() at that point.
+  std::vector<double> completion_us, closing_us;
+  std::map<std::string, int> closing_statuses;
+  int closing_tokens = 0, closing_over = 0;
+  for (int i = 0; i < a.walks; ++i) {
+    tools::WalkOptions wo;
+    wo.seed = a.seed + static_cast<uint64_t>(i);
+    wo.max_tokens = a.max_tokens;
+    wo.time_masks = true;
+    wo.close_after = static_cast<int>((a.seed * 31 + static_cast<uint64_t>(i) * 7) % 40);
+    const tools::WalkResult w = tools::random_walk(g.grammar, wv, wo);
+    closing_statuses[tools::walk_status_name(w.status)]++;
+    completion_us.insert(completion_us.end(), w.completion_us.begin(), w.completion_us.end());
+    closing_us.insert(closing_us.end(), w.closing_mask_us.begin(), w.closing_mask_us.end());
+    if (w.closing_used >= 0) closing_tokens += w.closing_used;
+    if (w.closing_used > w.closing_budget) ++closing_over;
+  }
+  st.clear();
+  for (const auto& [k, v] : closing_statuses) st += (st.empty() ? "" : ", ") + k + " " + std::to_string(v);
+  const tools::Stats cps = tools::summarize(completion_us);
+  const tools::Stats cls = tools::summarize(closing_us);
+  std::printf("closing walks: %d (%s), %d tokens in closing mode, %d over budget\n", a.walks, st.c_str(),
+              closing_tokens, closing_over);
+  std::printf("min_completion_tokens (every step before closing): median %.2f us, p99 %.2f us, max %.2f us (%zu calls)\n",
+              cps.median, cps.p99, cps.max, cps.n);
+  std::printf("fill_mask_closing: median %.2f us, p99 %.2f us, max %.2f us (%zu calls)\n", cls.median, cls.p99,
+              cls.max, cls.n);
   return 0;
 }
 
