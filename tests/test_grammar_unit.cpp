@@ -249,6 +249,32 @@ TEST_CASE("whitespace policy", "[grammar]") {
   flex.whitespace = Whitespace::Flexible;
   check(s, {"{\"a\":[1,2]}", "{ \"a\" : [ 1 , 2 ] }", "{\n  \"a\": [1,\n 2]\n}"}, {"{\"a\":[1 2]}"}, flex);
   check(R"({"enum":[{"k":[1,2]}]})", {"{\"k\":[1,2]}", "{ \"k\" : [ 1, 2 ] }"}, {"{\"k\":[1 2]}"}, flex);
+
+  // Natural: json.dumps separators, one line.
+  CompileOptions nat;
+  nat.whitespace = Whitespace::Natural;
+  check(s, {"{\"a\":[1,2]}", "{\"a\": [1, 2]}", "{ \"a\": [ 1, 2 ] }", "{}", "{\"a\": []}"},
+        {"{\"a\" : [1, 2]}", "{\"a\":  [1,2]}", "{\"a\": [1 , 2]}", "{\n\"a\": [1]}", "{\"a\": [1,\t2]}",
+         "{\"a\": [1,  2]}"},
+        nat);
+  // Natural with newlines: indentation up to max_indent spaces.
+  nat.max_indent = 4;
+  check(s, {"{\n  \"a\": [\n    1,\n    2\n  ]\n}", "{\"a\": [1, 2]}", "{\n\"a\": [1]\n}"},
+        {"{\n  \"a\": [\n      1\n  ]\n}", "{\n\n\"a\": [1]}", "{\n  \"a\":\n[1]}", "{\r\n\"a\": [1]}"}, nat);
+  check(R"({"enum":[{"k":[1,2]}]})", {"{\"k\": [1, 2]}", "{\n  \"k\": [\n    1,\n    2\n  ]\n}"},
+        {"{\"k\" : [1, 2]}"}, nat);
+  check(R"({})", {"{\"x\": [1, {\"y\": null}], \"z\": {}}", "[\n  1,\n  \"a\"\n]"}, {"[1 ,2]", "{\"x\" :1}"}, nat);
+  auto tools = compile_tool_list(R"([{"type":"function","function":{"name":"f","parameters":{"type":"object",)"
+                                 R"("properties":{"a":{"type":"integer"}}}}}])",
+                                 [] {
+                                   ToolListOptions t;
+                                   t.format = ToolCallFormat::Hermes;
+                                   t.schema.whitespace = Whitespace::Natural;
+                                   return t;
+                                 }());
+  REQUIRE(tools.ok());
+  CHECK(matches(tools.grammar, "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": 1}}\n</tool_call>"));
+  CHECK_FALSE(matches(tools.grammar, "<tool_call>\n{\"name\" : \"f\", \"arguments\": {\"a\": 1}}\n</tool_call>"));
 }
 
 TEST_CASE("matcher: EOG only when complete, rollback restores state", "[grammar]") {
