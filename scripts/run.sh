@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
 # Builds the project and starts picolm-provider: ./scripts/run.sh [picolm-provider options]
-# Without -m it serves the built-in demo model (random weights: noise text, valid tool calls).
+# Without -m or --hf it serves the built-in demo model (random weights: noise text, valid tool calls).
+#   ./scripts/run.sh --hf Qwen/Qwen2.5-0.5B-Instruct-GGUF/qwen2.5-0.5b-instruct-q4_k_m.gguf
+# downloads a real model once into $PICOLM_MODELS (default ~/.cache/picolm/models) and serves it;
+# ./scripts/run.sh --list-models shows the recommended ones.
+# The build leaves the tests out (faster); scripts/test.sh switches them on again.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/deps.sh

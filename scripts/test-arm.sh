@@ -102,7 +102,7 @@ build() {
   # shellcheck disable=SC2086
   cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_TOOLCHAIN_FILE="$SRC/$toolchain" \
     -DPICOLM_CROSS_EXTRA_ROOT="$SRC/$dir/cross-root" -DCATCH2_INCLUDE_DIR="$(catch_include "$SRC/$dir")" \
-    -DPICOLM_BUILD_SERVER=OFF -DPICOLM_SHARED_DIR="$SHARED" ${PICOLM_CMAKE_ARGS:-} > "$dir/configure.log" \
+    -DPICOLM_BUILD_SERVER=OFF -DPICOLM_DOWNLOAD=OFF -DPICOLM_SHARED_DIR="$SHARED" ${PICOLM_CMAKE_ARGS:-} > "$dir/configure.log" \
     || { cat "$dir/configure.log"; return 1; }
   cmake --build "$dir" --target "${TEST_TARGETS[@]}" -j"$(nproc)"
 }

@@ -2,6 +2,7 @@
 // errors go to stderr.
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -11,6 +12,7 @@
 #include <memory>
 #include <string>
 
+#include "cli_common.h"
 #include "kernels/thread_pool.h"
 #include "model.h"
 #include "prompt_cache.h"
@@ -22,8 +24,11 @@ namespace {
 
 void usage(FILE* out) {
   std::fprintf(out,
-               "usage: picolm -m MODEL -p PROMPT [-n N] [options]\n"
+               "usage: picolm (-m MODEL | --hf OWNER/REPO/FILE.gguf) -p PROMPT [-n N] [options]\n"
                "  -m, --model FILE       GGUF model\n"
+               "  --hf OWNER/REPO/FILE   download the model from $HF_ENDPOINT (default https://huggingface.co) into\n"
+               "                         $PICOLM_MODELS (default ~/.cache/picolm/models), or reuse it from there\n"
+               "  --list-models          print recommended models for --hf and exit\n"
                "  -p, --prompt TEXT      prompt (special tokens such as <|im_start|> are recognised)\n"
                "  -f, --file FILE        read the prompt from a file\n"
                "  -n, --n-predict N      tokens to generate (default 64)\n"
@@ -40,11 +45,13 @@ void usage(FILE* out) {
                "  --no-bos               do not add BOS even if the vocabulary asks for it\n"
                "  --prompt-cache DIR     reuse and save the prompt's KV cache in DIR ('default': $XDG_CACHE_HOME/picolm);\n"
                "                         ignored with --dump-logits\n"
-               "  --ignore-eos           keep generating after end-of-generation tokens\n");
+               "  --ignore-eos           keep generating after end-of-generation tokens\n"
+               "  --version              print version, git commit and the CPU features in use, and exit\n"
+               "  -h, --help\n");
 }
 
 struct Args {
-  std::string model, prompt, dump_logits, prompt_cache;
+  std::string model, hf, prompt, dump_logits, prompt_cache;
   int n_predict = 64, threads = 0, ctx = 0;
   Repack repack = Repack::Auto;
   bool tokenize = false, exact = false, mlock = false, no_bos = false, ignore_eos = false, have_prompt = false;
@@ -57,6 +64,7 @@ bool parse_num(const char* s, double& out) {
   return end && *end == '\0' && end != s;
 }
 
+// 0: run; -1: done (help, version), exit 0; > 0: bad arguments, exit with it.
 int parse_args(int argc, char** argv, Args& a) {
   for (int i = 1; i < argc; ++i) {
     std::string k = argv[i];
@@ -77,8 +85,11 @@ int parse_args(int argc, char** argv, Args& a) {
       return true;
     };
     double d = 0;
-    if (k == "-h" || k == "--help") { usage(stdout); std::exit(0); }
+    if (k == "-h" || k == "--help") { usage(stdout); return -1; }
+    else if (k == "--version") { std::fputs(cli::version_text("picolm").c_str(), stdout); return -1; }
+    else if (k == "--list-models") { cli::print_recommended_models(stdout); return -1; }
     else if (k == "-m" || k == "--model") { const char* v = val(); if (!v) return 1; a.model = v; }
+    else if (k == "--hf") { const char* v = val(); if (!v) return 1; a.hf = v; }
     else if (k == "-p" || k == "--prompt") { const char* v = val(); if (!v) return 1; a.prompt = v; a.have_prompt = true; }
     else if (k == "-f" || k == "--file") {
       const char* v = val(); if (!v) return 1;
@@ -112,7 +123,11 @@ int parse_args(int argc, char** argv, Args& a) {
     else if (k == "--ignore-eos") a.ignore_eos = true;
     else { std::fprintf(stderr, "picolm: unknown option '%s' (see --help)\n", k.c_str()); return 1; }
   }
-  if (a.model.empty()) { std::fprintf(stderr, "picolm: no model given (-m MODEL)\n"); return 1; }
+  if (!a.model.empty() && !a.hf.empty()) { std::fprintf(stderr, "picolm: give -m or --hf, not both\n"); return 1; }
+  if (a.model.empty() && a.hf.empty()) {
+    std::fprintf(stderr, "picolm: no model given (-m MODEL or --hf OWNER/REPO/FILE.gguf; --list-models)\n");
+    return 1;
+  }
   if (!a.have_prompt) { std::fprintf(stderr, "picolm: no prompt given (-p PROMPT)\n"); return 1; }
   if (a.n_predict < 0 || a.threads < 0 || a.ctx < 0) { std::fprintf(stderr, "picolm: negative count\n"); return 1; }
   return 0;
@@ -143,10 +158,19 @@ std::unique_ptr<PromptCacheStore> open_prompt_cache(const std::string& dir) {
 
 int main(int argc, char** argv) {
   Args a;
-  if (int rc = parse_args(argc, argv, a)) return rc;
+  if (int rc = parse_args(argc, argv, a)) return rc < 0 ? 0 : rc;
   const bool tty = isatty(STDERR_FILENO);
+  if (!a.hf.empty()) {
+    auto path = cli::fetch_hf_model("picolm", a.hf);
+    if (!path) {
+      std::fprintf(stderr, "picolm: %s\n", path.error().c_str());
+      return 1;
+    }
+    a.model = *path;
+  }
 
   auto t_load = std::chrono::steady_clock::now();
+  // Loading maps the file and, with repacking, rewrites the weights: seconds on a slow board.
   if (tty) std::fprintf(stderr, "loading %s ...\r", a.model.c_str());
   const int threads = a.threads > 0 ? a.threads : ThreadPool::default_threads();
   ThreadPool pool(threads);
@@ -176,8 +200,12 @@ int main(int argc, char** argv) {
   SessionOptions so;
   so.n_ctx = a.ctx;
   Session session(m, pool, so);
+  char packed[96] = "";
+  if (m->packed_bytes() > 0)
+    std::snprintf(packed, sizeof packed, " (repacked %zu MiB in %.2f s, %.0f MiB/s)", m->packed_bytes() >> 20,
+                  m->pack_seconds(), double(m->packed_bytes()) / 1048576.0 / std::max(m->pack_seconds(), 1e-6));
   std::fprintf(stderr, "model: %s | kernels: %s%s | threads: %d | ctx: %d | load %.0f ms\n", m->description().c_str(),
-               best_kernels().name, m->packed_bytes() > 0 ? " (repacked)" : "", threads, session.n_ctx(), ms_since(t_load));
+               best_kernels().name, packed, threads, session.n_ctx(), ms_since(t_load));
   if (int64_t(ids.size()) + a.n_predict > session.n_ctx()) {
     std::fprintf(stderr, "picolm: prompt (%zu tokens) + %d tokens to generate exceed the context (%d)\n", ids.size(),
                  a.n_predict, session.n_ctx());
@@ -194,8 +222,10 @@ int main(int argc, char** argv) {
   }
 
   auto t_pre = std::chrono::steady_clock::now();
+  // A bar for long prompts on a terminal (rate, ETA); in a pipe the final timing line is enough.
+  cli::ProgressMeter meter(stderr, "prefill", cli::ProgressMeter::Unit::Tokens, tty);
   auto progress = [&](size_t done, size_t total) {
-    if (tty && total > 64) std::fprintf(stderr, "prefill %zu/%zu\r", done, total);
+    if (tty && total > 64) meter.update(done, total);
   };
   // A cache hit skips the prefix, whose logits --dump-logits needs: no cache when dumping.
   std::unique_ptr<PromptCacheStore> cache = dump ? nullptr : open_prompt_cache(a.prompt_cache);
@@ -204,6 +234,7 @@ int main(int argc, char** argv) {
   pco.defer_store = true;  // saved after generation, so that writing the file does not delay the first token
   pco.progress = progress;
   auto pre = prefill_with_cache(cache.get(), session, ids, /*stable_len=*/ids.size(), pco);
+  meter.finish();
   if (!pre) {
     std::fprintf(stderr, "picolm: %s\n", pre.error().c_str());
     return 1;

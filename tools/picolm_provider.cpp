@@ -13,6 +13,7 @@
 #include <string>
 #include <thread>
 
+#include "cli_common.h"
 #include "prompt_cache.h"
 #include "server.h"
 
@@ -22,8 +23,11 @@ namespace {
 
 void usage(FILE* out) {
   std::fprintf(out,
-      "usage: picolm-provider [-m MODEL] [options]\n"
+      "usage: picolm-provider [-m MODEL | --hf OWNER/REPO/FILE.gguf] [options]\n"
       "  -m, --model FILE        GGUF model (default: the built-in demo model, <bindir>/../demo/picolm-demo.gguf)\n"
+      "  --hf OWNER/REPO/FILE    download the model from $HF_ENDPOINT (default https://huggingface.co) into\n"
+      "                          $PICOLM_MODELS (default ~/.cache/picolm/models), or reuse it from there\n"
+      "  --list-models           print recommended models for --hf and exit\n"
       "  --host ADDR             listen address (default 127.0.0.1)\n"
       "  --port N                port (default 8080; 0 = any free port)\n"
       "  -j, --threads N         engine threads (default: physical cores)\n"
@@ -46,6 +50,7 @@ void usage(FILE* out) {
       "  --cache-ram-mb N        RAM budget of the prompt cache (default 256)\n"
       "  --warm FILE             a chat request (JSON) whose prompt is prefilled at start-up\n"
       "  --model-id NAME         the id /v1/models reports (default: the file name)\n"
+      "  --version               print version, git commit and the CPU features in use, and exit\n"
       "  -h, --help\n");
 }
 
@@ -71,6 +76,7 @@ int main(int argc, char** argv) {
   ServerOptions o;
   o.engine.max_queue = 16;
   bool cache_dir_given = false;
+  std::string hf;
   for (int i = 1; i < argc; ++i) {
     std::string k = argv[i];
     auto val = [&]() -> const char* {
@@ -90,6 +96,9 @@ int main(int argc, char** argv) {
       return n;
     };
     if (k == "-h" || k == "--help") { usage(stdout); return 0; }
+    else if (k == "--version") { std::fputs(cli::version_text("picolm-provider").c_str(), stdout); return 0; }
+    else if (k == "--list-models") { cli::print_recommended_models(stdout); return 0; }
+    else if (k == "--hf") hf = val();
     else if (k == "-m" || k == "--model") o.engine.model_path = val();
     else if (k == "--host") o.host = val();
     else if (k == "--port") o.port = static_cast<int>(num(0, 65535));
@@ -134,6 +143,18 @@ int main(int argc, char** argv) {
   }
   if (!cache_dir_given) o.engine.cache_dir = PromptCacheStore::default_dir();
   if (o.engine.cache_dir == "none") o.engine.cache_dir.clear();
+  if (!hf.empty()) {
+    if (!o.engine.model_path.empty()) {
+      std::fprintf(stderr, "picolm-provider: give -m or --hf, not both\n");
+      return 2;
+    }
+    auto path = cli::fetch_hf_model("picolm-provider", hf);
+    if (!path) {
+      std::fprintf(stderr, "picolm-provider: %s\n", path.error().c_str());
+      return 1;
+    }
+    o.engine.model_path = *path;
+  }
   if (o.engine.model_path.empty()) {
     o.engine.model_path = default_model_path(argv[0]);
     if (!std::filesystem::exists(o.engine.model_path)) {
