@@ -354,6 +354,31 @@ TEST_CASE("mask equals brute force on a synthetic vocabulary", "[grammar]") {
   check_mask_consistency(tr.grammar, vocab, "xa\"aab\"{\"name\":\"f\",\"arguments\":{\"x\":12}}");
 }
 
+TEST_CASE("mask fast paths of counted chains equal brute force", "[grammar]") {
+  // Long tokens of one class (the class-run and string-run skips), tokens that leave the class
+  // half way, escapes, multi-byte characters and quotes, near and far from the chains' ends.
+  std::vector<std::string> extra = {"aaaa", "aaaaaaaa", "aaaaaaaaaaaa", "abcdefghij", "abc\"", "ab\"}", "a b",
+                                    "a\\n", "\\u00e9", "\xc3\xa9\xc3\xa9", "\xc3\xa9" "aa", "aa\xc3\xa9", "\"",
+                                    "\"aaa", "aaaa\"", "0123", "zzzzzzzzzzzzzzzzzzzz", "a-b", "\t", "\\", "\\\""};
+  auto vocab = byte_vocab(extra);
+  struct Case {
+    const char* schema;
+    std::string path;
+  };
+  const Case cases[] = {
+      {R"({"type":"string","maxLength":14})", "\"aaaaaaaaaaaaaa\""},
+      {R"({"type":"string","minLength":6,"maxLength":20})", "\"ab\xc3\xa9\\n\\u00e9cdefghijkl\""},
+      {R"({"type":"string","pattern":"^[a-z]{3,13}$"})", "\"abcdefghijklm\""},
+      {R"({"type":"string","pattern":"^[\\s\\S]{12}$"})", "\"a b\\n\\\"cdefghi\""},
+      {R"({"type":"string","pattern":"^([a-z][a-z])*$"})", "\"abcdefghij\""},
+      {R"({"type":"string","pattern":"^x[^]{2,9}$"})", "\"x\xc3\xa9\\u00e9aaaaa\""},
+  };
+  for (const Case& c : cases) {
+    INFO(c.schema);
+    check_mask_consistency(compile_ok(c.schema), vocab, c.path);
+  }
+}
+
 TEST_CASE("tool lists", "[grammar]") {
   const std::string tools = R"([
     {"type":"function","function":{"name":"get_time","parameters":{"type":"object","properties":{}}}},

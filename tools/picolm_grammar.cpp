@@ -35,6 +35,7 @@ constexpr const char* kUsage =
     "usage: picolm-grammar <compile|check|sample|bench> (--schema S.json | --tools T.json) [options]\n"
     "  --format object|array|hermes|envelope   tool-call format (with --tools; default object)\n"
     "  --parallel                               allow several tool calls\n"
+    "  --dump                                   compile: print the rules\n"
     "  --allow-text                             envelope: also allow {\"content\":\"...\"}\n"
     "  --forced-tool NAME                       only this tool may be called\n"
     "  --whitespace compact|flexible|natural    default compact\n"
@@ -55,7 +56,7 @@ struct Args {
   int ws_run = -1;  // -1: the library default
   int indent = -1;
   std::string forced_tool;
-  bool parallel = false, allow_text = false, no_additional = false;
+  bool parallel = false, allow_text = false, no_additional = false, dump = false;
   uint64_t seed = 1;
   int max_tokens = 512;
   int walks = 20;
@@ -102,6 +103,7 @@ Args parse_args(int argc, char** argv) {
     else if (f == "--indent") a.indent = static_cast<int>(parse_int(f, value(), -1, 1 << 10));
     else if (f == "--forced-tool") a.forced_tool = value();
     else if (f == "--parallel") a.parallel = true;
+    else if (f == "--dump") a.dump = true;
     else if (f == "--allow-text") a.allow_text = true;
     else if (f == "--no-additional-properties") a.no_additional = true;
     else if (f == "--seed") a.seed = static_cast<uint64_t>(parse_int(f, value(), 0, 1L << 62));
@@ -220,9 +222,10 @@ std::shared_ptr<const picolm::grammar::Vocabulary> load_vocab_or_die(const std::
 int cmd_compile(const Args& a) {
   const Source src = make_source(a);
   double ms = 0;
-  compile_or_die(src, &ms);
+  const CompileResult r = compile_or_die(src, &ms);
   std::printf("ok: %s compiled in %.3f ms (%s)\n", src.is_tools ? a.tools_path.c_str() : a.schema_path.c_str(), ms,
               src.describe().c_str());
+  if (a.dump) std::fputs(picolm::grammar::grammar_to_text(*r.grammar).c_str(), stdout);
   return 0;
 }
 
