@@ -729,7 +729,8 @@ struct Matcher::Impl {
       plan.min_tok = {0};
       return;
     }
-    const auto& rank = completion_byte_rank();
+    std::array<uint8_t, 256> by_rank;  // bytes, preferred first
+    for (int b = 0; b < 256; ++b) by_rank[completion_byte_rank()[size_t(b)]] = uint8_t(b);
     const auto& table = strchar_table();
     const auto& rest = strchar_rest();
     std::vector<uint32_t> cur = state, nxt;
@@ -755,8 +756,11 @@ struct Matcher::Impl {
         }
       }
       int best = -1;
-      for (int b = 0; b < 256; ++b)
-        if (byteset_has(opt, uint8_t(b)) && (best < 0 || rank[size_t(b)] < rank[size_t(best)])) best = b;
+      for (uint8_t b : by_rank)
+        if (byteset_has(opt, b)) {
+          best = b;
+          break;
+        }
       if (best < 0 || !rec.advance(cur, uint8_t(best), nxt)) return;  // cannot happen: costs are exact
       plan.comp.push_back(char(best));
       cur.swap(nxt);
