@@ -372,6 +372,9 @@ TEST_CASE("mask fast paths of counted chains equal brute force", "[grammar]") {
       {R"({"type":"string","pattern":"^[\\s\\S]{12}$"})", "\"a b\\n\\\"cdefghi\""},
       {R"({"type":"string","pattern":"^([a-z][a-z])*$"})", "\"abcdefghij\""},
       {R"({"type":"string","pattern":"^x[^]{2,9}$"})", "\"x\xc3\xa9\\u00e9aaaaa\""},
+      // Raw-character chains: ASCII of a class plus every non-ASCII character.
+      {R"({"type":"string","pattern":"^[^x]{2,14}$"})", "\"a\xc3\xa9" "\\nbb\xc3\xa9\xc3\xa9 aaaa\""},
+      {R"({"type":"string","pattern":"^[^<>]{1,12}$","maxLength":10})", "\"\xc3\xa9" "aaaaaaaa\""},
   };
   for (const Case& c : cases) {
     INFO(c.schema);
@@ -636,6 +639,7 @@ const char* kCompletionSchemas[] = {
     R"({"type":"array","items":{"type":"object","properties":{"k":{"const":"v"}},"required":["k"]},"maxItems":3})",
     R"({"type":"string","format":"date"})",
     R"({})",
+    R"({"type":"string","pattern":"^[^a]{2,5}$"})",
 };
 
 }  // namespace
