@@ -549,6 +549,17 @@ TEST_CASE("grammar cache returns the same grammar for the same text and options"
   CompileOptions flex;
   flex.whitespace = Whitespace::Flexible;
   CHECK(cache.schema(R"({"type":"integer"})", flex).grammar != a.grammar);
+  // Natural grammars differ by max_indent: a cached one-line grammar must not serve indent 4.
+  CompileOptions one_line, indented;
+  one_line.whitespace = indented.whitespace = Whitespace::Natural;
+  indented.max_indent = 4;
+  const char* arr = R"({"type":"array"})";
+  auto g1 = cache.schema(arr, one_line), g2 = cache.schema(arr, indented);
+  REQUIRE(g1.ok());
+  REQUIRE(g2.ok());
+  CHECK(g1.grammar != g2.grammar);
+  CHECK_FALSE(matches(g1.grammar, "[\n  1\n]"));
+  CHECK(matches(g2.grammar, "[\n  1\n]"));
   auto bad = cache.schema(R"({"not":{}})");
   CHECK_FALSE(bad.ok());
   CHECK(bad.errors.size() == 1);
