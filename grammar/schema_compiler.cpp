@@ -15,6 +15,7 @@
 #include <cctype>
 #include <cmath>
 #include <cstdlib>
+#include <functional>
 #include <limits>
 #include <map>
 #include <numeric>
@@ -1070,7 +1071,7 @@ class SchemaCompiler {
       return r;
     };
     uint32_t start = get(d.start, 0);
-    static const char* hex = "0123456789abcdef";
+    std::map<int32_t, int32_t> any_memo, nonascii_memo;
     for (size_t k = 0; k < work.size(); ++k) {
       if (work.size() > 200000) {
         error(ptr, "maxLength", "string constraints too large to compile");
@@ -1079,36 +1080,131 @@ class SchemaCompiler {
       auto [q, c] = work[k];
       uint32_t r = ids[{q, c}];
       if (d.accept[q] && c >= min_len) rb_.add_alt(r, {rb_.byte('"')});
-      std::map<std::pair<int32_t, int64_t>, ByteSet> raw;
+      // A state where every character leads to the same state ([\s\S], or after a prefix of a
+      // pattern like ^ab[\s\S]*) is written with the StrChar terminal, as plain strings are: the
+      // mask then takes the string fast paths (safe-token bitset, counted-chain runs) instead of
+      // walking the whole vocabulary trie for each of up to thousands of distinct states.
+      auto memo_it = any_memo.find(q);
+      if (memo_it == any_memo.end()) memo_it = any_memo.emplace(q, any_char_target(d, q)).first;
+      if (int32_t t = memo_it->second; t >= 0) {
+        int64_t c2 = c + 1;
+        if (max_len >= 0 && c2 > max_len) continue;
+        if (max_len < 0) c2 = std::min(c2, cap);
+        if (t == q && c2 == c) rb_.add_alt(r, {{ElemKind::StrCharLoop, 0}, RuleBuilder::ref(r)});
+        else rb_.add_alt(r, {{ElemKind::StrChar, 0}, RuleBuilder::ref(get(t, c2))});
+        continue;
+      }
+      // Every non-ASCII character to one state t, with some printable ASCII bytes ([^<>], [^x]):
+      // one StrCharRaw terminal for all of them, so counted chains get the string-run fast path.
+      ByteSet raw_class{};
+      int64_t raw_c2 = -1;
+      int32_t raw_t = -1;
+      {
+        auto na_it = nonascii_memo.find(q);
+        if (na_it == nonascii_memo.end()) na_it = nonascii_memo.emplace(q, nonascii_target(d, q)).first;
+        raw_t = na_it->second;
+        if (raw_t >= 0) {
+          for (int b = 0x20; b < 0x80; ++b)
+            if (b != '"' && b != '\\' && d.next[q][size_t(b)] == raw_t) byteset_add(raw_class, uint8_t(b));
+          raw_c2 = c + 1;
+          if (max_len >= 0 && raw_c2 > max_len) raw_c2 = -1;
+          else if (max_len < 0) raw_c2 = std::min(raw_c2, cap);
+          if (raw_class == ByteSet{} || raw_c2 < 0) raw_t = -1;
+        }
+        if (raw_t >= 0) {
+          ByteSet cls = raw_class;
+          for (int b = 0x80; b < 0x100; ++b) byteset_add(cls, uint8_t(b));
+          rb_.add_alt(r, {{ElemKind::StrCharRaw, rb_.cls(cls).arg}, RuleBuilder::ref(get(raw_t, raw_c2))});
+        }
+      }
+      std::map<std::pair<int32_t, int64_t>, ByteSet> raw, escaped;
       for (int b = 0; b < 256; ++b) {
+        if (raw_t >= 0 && (b >= 0x80 || byteset_has(raw_class, uint8_t(b)))) continue;  // StrCharRaw's
         int32_t t = d.next[q][b];
         if (t < 0) continue;
         int64_t c2 = c + (((b & 0xC0) != 0x80) ? 1 : 0);
         if (max_len >= 0 && c2 > max_len) continue;
         if (max_len < 0) c2 = std::min(c2, cap);
-        if (b >= 0x20 && b != '"' && b != '\\') {
-          byteset_add(raw[{t, c2}], uint8_t(b));
-          continue;
-        }
-        std::string esc;
-        switch (b) {
-          case '"': esc = "\\\""; break;
-          case '\\': esc = "\\\\"; break;
-          case '\n': esc = "\\n"; break;
-          case '\r': esc = "\\r"; break;
-          case '\t': esc = "\\t"; break;
-          case '\b': esc = "\\b"; break;
-          case '\f': esc = "\\f"; break;
-          default: esc = std::string("\\u00") + hex[b >> 4] + hex[b & 15];
-        }
-        std::vector<Elem> seq;
-        rb_.lit(seq, esc);
-        seq.push_back(RuleBuilder::ref(get(t, c2)));
-        rb_.add_alt(r, std::move(seq));
+        byteset_add(b >= 0x20 && b != '"' && b != '\\' ? raw[{t, c2}] : escaped[{t, c2}], uint8_t(b));
       }
+      // Escapes share one rule per set of escaped bytes and target: a state then has one stack
+      // for them instead of one per control character (30+), which made every advance, and so
+      // every mask, of a long patterned string several times slower.
+      for (auto& [key, set] : escaped)
+        rb_.add_alt(r, {rb_.byte('\\'), RuleBuilder::ref(escape_rule(set)), RuleBuilder::ref(get(key.first, key.second))});
       for (auto& [key, set] : raw) rb_.add_alt(r, {rb_.cls(set), RuleBuilder::ref(get(key.first, key.second))});
     }
     return start;
+  }
+
+  // What follows the backslash of the JSON escapes of the bytes in `set` (short forms where JSON
+  // has them, else u00XX). Memoized per set.
+  uint32_t escape_rule(const ByteSet& set) {
+    auto it = escape_rules_.find(set);
+    if (it != escape_rules_.end()) return it->second;
+    static const char* hex = "0123456789abcdef";
+    uint32_t r = rb_.new_rule();
+    for (int b = 0; b < 256; ++b) {
+      if (!byteset_has(set, uint8_t(b))) continue;
+      std::string esc;
+      switch (b) {
+        case '"': esc = "\""; break;
+        case '\\': esc = "\\"; break;
+        case '\n': esc = "n"; break;
+        case '\r': esc = "r"; break;
+        case '\t': esc = "t"; break;
+        case '\b': esc = "b"; break;
+        case '\f': esc = "f"; break;
+        default: esc = std::string("u00") + hex[b >> 4] + hex[b & 15];
+      }
+      std::vector<Elem> seq;
+      rb_.lit(seq, esc);
+      rb_.add_alt(r, std::move(seq));
+    }
+    escape_rules_.emplace(set, r);
+    return r;
+  }
+
+  // The state every valid UTF-8 character leads to from q, or -1 when characters differ (or some
+  // character is refused). Checked along the UTF-8 structure: lead byte, then continuation ranges.
+  static int32_t any_char_target(const Dfa& d, int32_t q) {
+    const int32_t t = nonascii_target(d, q);
+    if (t < 0) return -1;
+    for (int b = 0; b < 0x80; ++b)
+      if (d.next[size_t(q)][size_t(b)] != t) return -1;
+    return t;
+  }
+
+  // The state every valid multi-byte UTF-8 character leads to from q, or -1.
+  static int32_t nonascii_target(const Dfa& d, int32_t q) {
+    const int32_t s0 = d.next[size_t(q)][0xC2];
+    const int32_t t = s0 < 0 ? -1 : d.next[size_t(s0)][0x80];
+    if (t < 0) return -1;
+    std::map<std::pair<int32_t, int>, bool> memo;
+    // All `k` more continuation bytes (80-BF) from s end in t.
+    std::function<bool(int32_t, int)> conts = [&](int32_t s, int k) -> bool {
+      if (s < 0) return false;
+      if (k == 0) return s == t;
+      auto key = std::make_pair(s, k);
+      if (auto it = memo.find(key); it != memo.end()) return it->second;
+      bool ok = true;
+      for (int b = 0x80; b <= 0xBF && ok; ++b) ok = conts(d.next[size_t(s)][size_t(b)], k - 1);
+      memo[key] = ok;
+      return ok;
+    };
+    // lead byte range, first continuation range, continuation bytes after it
+    struct Seq { int lead_lo, lead_hi, lo, hi, rest; };
+    static const Seq seqs[] = {{0xC2, 0xDF, 0x80, 0xBF, 0}, {0xE0, 0xE0, 0xA0, 0xBF, 1}, {0xE1, 0xEC, 0x80, 0xBF, 1},
+                               {0xED, 0xED, 0x80, 0x9F, 1}, {0xEE, 0xEF, 0x80, 0xBF, 1}, {0xF0, 0xF0, 0x90, 0xBF, 2},
+                               {0xF1, 0xF3, 0x80, 0xBF, 2}, {0xF4, 0xF4, 0x80, 0x8F, 2}};
+    for (const Seq& sq : seqs)
+      for (int lead = sq.lead_lo; lead <= sq.lead_hi; ++lead) {
+        int32_t s1 = d.next[size_t(q)][size_t(lead)];
+        if (s1 < 0) return -1;
+        for (int b = sq.lo; b <= sq.hi; ++b)
+          if (!conts(d.next[size_t(s1)][size_t(b)], sq.rest)) return -1;
+      }
+    return t;
   }
 
   uint32_t string_rule(const Flat& f) {
@@ -1390,6 +1486,7 @@ class SchemaCompiler {
   std::map<std::string, std::shared_ptr<Dfa>> dfas_;
   std::map<std::string, std::string> regex_errors_;
   std::map<std::string, uint32_t> regex_rules_;
+  std::map<ByteSet, uint32_t> escape_rules_;
   std::optional<uint32_t> any_rule_;
   JsonSpacing sp_{rb_, opts_};
   bool has_ref_ = false;

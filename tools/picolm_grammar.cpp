@@ -35,6 +35,7 @@ constexpr const char* kUsage =
     "usage: picolm-grammar <compile|check|sample|bench> (--schema S.json | --tools T.json) [options]\n"
     "  --format object|array|hermes|envelope   tool-call format (with --tools; default object)\n"
     "  --parallel                               allow several tool calls\n"
+    "  --dump                                   compile: print the rules\n"
     "  --allow-text                             envelope: also allow {\"content\":\"...\"}\n"
     "  --forced-tool NAME                       only this tool may be called\n"
     "  --whitespace compact|flexible|natural    default compact\n"
@@ -45,6 +46,7 @@ constexpr const char* kUsage =
     "  --vocab V.gguf                           sample, bench (check: optional, default single bytes)\n"
     "  --seed N  --max-tokens K                 sample, bench\n"
     "  --walks N  --compile-reps N              bench (defaults 20 and 20)\n"
+    "  --close-after N [--closing-slack S]      sample: closing mode (fill_mask_closing) after N tokens\n"
     "exit: 0 ok, 1 usage, 2 schema refused, 3 instance rejected / walk not finished\n";
 
 struct Args {
@@ -55,10 +57,11 @@ struct Args {
   int ws_run = -1;  // -1: the library default
   int indent = -1;
   std::string forced_tool;
-  bool parallel = false, allow_text = false, no_additional = false;
+  bool parallel = false, allow_text = false, no_additional = false, dump = false;
   uint64_t seed = 1;
   int max_tokens = 512;
   int walks = 20;
+  int close_after = -1, closing_slack = 0;
   int compile_reps = 20;
 };
 
@@ -102,11 +105,14 @@ Args parse_args(int argc, char** argv) {
     else if (f == "--indent") a.indent = static_cast<int>(parse_int(f, value(), -1, 1 << 10));
     else if (f == "--forced-tool") a.forced_tool = value();
     else if (f == "--parallel") a.parallel = true;
+    else if (f == "--dump") a.dump = true;
     else if (f == "--allow-text") a.allow_text = true;
     else if (f == "--no-additional-properties") a.no_additional = true;
     else if (f == "--seed") a.seed = static_cast<uint64_t>(parse_int(f, value(), 0, 1L << 62));
     else if (f == "--max-tokens") a.max_tokens = static_cast<int>(parse_int(f, value(), 1, 1 << 20));
     else if (f == "--walks") a.walks = static_cast<int>(parse_int(f, value(), 1, 100000));
+    else if (f == "--close-after") a.close_after = static_cast<int>(parse_int(f, value(), 0, 1 << 20));
+    else if (f == "--closing-slack") a.closing_slack = static_cast<int>(parse_int(f, value(), 0, 1 << 20));
     else if (f == "--compile-reps") a.compile_reps = static_cast<int>(parse_int(f, value(), 1, 100000));
     else if (f == "-h" || f == "--help") {
       std::fputs(kUsage, stdout);
@@ -220,9 +226,10 @@ std::shared_ptr<const picolm::grammar::Vocabulary> load_vocab_or_die(const std::
 int cmd_compile(const Args& a) {
   const Source src = make_source(a);
   double ms = 0;
-  compile_or_die(src, &ms);
+  const CompileResult r = compile_or_die(src, &ms);
   std::printf("ok: %s compiled in %.3f ms (%s)\n", src.is_tools ? a.tools_path.c_str() : a.schema_path.c_str(), ms,
               src.describe().c_str());
+  if (a.dump) std::fputs(picolm::grammar::grammar_to_text(*r.grammar).c_str(), stdout);
   return 0;
 }
 
@@ -278,11 +285,16 @@ int cmd_sample(const Args& a) {
   tools::WalkOptions wo;
   wo.seed = a.seed;
   wo.max_tokens = a.max_tokens;
+  wo.close_after = a.close_after;
+  wo.closing_slack = a.closing_slack;
   const tools::WalkResult w = tools::random_walk(g.grammar, tools::WalkVocabulary(vocab), wo);
   std::fwrite(w.text.data(), 1, w.text.size(), stdout);
   std::fputc('\n', stdout);
   std::fprintf(stderr, "%s after %d tokens%s%s\n", tools::walk_status_name(w.status), w.n_tokens,
                w.detail.empty() ? "" : ": ", w.detail.c_str());
+  if (w.closing_used >= 0)
+    std::fprintf(stderr, "closing mode after %d tokens: shortest completion %d tokens, allowed %d, used %d\n",
+                 a.close_after, w.closing_min_tokens, w.closing_budget, w.closing_used);
   return w.status == tools::WalkStatus::Finished ? 0 : 3;
 }
 
