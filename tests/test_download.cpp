@@ -75,6 +75,14 @@ std::string sha256sum(const std::string& path) {
 
 const std::string kModel = test_util::model_path("stories260K.gguf");
 
+// The loopback server must be reached directly even where the environment names an HTTP proxy
+// (libcurl honours http_proxy; NO_PROXY exempts these hosts). Also inherited by the picolm runs.
+[[maybe_unused]] const bool kNoProxy = [] {
+  ::setenv("NO_PROXY", "127.0.0.1,localhost", 1);
+  ::setenv("no_proxy", "127.0.0.1,localhost", 1);
+  return true;
+}();
+
 download::ModelRef ref_of(const std::string& file) { return {"test", "repo", file}; }
 
 download::FetchOptions options(const HubFileServer& s, const TempDir& d, std::vector<std::string>* log = nullptr) {

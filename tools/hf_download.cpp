@@ -35,12 +35,6 @@ std::string env(const char* name) {
 
 bool valid_part(std::string_view s) { return !s.empty() && s != "." && s != ".." && s.find('\\') == std::string_view::npos; }
 
-std::string mib(uint64_t bytes) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.1f MiB", double(bytes) / (1024.0 * 1024.0));
-  return buf;
-}
-
 }  // namespace
 
 Result<ModelRef> parse_model_ref(std::string_view spec) {
@@ -144,6 +138,12 @@ Result<std::string> sha256_file(const std::string& path) {
 }
 
 namespace {
+
+std::string mib(uint64_t bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f MiB", double(bytes) / (1024.0 * 1024.0));
+  return buf;
+}
 
 // libcurl must be initialised once per process before any thread uses it.
 void curl_init_once() {
