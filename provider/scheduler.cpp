@@ -282,6 +282,7 @@ void Engine::Impl::run(Job& job) {
   bool cancelled = false, timed_out = false;
   // Slices so that a cancel or a timeout is noticed during a long prefill.
   constexpr size_t kSlice = 128;
+  auto last_progress_log = started;
   for (size_t pos = common; pos < job.prompt.size(); pos += kSlice) {
     if (job.cancelled()) { cancelled = true; break; }
     if (Clock::now() > job.deadline) { timed_out = true; break; }
@@ -291,6 +292,14 @@ void Engine::Impl::run(Job& job) {
       session->truncate(0);
       job.finish(out, "prefill failed: " + st.error());
       return;
+    }
+    // A prompt that takes minutes on a small board shows its progress in the log (rate, ETA).
+    if (const auto now = Clock::now(); ms_between(last_progress_log, now) >= 5000 && pos + n < job.prompt.size()) {
+      last_progress_log = now;
+      const double done = double(pos + n - common), todo = double(job.prompt.size() - common);
+      const double rate = done * 1000.0 / std::max(ms_between(started, now), 1.0);
+      spdlog::info("prefill {:.0f}/{:.0f} tokens ({:.0f}%), {:.1f} t/s, ETA {:.0f} s", done, todo, 100.0 * done / todo,
+                   rate, (todo - done) / std::max(rate, 1e-9));
     }
   }
   const auto prefilled = Clock::now();
@@ -533,13 +542,20 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineOptions& opts, Metric
   ModelOptions mo;
   mo.repack = opts.repack;
   mo.pool = impl->pool.get();
+  std::error_code size_ec;
+  const uintmax_t file_bytes = std::filesystem::file_size(opts.model_path, size_ec);
+  spdlog::info("loading model {} ({} MiB)", opts.model_path, size_ec ? 0 : file_bytes >> 20);
+  const auto load_started = Clock::now();
   auto loaded = Model::load(opts.model_path, mo);
   if (!loaded.ok()) return Error{loaded.error()};
   impl->model = std::move(loaded.value());
-  spdlog::info("model {}: kernels {}, {} threads{}", impl->model->description(), best_kernels().name, threads,
+  const double load_s = ms_between(load_started, Clock::now()) / 1000.0;
+  spdlog::info("model {}: kernels {}, {} threads, loaded in {:.2f} s{}", impl->model->description(), best_kernels().name,
+               threads, load_s,
                impl->model->packed_bytes() > 0
-                   ? fmt::format(", weights repacked ({} MiB, {:.2f} s)", impl->model->packed_bytes() >> 20,
-                                 impl->model->pack_seconds())
+                   ? fmt::format(", weights repacked ({} MiB in {:.2f} s, {:.0f} MiB/s)", impl->model->packed_bytes() >> 20,
+                                 impl->model->pack_seconds(),
+                                 double(impl->model->packed_bytes() >> 20) / std::max(impl->model->pack_seconds(), 1e-6))
                    : std::string());
   const Tokenizer& tok = impl->model->tokenizer();
   impl->n_vocab = impl->model->hparams().n_vocab;

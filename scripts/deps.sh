@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Installs the Debian packages the build and the tests need, if any is missing.
 set -euo pipefail
-# libcurl4-openssl-dev + libssl-dev: model download (--hf) and its SHA-256 check.
+# libcurl4-openssl-dev + libssl-dev: model download (--hf) and its SHA-256 check; curl: tests/scripts_test.sh.
 PKGS=(build-essential cmake ninja-build pkg-config catch2 libsimdjson-dev libcpp-httplib-dev libspdlog-dev
-      libcurl4-openssl-dev libssl-dev python3 python3-jsonschema python3-jinja2)
+      libcurl4-openssl-dev libssl-dev curl python3 python3-jsonschema python3-jinja2)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

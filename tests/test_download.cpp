@@ -75,6 +75,14 @@ std::string sha256sum(const std::string& path) {
 
 const std::string kModel = test_util::model_path("stories260K.gguf");
 
+// The loopback server must be reached directly even where the environment names an HTTP proxy
+// (libcurl honours http_proxy; NO_PROXY exempts these hosts). Also inherited by the picolm runs.
+[[maybe_unused]] const bool kNoProxy = [] {
+  ::setenv("NO_PROXY", "127.0.0.1,localhost", 1);
+  ::setenv("no_proxy", "127.0.0.1,localhost", 1);
+  return true;
+}();
+
 download::ModelRef ref_of(const std::string& file) { return {"test", "repo", file}; }
 
 download::FetchOptions options(const HubFileServer& s, const TempDir& d, std::vector<std::string>* log = nullptr) {
@@ -343,4 +351,22 @@ TEST_CASE("download: the progress meter's text", "[download]") {
   std::free(buf);
   CHECK(bar.rfind("\rprefill [########################] 100% 100/100 tokens", 0) == 0);
   CHECK(bar.back() == '\n');
+}
+
+TEST_CASE("download: picolm-provider --hf reports a missing file and exits", "[download][cli]") {
+  const std::string bin = std::string(PICOLM_BIN_DIR) + "/picolm-provider";
+  if (::access(bin.c_str(), X_OK) != 0) {
+    WARN("picolm-provider not built (PICOLM_BUILD_SERVER=OFF)");
+    return;
+  }
+  HubFileServer srv;
+  TempDir dir;
+  const std::string env = "HF_ENDPOINT=" + srv.endpoint() + " PICOLM_MODELS=" + dir.path + " ";
+  Run r = run_shell(env + bin + " --hf test/repo/missing.gguf --port 0 --cache-dir none");
+  CHECK(r.status == 1);
+  CHECK(contains(r.err, "picolm-provider: not found (HTTP 404)"));
+  CHECK(r.out.empty());  // never started listening
+  Run both = run_shell(env + bin + " -m " + kModel + " --hf test/repo/stories260K.gguf --port 0");
+  CHECK(both.status == 2);
+  CHECK(contains(both.err, "not both"));
 }

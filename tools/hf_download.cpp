@@ -35,12 +35,6 @@ std::string env(const char* name) {
 
 bool valid_part(std::string_view s) { return !s.empty() && s != "." && s != ".." && s.find('\\') == std::string_view::npos; }
 
-std::string mib(uint64_t bytes) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.1f MiB", double(bytes) / (1024.0 * 1024.0));
-  return buf;
-}
-
 }  // namespace
 
 Result<ModelRef> parse_model_ref(std::string_view spec) {
@@ -144,6 +138,12 @@ Result<std::string> sha256_file(const std::string& path) {
 }
 
 namespace {
+
+std::string mib(uint64_t bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f MiB", double(bytes) / (1024.0 * 1024.0));
+  return buf;
+}
 
 // libcurl must be initialised once per process before any thread uses it.
 void curl_init_once() {
@@ -323,7 +323,11 @@ struct FdGuard {
   }
 };
 
-enum class Outcome { Done, Retry, Failed };
+// Empties the .part so that the next run starts from byte 0 (a best effort: if this fails, the
+// size and checksum checks of the next run still reject a bad file).
+void discard_part(int fd) {
+  if (::ftruncate(fd, 0) != 0) return;
+}
 
 }  // namespace
 
@@ -355,8 +359,8 @@ Result<std::string> fetch_model(const ModelRef& ref, const FetchOptions& opts) {
     return Error{"another process is downloading " + final_path + " (" + part_path + " is locked)"};
   }
   guard.path = part_path;
-  // Another process may have finished (and renamed its .part) while we waited for nothing: our fd
-  // then points at a fresh, empty file that nobody will use; check the final name again.
+  // Another process may have finished and renamed its .part between our first check and our open:
+  // our fd then holds a fresh, empty file (removed by the guard); check the final name again.
   if (fs::is_regular_file(final_path, ec)) {
     log("using " + final_path + " (downloaded by another process)");
     return final_path;
@@ -414,7 +418,7 @@ Result<std::string> fetch_model(const ModelRef& ref, const FetchOptions& opts) {
                                             ": run the same command again to resume"
                                       : "";
     if (!t.error.empty()) {
-      if (t.error.rfind("disk full", 0) != 0) ::ftruncate(guard.fd, 0);  // inconsistent part: start over next time
+      if (t.error.rfind("disk full", 0) != 0) discard_part(guard.fd);  // inconsistent part: start over next time
       return Error{t.error + " (" + url + ")"};
     }
     if (rc == CURLE_WRITE_ERROR && t.write_errno != 0) {
@@ -456,12 +460,12 @@ Result<std::string> fetch_model(const ModelRef& ref, const FetchOptions& opts) {
     if (::fstat(guard.fd, &st) != 0) return Error{"cannot stat " + part_path + ": " + std::strerror(errno)};
     const uint64_t size = uint64_t(st.st_size);
     if (total >= 0 && size != uint64_t(total)) {
-      if (size > uint64_t(total)) ::ftruncate(guard.fd, 0);
+      if (size > uint64_t(total)) discard_part(guard.fd);
       return Error{"size mismatch for " + url + ": have " + std::to_string(size) + " bytes, the server announced " +
                    std::to_string(total) + (size < uint64_t(total) ? kept : "; the partial file was discarded")};
     }
     if (t.linked_size >= 0 && size != uint64_t(t.linked_size)) {
-      ::ftruncate(guard.fd, 0);
+      discard_part(guard.fd);
       return Error{"size mismatch for " + url + ": have " + std::to_string(size) + " bytes, X-Linked-Size says " +
                    std::to_string(t.linked_size) + "; the partial file was discarded"};
     }
@@ -469,7 +473,7 @@ Result<std::string> fetch_model(const ModelRef& ref, const FetchOptions& opts) {
       auto sum = sha256_file(part_path);
       if (!sum) return Error{sum.error()};
       if (*sum != t.linked_etag) {
-        ::ftruncate(guard.fd, 0);
+        discard_part(guard.fd);
         return Error{"checksum mismatch for " + url + ": sha256 " + *sum + ", the server says " + t.linked_etag +
                      "; the download was discarded, run the same command again to fetch it anew"};
       }
