@@ -76,6 +76,32 @@ TEST_CASE("model: qwen3 hyper-parameters: head_dim from key_length, QK-norm weig
   CHECK(bad.error().find("missing tensor 'blk.1.attn_k_norm.weight'") != std::string::npos);
 }
 
+TEST_CASE("model: gemma3 hyper-parameters: sliding layers il % 6 < 5, two RoPE bases, tied output", "[model]") {
+  auto m = Model::load(model_path("gemma3-tiny-q8_0.gguf"));
+  REQUIRE(m.ok());
+  const HParams& hp = m.value()->hparams();
+  CHECK(hp.arch == Arch::Gemma3);
+  CHECK(hp.head_dim == 64);
+  CHECK(hp.n_head_kv == 1);
+  CHECK(hp.tied_output);
+  CHECK(hp.rope_neox);
+  CHECK(hp.attn_scale == 1.0f / 8.0f);
+  REQUIRE(hp.rope_bases.size() == 2);
+  CHECK(hp.rope_bases[0] == 1e6f);  // gemma3.rope.freq_base: global layers
+  CHECK(hp.rope_bases[1] == 1e4f);  // no rope.freq_base_swa in the file: Gemma 3's local base
+  REQUIRE(hp.layers.size() == 6);
+  for (int l = 0; l < 6; ++l) {
+    INFO("layer " << l);
+    CHECK(hp.layers[size_t(l)].window == (l == 5 ? 0 : 8));
+    CHECK(hp.layers[size_t(l)].rope == (l == 5 ? 0 : 1));
+  }
+  // The hybrid architectures of the next issue are refused by name, listing what is supported.
+  auto q35 = Model::load(model_path("qwen35-tiny-q8_0.gguf"));
+  REQUIRE(!q35.ok());
+  CHECK(q35.error().find("unsupported architecture 'qwen35' (supported: llama, qwen2, qwen3, gemma3, smollm3)") !=
+        std::string::npos);
+}
+
 TEST_CASE("model: broken files are refused with a message naming the problem", "[model]") {
   const auto bytes = read_all(model_path("zoo-Q4_K.gguf"));
   {
