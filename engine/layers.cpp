@@ -1,6 +1,7 @@
 #include "layers.h"
 
 #include <cmath>
+#include <cstring>
 #include <string>
 
 #include "kernels/vec_ops.h"
@@ -63,15 +64,28 @@ const float* gelu_f16_table() {
   return table.data();
 }
 
+// fp32_to_fp16 for |x| in [2^-14, 10), the range that reaches the table as a normal half: rebias
+// the exponent and round the mantissa to nearest even in one add. Equal to fp32_to_fp16 on every
+// float of that range (checked exhaustively when written); 3-4x faster than the general conversion,
+// which matters here: the FFN runs it n_ff times per token and layer.
+inline uint16_t fp16_bits_of_normal(uint32_t bits) {
+  const uint32_t abs = bits & 0x7fffffffu;
+  return static_cast<uint16_t>(((bits >> 16) & 0x8000u) | ((abs - 0x38000000u + 0xfffu + ((abs >> 13) & 1u)) >> 13));
+}
+
 // PairCombineFn: gate[i] = GELU(gate[i]) * up[i]. Elementwise, so a token's result does not depend
 // on the chunking of matmul_pair.
 void gelu_mul(int n, float* gate, const float* up) {
   const float* table = gelu_f16_table();
   for (int i = 0; i < n; ++i) {
     const float x = gate[i];
-    if (x <= -10.0f) gate[i] = 0.0f;
+    uint32_t bits;
+    std::memcpy(&bits, &x, 4);
+    const uint32_t abs = bits & 0x7fffffffu;
+    if (abs >= 0x38800000u && abs < 0x41200000u) gate[i] = table[fp16_bits_of_normal(bits)] * up[i];  // 2^-14 <= |x| < 10
+    else if (x <= -10.0f) gate[i] = 0.0f;
     else if (x >= 10.0f) gate[i] = x * up[i];
-    else gate[i] = table[fp32_to_fp16(x)] * up[i];
+    else gate[i] = table[fp32_to_fp16(x)] * up[i];  // tiny, zero or NaN
   }
 }
 
