@@ -167,6 +167,7 @@ void attention(Forward& f, int layer) {
     a.n_tok = int(std::min<int64_t>(tile_tokens, T - t0));
     a.n_grp = g1 - g0;
     a.pos0 = pos0 + int32_t(t0);
+    a.window = lp.window;
     a.scale = hp.attn_scale;
     a.q = S.q.data() + t0 * q_dim + (int64_t(kvh) * group + g0) * hd;
     a.out = att + t0 * q_dim + (int64_t(kvh) * group + g0) * hd;
