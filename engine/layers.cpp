@@ -175,7 +175,6 @@ void attention(Forward& f, int layer) {
     a.k = kc_layer + int64_t(kvh) * hd;
     a.v = vc_layer + int64_t(kvh) * hd;
     a.kv_stride = kv_row;
-    a.window = lp.window;
     a.kv_ring = S.kv_ring[size_t(layer)];
     a.work = S.attn_work.data() + S.attn_work_base + size_t(worker) * S.attn_work_stride;
     ops.attention(a);
