@@ -993,11 +993,36 @@ Result<PrefillWithCacheResult> prefill_with_cache(PromptCacheStore* store, Sessi
     session.truncate(int32_t(std::mismatch(t.begin(), t.begin() + lim, prompt.begin()).first - t.begin()));
     r.cached_tokens = size_t(session.n_past());  // 0 when window layers' rings cannot go back that far
   }
-  const auto rest = prompt.subspan(r.cached_tokens);
-  Status s = session.eval(rest, opts.all_logits, opts.progress);
+  const bool store_now = store && !opts.defer_store;
+  // Window layers: the stable prefix must be stored while the rings still hold its last window, so
+  // the evaluation is split at the stored length (a block boundary) with the store in between.
+  // Not with all_logits (logits_at covers one eval call), and never leaving a 1-token eval (its
+  // matmuls take the decode path, whose rounding differs from a batch's).
+  size_t split = r.cached_tokens;
+  bool windows = false;
+  for (int32_t l = 0; l < session.model().hparams().n_layer; ++l) windows = windows || session.kv_window(l) > 0;
+  if (store_now && windows && !opts.all_logits) {
+    const size_t B = size_t(store->options().block_tokens);
+    const size_t at = std::min(stable_len, prompt.size()) / B * B;
+    if (at >= r.cached_tokens + 2 && at + 2 <= prompt.size()) split = at;
+  }
+  const size_t total = prompt.size() - r.cached_tokens;
+  auto eval_part = [&](size_t from, size_t to) -> Status {
+    std::function<void(size_t, size_t)> progress;
+    if (opts.progress)
+      progress = [&, from](size_t done, size_t) { opts.progress(from - r.cached_tokens + done, total); };
+    return session.eval(prompt.subspan(from, to - from), opts.all_logits, progress);
+  };
+  if (split > r.cached_tokens) {
+    Status s = eval_part(r.cached_tokens, split);
+    if (!s) return Error{s.error()};
+    r.stored_tokens = store->store(session, split);
+  }
+  Status s = eval_part(split, prompt.size());
   if (!s) return Error{s.error()};
-  r.evaluated_tokens = rest.size();
-  if (store && !opts.defer_store) r.stored_tokens = store->store(session, std::min(stable_len, prompt.size()));
+  r.evaluated_tokens = total;
+  if (store_now && split == r.cached_tokens)
+    r.stored_tokens = store->store(session, std::min(stable_len, prompt.size()));
   return r;
 }
 

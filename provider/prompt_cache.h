@@ -116,7 +116,10 @@ struct PrefillWithCacheOptions {
   std::function<void(size_t done, size_t total)> progress;
 };
 
-// restore() + eval of the remaining tokens + store(stable_len). `store` may be null (plain
+// restore() + eval of the remaining tokens + store(stable_len). With sliding-window layers
+// (Session::kv_window) and without all_logits, the evaluation is split at stable_len rounded down
+// to a block and the store runs in between, while the rings still hold that prefix's window (a
+// caller with its own prefill loop must do the same). `store` may be null (plain
 // prefill, the session's own live prefix is still reused). Afterwards session.logits() belong to
 // the last prompt token, exactly as after a full prefill. Errors are Session::eval's.
 Result<PrefillWithCacheResult> prefill_with_cache(PromptCacheStore* store, Session& session,

@@ -18,6 +18,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <chrono>
@@ -706,6 +707,33 @@ TEST_CASE("window layers: an entry serves its own length only, and is not stored
     REQUIRE(r2.ok());
     CHECK(r2->cached_tokens == 0);
     CHECK(same_bits(s2.logits(), full_prefill_logits(m, pool, other)));
+  }
+  {  // a prompt running far past its stable prefix: prefill_with_cache stores at the stable block
+     // boundary before the rest of the prompt moves the rings on, and the entry is exact
+    TempDir dir2;
+    PromptCacheStore st2(opts_for(dir2.path, 16));
+    const auto sys2 = random_tokens(70, 26, nv);
+    Session s2(m, pool);
+    std::vector<size_t> progress;
+    PrefillWithCacheOptions po;
+    po.progress = [&](size_t done, size_t total) {
+      CHECK(total == 270);
+      progress.push_back(done);
+    };
+    auto r2 = prefill_with_cache(&st2, s2, concat(sys2, random_tokens(200, 27, nv)), sys2.size(), po);
+    REQUIRE(r2.ok());
+    CHECK(r2->stored_tokens == 64);
+    CHECK(r2->evaluated_tokens == 270);
+    REQUIRE(!progress.empty());
+    CHECK(progress.back() == 270);
+    CHECK(std::is_sorted(progress.begin(), progress.end()));
+    const auto next2 = concat(sys2, random_tokens(30, 28, nv));
+    PromptCacheStore fresh(opts_for(dir2.path, 16, 0));
+    Session s3(m, pool);
+    auto r3 = prefill_with_cache(&fresh, s3, next2, 0);
+    REQUIRE(r3.ok());
+    CHECK(r3->cached_tokens == 64);
+    CHECK(same_bits(s3.logits(), full_prefill_logits(m, pool, next2)));
   }
   {  // the tail (window layers' last positions) is checksummed: a flipped byte in it rejects the file
     auto files = dir.files(".pkv");
