@@ -155,8 +155,8 @@ void attention(Forward& f, int layer) {
       rope(qt, hp.n_head, hd, hp.rope_neox, *tab, pos);
       rope(kt, lp.n_head_kv, hd, hp.rope_neox, *tab, pos);
     }
-    ops.f32_to_f16(int(kv_row), kt, kc_layer + size_t(pos) * kv_row);
-    ops.f32_to_f16(int(kv_row), vt, vc_layer + size_t(pos) * kv_row);
+    ops.f32_to_f16(int(kv_row), kt, kc_layer + S.kv_slot(layer, pos) * kv_row);
+    ops.f32_to_f16(int(kv_row), vt, vc_layer + S.kv_slot(layer, pos) * kv_row);
   });
 
   // One task per (token tile, KV head[, slice of its query heads]): the query heads of a KV head
@@ -189,6 +189,7 @@ void attention(Forward& f, int layer) {
     a.k = kc_layer + int64_t(kvh) * hd;
     a.v = vc_layer + int64_t(kvh) * hd;
     a.kv_stride = kv_row;
+    a.kv_ring = S.kv_ring[size_t(layer)];
     a.work = S.attn_work.data() + S.attn_work_base + size_t(worker) * S.attn_work_stride;
     ops.attention(a);
   });
