@@ -1,6 +1,7 @@
 #include "layers.h"
 
 #include <cmath>
+#include <cstring>
 #include <string>
 
 #include "kernels/vec_ops.h"
@@ -63,15 +64,28 @@ const float* gelu_f16_table() {
   return table.data();
 }
 
+// fp32_to_fp16 for |x| in [2^-14, 10), the range that reaches the table as a normal half: rebias
+// the exponent and round the mantissa to nearest even in one add. Equal to fp32_to_fp16 on every
+// float of that range (checked exhaustively when written); 3-4x faster than the general conversion,
+// which matters here: the FFN runs it n_ff times per token and layer.
+inline uint16_t fp16_bits_of_normal(uint32_t bits) {
+  const uint32_t abs = bits & 0x7fffffffu;
+  return static_cast<uint16_t>(((bits >> 16) & 0x8000u) | ((abs - 0x38000000u + 0xfffu + ((abs >> 13) & 1u)) >> 13));
+}
+
 // PairCombineFn: gate[i] = GELU(gate[i]) * up[i]. Elementwise, so a token's result does not depend
 // on the chunking of matmul_pair.
 void gelu_mul(int n, float* gate, const float* up) {
   const float* table = gelu_f16_table();
   for (int i = 0; i < n; ++i) {
     const float x = gate[i];
-    if (x <= -10.0f) gate[i] = 0.0f;
+    uint32_t bits;
+    std::memcpy(&bits, &x, 4);
+    const uint32_t abs = bits & 0x7fffffffu;
+    if (abs >= 0x38800000u && abs < 0x41200000u) gate[i] = table[fp16_bits_of_normal(bits)] * up[i];  // 2^-14 <= |x| < 10
+    else if (x <= -10.0f) gate[i] = 0.0f;
     else if (x >= 10.0f) gate[i] = x * up[i];
-    else gate[i] = table[fp32_to_fp16(x)] * up[i];
+    else gate[i] = table[fp32_to_fp16(x)] * up[i];  // tiny, zero or NaN
   }
 }
 
@@ -141,8 +155,8 @@ void attention(Forward& f, int layer) {
       rope(qt, hp.n_head, hd, hp.rope_neox, *tab, pos);
       rope(kt, lp.n_head_kv, hd, hp.rope_neox, *tab, pos);
     }
-    ops.f32_to_f16(int(kv_row), kt, kc_layer + size_t(pos) * kv_row);
-    ops.f32_to_f16(int(kv_row), vt, vc_layer + size_t(pos) * kv_row);
+    ops.f32_to_f16(int(kv_row), kt, kc_layer + S.kv_slot(layer, pos) * kv_row);
+    ops.f32_to_f16(int(kv_row), vt, vc_layer + S.kv_slot(layer, pos) * kv_row);
   });
 
   // One task per (token tile, KV head[, slice of its query heads]): the query heads of a KV head
@@ -167,6 +181,7 @@ void attention(Forward& f, int layer) {
     a.n_tok = int(std::min<int64_t>(tile_tokens, T - t0));
     a.n_grp = g1 - g0;
     a.pos0 = pos0 + int32_t(t0);
+    a.window = lp.window;
     a.scale = hp.attn_scale;
     a.q = S.q.data() + t0 * q_dim + (int64_t(kvh) * group + g0) * hd;
     a.out = att + t0 * q_dim + (int64_t(kvh) * group + g0) * hd;
@@ -174,6 +189,7 @@ void attention(Forward& f, int layer) {
     a.k = kc_layer + int64_t(kvh) * hd;
     a.v = vc_layer + int64_t(kvh) * hd;
     a.kv_stride = kv_row;
+    a.kv_ring = S.kv_ring[size_t(layer)];
     a.work = S.attn_work.data() + S.attn_work_base + size_t(worker) * S.attn_work_stride;
     ops.attention(a);
   });

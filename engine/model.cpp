@@ -214,7 +214,19 @@ Session::Session(std::shared_ptr<const Model> model, ThreadPool& pool, const Ses
   S.n_ctx = opts.n_ctx > 0 ? opts.n_ctx : std::min(hp.n_ctx_train, 4096);
   if (S.opts.n_batch <= 0) S.opts.n_batch = 64;
   S.kv_row = int64_t(hp.n_head_kv) * hp.head_dim;
-  const size_t kv_elems = size_t(hp.n_layer) * size_t(S.n_ctx) * size_t(S.kv_row);
+  // Window layers: a ring of window + (largest micro-batch: n_batch + 1) - 1 slots, rounded up to
+  // whole attention blocks; no ring where that would not be smaller than n_ctx.
+  S.kv_off.resize(size_t(hp.n_layer));
+  S.kv_ring.assign(size_t(hp.n_layer), 0);
+  S.kv_first.assign(size_t(hp.n_layer), 0);
+  size_t kv_elems = 0;
+  for (int l = 0; l < hp.n_layer; ++l) {
+    const int64_t w = hp.layers[size_t(l)].window;
+    const int64_t ring = (w + S.opts.n_batch + kAttentionBlock - 1) / kAttentionBlock * kAttentionBlock;
+    if (S.opts.ring_kv && w > 0 && ring < S.n_ctx) S.kv_ring[size_t(l)] = int32_t(ring);
+    S.kv_off[size_t(l)] = kv_elems;
+    kv_elems += size_t(S.kv_ring[size_t(l)] ? S.kv_ring[size_t(l)] : S.n_ctx) * size_t(S.kv_row);
+  }
   S.k_cache.assign(kv_elems, 0);
   S.v_cache.assign(kv_elems, 0);
   const int half = hp.head_dim / 2;
@@ -285,6 +297,8 @@ Status Session::eval(std::span<const int32_t> toks, bool all_logits, const std::
     float* logits = S.logits.data() + (all_logits ? done : 0) * size_t(hp.n_vocab);
     S.m->arch->forward(f, all_logits || last_chunk, all_logits, logits);
     S.tokens.insert(S.tokens.end(), toks.begin() + done, toks.begin() + done + n);
+    for (size_t l = 0; l < S.kv_ring.size(); ++l)  // this batch reused the slots of older positions
+      if (S.kv_ring[l]) S.kv_first[l] = std::max(S.kv_first[l], int32_t(S.tokens.size()) - S.kv_ring[l]);
     done += n;
     if (progress) progress(done, toks.size());
   }
@@ -310,18 +324,30 @@ int32_t Session::n_ctx() const { return impl_->n_ctx; }
 const std::vector<int32_t>& Session::tokens() const { return impl_->tokens; }
 
 void Session::truncate(int32_t n) {
+  Impl& S = *impl_;
   if (n < 0) n = 0;
-  if (size_t(n) < impl_->tokens.size()) impl_->tokens.resize(size_t(n));
-  impl_->n_logit_rows = 0;
+  // Evaluating position n on a window layer reads positions [n - window + 1, n).
+  for (size_t l = 0; l < S.kv_ring.size(); ++l)
+    if (S.kv_ring[l] && n > 0 && std::max(0, n - S.m->hp.layers[l].window + 1) < S.kv_first[l]) n = 0;
+  if (size_t(n) < S.tokens.size()) S.tokens.resize(size_t(n));
+  if (n == 0) std::fill(S.kv_first.begin(), S.kv_first.end(), 0);  // nothing left to lose
+  S.n_logit_rows = 0;
 }
 
 size_t Session::kv_bytes_per_position_per_layer() const { return size_t(impl_->kv_row) * sizeof(uint16_t); }
 uint16_t* Session::k_cache(int32_t layer) { return impl_->k_layer(layer); }
 uint16_t* Session::v_cache(int32_t layer) { return impl_->v_layer(layer); }
+int32_t Session::kv_window(int32_t layer) const { return impl_->m->hp.layers[size_t(layer)].window; }
+int32_t Session::kv_ring(int32_t layer) const { return impl_->kv_ring[size_t(layer)]; }
+int32_t Session::kv_ring_first(int32_t layer) const { return impl_->kv_first[size_t(layer)]; }
 
 void Session::set_cached_tokens(std::span<const int32_t> toks) {
-  impl_->tokens.assign(toks.begin(), toks.end());
-  impl_->n_logit_rows = 0;
+  Impl& S = *impl_;
+  S.tokens.assign(toks.begin(), toks.end());
+  S.n_logit_rows = 0;
+  const int32_t n = int32_t(toks.size());
+  for (size_t l = 0; l < S.kv_ring.size(); ++l)
+    if (S.kv_ring[l]) S.kv_first[l] = std::max(0, n - S.m->hp.layers[l].window);
 }
 
 size_t Session::memory_bytes() const {

@@ -111,6 +111,9 @@ struct SessionOptions {
   // Scratch grows with it (~10 KB per token per 1k of n_embd for a llama shape); every micro-batch
   // re-reads and repacks all weights once, which larger batches amortize better.
   int32_t n_batch = 64;
+  // Sliding-window layers keep a ring of about window + n_batch positions instead of n_ctx (false:
+  // every layer keeps n_ctx positions; for tests comparing the two).
+  bool ring_kv = true;
 };
 
 class Session {
@@ -131,15 +134,23 @@ class Session {
   int32_t n_past() const;
   int32_t n_ctx() const;
   const std::vector<int32_t>& tokens() const;  // the tokens whose K/V are in the cache
-  // Drops positions >= n (n <= n_past()).
+  // Drops positions >= n (n <= n_past()). A sliding-window layer's ring only holds its recent
+  // positions: when some window layer no longer holds the window before n (n is more than about
+  // n_batch positions behind the furthest position evaluated), everything is dropped instead and
+  // n_past() becomes 0, so the caller evaluates from the start. Read n_past() after truncating.
   void truncate(int32_t n);
 
   // KV cache layout (for the prompt cache): fp16, per layer K then V, each
-  // [position][n_head_kv][head_dim]. Bytes of one layer's K (or V) for n positions:
+  // [slot][n_head_kv][head_dim]; position p is in slot p, or in slot p % kv_ring(layer) for a
+  // window layer. Bytes of one layer's K (or V) for one position:
   size_t kv_bytes_per_position_per_layer() const;
-  uint16_t* k_cache(int32_t layer);  // pointer to position 0
+  uint16_t* k_cache(int32_t layer);  // pointer to slot 0
   uint16_t* v_cache(int32_t layer);
-  // Declares that positions [0, tokens.size()) now hold these tokens (after copying KV in).
+  int32_t kv_window(int32_t layer) const;  // the layer's attention window; 0: it sees every position
+  int32_t kv_ring(int32_t layer) const;    // slots of a window layer's ring; 0: n_ctx slots, one per position
+  int32_t kv_ring_first(int32_t layer) const;  // oldest position a ring still holds (0 without a ring)
+  // Declares that positions [0, tokens.size()) now hold these tokens (after copying KV in). For a
+  // window layer only its last kv_window(layer) positions are required (and then assumed).
   void set_cached_tokens(std::span<const int32_t> tokens);
 
   size_t memory_bytes() const;  // KV cache + scratch buffers owned by this session

@@ -24,8 +24,17 @@ struct Session::Impl {
   SessionOptions opts;
   int32_t n_ctx = 0;
   int64_t kv_row = 0;                 // n_head_kv * head_dim
-  std::vector<uint16_t> k_cache;      // fp16, [layer][position][kv_head][head_dim]
-  std::vector<uint16_t> v_cache;      // fp16, [layer][position][kv_head][head_dim]
+  std::vector<uint16_t> k_cache;      // fp16, [layer][slot][kv_head][head_dim], layer l from kv_off[l]
+  std::vector<uint16_t> v_cache;      // fp16, same layout
+  // Layer l has n_ctx slots (kv_ring[l] == 0, position p in slot p) or, on a sliding-window layer,
+  // a ring of kv_ring[l] slots (position p in slot p % kv_ring[l]): a multiple of kAttentionBlock
+  // and >= window + the largest micro-batch - 1, so every position a query of a micro-batch sees is
+  // still there after the batch's K/V are written (AttentionTile::kv_ring).
+  std::vector<size_t> kv_off;         // [n_layer], elements
+  std::vector<int32_t> kv_ring;       // [n_layer]
+  // Oldest position each ring still holds: raised when a batch overwrites slots, and by
+  // set_cached_tokens (only the window is restored). truncate() checks it.
+  std::vector<int32_t> kv_first;      // [n_layer]
   std::vector<RopeTable> rope;        // one per HParams::rope_bases
   std::vector<int32_t> tokens;
   // Scratch for n_batch tokens, [token][dim]. Two buffers serve twice per layer, since their first
@@ -42,8 +51,13 @@ struct Session::Impl {
   size_t attn_work_stride = 0;
   int attn_tile_tokens = 1;
 
-  uint16_t* k_layer(int layer) { return k_cache.data() + size_t(layer) * size_t(n_ctx) * size_t(kv_row); }
-  uint16_t* v_layer(int layer) { return v_cache.data() + size_t(layer) * size_t(n_ctx) * size_t(kv_row); }
+  uint16_t* k_layer(int layer) { return k_cache.data() + kv_off[size_t(layer)]; }
+  uint16_t* v_layer(int layer) { return v_cache.data() + kv_off[size_t(layer)]; }
+  // Slot of position p in layer l.
+  size_t kv_slot(int layer, int32_t p) const {
+    const int32_t r = kv_ring[size_t(layer)];
+    return size_t(r > 0 ? p % r : p);
+  }
 
   void ensure_scratch(int64_t T);
   // fn(t) for every token of the batch; spread over the pool when the batch is large enough.

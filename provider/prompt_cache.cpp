@@ -115,11 +115,18 @@ namespace {
 // Identity, keys, file layout
 
 constexpr char kMagic[8] = {'P', 'I', 'C', 'O', 'L', 'M', 'K', 'V'};
-constexpr uint32_t kVersion = 1;
+constexpr uint32_t kVersion = 2;
 constexpr uint32_t kHeaderBytes = 80;
 constexpr uint32_t kDtypeF16 = 1;
 constexpr const char* kExt = ".pkv";
 constexpr const char* kTmpExt = ".tmp";
+
+// How the session keeps one layer's K/V. window 0: every position, position p at k_cache(l) + p * row.
+// Else a sliding-window layer: a ring of `ring` slots (position p at slot p % ring), of which only the
+// last `window` positions before n_past are ever read again, so that is all a cache entry keeps.
+struct LayerKv {
+  int32_t window = 0, ring = 0;
+};
 
 struct Identity {
   uint64_t model_fp = 0;
@@ -127,10 +134,19 @@ struct Identity {
   uint32_t dtype = kDtypeF16;
   uint32_t n_layer = 0, n_head_kv = 0, head_dim = 0;
   size_t row_bytes = 0;  // one layer's K (or V) for one position
+  std::vector<LayerKv> layers;
+  uint32_t n_ring = 0;  // layers with a window
 
+  // Positions of layer l an entry of n tokens keeps: all n, or a window layer's last min(n, window).
+  size_t kept(uint32_t l, size_t n) const { return layers[l].window ? std::min(n, size_t(layers[l].window)) : n; }
   bool operator==(const Identity& o) const {
     return model_fp == o.model_fp && tokenizer_fp == o.tokenizer_fp && dtype == o.dtype && n_layer == o.n_layer &&
-           n_head_kv == o.n_head_kv && head_dim == o.head_dim;
+           n_head_kv == o.n_head_kv && head_dim == o.head_dim && windows_equal(o);
+  }
+  bool windows_equal(const Identity& o) const {
+    return layers.size() == o.layers.size() &&
+           std::equal(layers.begin(), layers.end(), o.layers.begin(),
+                      [](const LayerKv& a, const LayerKv& b) { return a.window == b.window; });
   }
   // The 32 bytes at header offset 16: also the seed material of the prefix keys.
   void to_bytes(uint8_t out[32]) const {
@@ -153,7 +169,24 @@ Identity identity_of(const Session& s) {
   id.n_head_kv = uint32_t(hp.n_head_kv);
   id.head_dim = uint32_t(hp.head_dim);
   id.row_bytes = s.kv_bytes_per_position_per_layer();
+  id.layers.resize(id.n_layer);
+  for (uint32_t l = 0; l < id.n_layer; ++l) {
+    id.layers[l] = {s.kv_window(int32_t(l)), s.kv_ring(int32_t(l))};
+    id.n_ring += id.layers[l].window > 0;
+  }
   return id;
+}
+
+// A window layer's positions [from, to) as at most two runs of contiguous slots (the ring wraps);
+// fn(first element, number of elements). Other layers: one run.
+template <class T, class Fn>
+void for_runs(T* base, const LayerKv& kv, size_t row, size_t from, size_t to, const Fn& fn) {
+  if (from >= to) return;
+  if (kv.ring == 0) return fn(base + from * row, (to - from) * row);
+  const size_t ring = size_t(kv.ring), s0 = from % ring, n = to - from;
+  const size_t first = std::min(n, ring - s0);
+  fn(base + s0 * row, first * row);
+  if (first < n) fn(base, (n - first) * row);
 }
 
 // Prefix keys: a per-token chain so that a key depends only on the tokens, not on the block size:
@@ -177,9 +210,12 @@ class PrefixKeys {
 
 struct FileLayout {
   uint32_t n_tokens = 0, block_tokens = 0, n_blocks = 0;
-  uint64_t meta_bytes = 0;   // header + tokens + block table + meta checksum
-  uint64_t block_bytes = 0;  // one KV block: n_layer * (K, V) * block_tokens * row_bytes
+  uint64_t meta_bytes = 0;   // header + tokens + block table + layer table + tail and meta checksums
+  uint64_t block_bytes = 0;  // one KV block: (layers without window) * (K, V) * block_tokens * row_bytes
+  uint64_t tail_off = 0;     // window layers' last positions: after the blocks
+  uint64_t tail_bytes = 0;
   uint64_t file_bytes = 0;
+  uint64_t layers_off() const { return kHeaderBytes + 4ull * n_tokens + 8ull * n_blocks; }
 };
 
 FileLayout layout_of(const Identity& id, uint32_t n_tokens, uint32_t block_tokens) {
@@ -187,9 +223,12 @@ FileLayout layout_of(const Identity& id, uint32_t n_tokens, uint32_t block_token
   L.n_tokens = n_tokens;
   L.block_tokens = block_tokens;
   L.n_blocks = block_tokens ? n_tokens / block_tokens : 0;
-  L.meta_bytes = kHeaderBytes + 4ull * n_tokens + 8ull * L.n_blocks + 8;
-  L.block_bytes = uint64_t(id.n_layer) * 2 * block_tokens * id.row_bytes;
-  L.file_bytes = L.meta_bytes + L.block_bytes * L.n_blocks;
+  L.meta_bytes = L.layers_off() + 4ull * id.n_layer + 8 + 8;
+  L.block_bytes = uint64_t(id.n_layer - id.n_ring) * 2 * block_tokens * id.row_bytes;
+  L.tail_off = L.meta_bytes + L.block_bytes * L.n_blocks;
+  for (uint32_t l = 0; l < id.n_layer; ++l)
+    if (id.layers[l].window) L.tail_bytes += 2 * uint64_t(id.kept(l, n_tokens)) * id.row_bytes;
+  L.file_bytes = L.tail_off + L.tail_bytes;
   return L;
 }
 
@@ -204,7 +243,10 @@ std::string hex16(uint64_t v) {
 
 struct RamSnapshot {
   std::vector<int32_t> tokens;
-  std::vector<uint16_t> k, v;  // fp16, [layer][position < tokens.size()][n_head_kv][head_dim]
+  // fp16, per layer [position][n_head_kv][head_dim] from offset[l]: positions [0, n), or for a window
+  // layer [n - kept, n) (Identity::kept).
+  std::vector<uint16_t> k, v;
+  std::vector<size_t> offset;
   uint64_t last_use = 0;
   size_t bytes() const { return (k.size() + v.size()) * 2 + tokens.size() * 4; }
 };
@@ -214,6 +256,7 @@ struct DiskEntry {
   std::vector<int32_t> tokens;
   uint32_t block_tokens = 0;
   std::vector<uint64_t> block_sums;
+  uint64_t tail_sum = 0;
   FileLayout layout;
 };
 
@@ -222,6 +265,15 @@ size_t match_len(std::span<const int32_t> tokens, std::span<const int32_t> promp
   const size_t n = std::min({tokens.size(), prompt.size(), limit});
   const size_t lcp = size_t(std::mismatch(tokens.begin(), tokens.begin() + n, prompt.begin()).first - tokens.begin());
   return block ? lcp / block * block : lcp;
+}
+
+// The prefix of `prompt` an entry holding `tokens` can restore: any shared block-aligned prefix,
+// but with window layers only the entry's whole length (it keeps those layers' last positions
+// before its end, not before earlier block boundaries).
+size_t entry_match(const Identity& id, std::span<const int32_t> tokens, std::span<const int32_t> prompt, size_t limit,
+                   size_t block) {
+  const size_t m = match_len(tokens, prompt, limit, block);
+  return id.n_ring > 0 && m != tokens.size() ? 0 : m;
 }
 
 struct Fd {
@@ -268,7 +320,8 @@ std::string read_meta(int fd, const Identity& want, DiskEntry& e) {
   if (size < kHeaderBytes || !read_full(fd, h, kHeaderBytes, 0)) return "truncated header";
   if (std::memcmp(h, kMagic, 8) != 0) return "bad magic";
   const uint32_t version = rd32(h + 8), header_bytes = rd32(h + 12);
-  if (version != kVersion) return "format version " + std::to_string(version) + " (expected 1)";
+  if (version != kVersion)
+    return "format version " + std::to_string(version) + " (expected " + std::to_string(kVersion) + ")";
   if (header_bytes != kHeaderBytes) return "header size " + std::to_string(header_bytes);
   uint8_t want_id[32];
   want.to_bytes(want_id);
@@ -280,6 +333,7 @@ std::string read_meta(int fd, const Identity& want, DiskEntry& e) {
     return "bad token count " + std::to_string(n_tokens) + " / block " + std::to_string(block_tokens);
   const FileLayout L = layout_of(want, n_tokens, block_tokens);
   if (rd64(h + 64) != L.file_bytes) return "header file size disagrees with the dimensions";
+  if (rd32(h + 72) != want.n_ring || rd32(h + 76) != 0) return "window layers differ";
   if (size != L.file_bytes)
     return "file is " + std::to_string(size) + " bytes, expected " + std::to_string(L.file_bytes) + " (truncated?)";
   std::vector<uint8_t> meta(L.meta_bytes);
@@ -290,6 +344,10 @@ std::string read_meta(int fd, const Identity& want, DiskEntry& e) {
   std::memcpy(e.tokens.data(), meta.data() + kHeaderBytes, 4ull * n_tokens);
   e.block_sums.resize(L.n_blocks);
   std::memcpy(e.block_sums.data(), meta.data() + kHeaderBytes + 4ull * n_tokens, 8ull * L.n_blocks);
+  for (uint32_t l = 0; l < want.n_layer; ++l)
+    if (rd32(meta.data() + L.layers_off() + 4ull * l) != uint32_t(want.layers[l].window))
+      return "window of layer " + std::to_string(l) + " differs";
+  e.tail_sum = rd64(meta.data() + L.layers_off() + 4ull * want.n_layer);
   const PrefixKeys keys(want, e.tokens);
   if (rd64(h + 56) != keys.key(n_tokens)) return "prefix key does not match the token ids";
   e.block_tokens = block_tokens;
@@ -459,19 +517,31 @@ struct PromptCacheStore::Impl {
     st.disk_bytes = total;
   }
 
-  // Copies positions [from, n) of a snapshot into the session.
+  // Copies positions [from, n) of a snapshot into the session; window layers get the snapshot's
+  // last positions (then n is the snapshot's length: entry_match).
   static void copy_from_ram(const RamSnapshot& s, Session& session, const Identity& id, size_t from, size_t n) {
-    const size_t row = id.row_bytes / 2, total = s.tokens.size();
+    const size_t row = id.row_bytes / 2;
     for (uint32_t l = 0; l < id.n_layer; ++l) {
-      const size_t base = size_t(l) * total * row;
-      std::memcpy(session.k_cache(int32_t(l)) + from * row, s.k.data() + base + from * row, (n - from) * row * 2);
-      std::memcpy(session.v_cache(int32_t(l)) + from * row, s.v.data() + base + from * row, (n - from) * row * 2);
+      const size_t total = s.tokens.size(), stored_first = total - id.kept(l, total);  // 0 unless a window
+      const size_t first = id.layers[l].window ? stored_first : from;
+      const uint16_t* sk = s.k.data() + s.offset[l] + (first - stored_first) * row;
+      const uint16_t* sv = s.v.data() + s.offset[l] + (first - stored_first) * row;
+      for_runs(session.k_cache(int32_t(l)), id.layers[l], row, first, n, [&](uint16_t* p, size_t cnt) {
+        std::memcpy(p, sk, cnt * 2);
+        sk += cnt;
+      });
+      for_runs(session.v_cache(int32_t(l)), id.layers[l], row, first, n, [&](uint16_t* p, size_t cnt) {
+        std::memcpy(p, sv, cnt * 2);
+        sv += cnt;
+      });
     }
   }
 
   // Loads blocks [from/B, n/B) of a file into the session (positions below `from` are already
-  // there; `from` is a multiple of B). Returns n on success; on a bad file sets `why` and returns
-  // `from`: positions from `from` on may then hold garbage and must be dropped by the caller.
+  // there; `from` is a multiple of B), and with window layers the file's tail (n is then the
+  // file's length). Returns n on success; on a bad file sets `why` and returns `from`: positions
+  // from `from` on may then hold garbage and must be dropped by the caller (window layers are
+  // only written once their tail has verified, so their older positions are never damaged).
   static size_t load_file(int fd, const DiskEntry& e, Session& session, const Identity& id, size_t from, size_t n,
                           std::string& why) {
     const size_t B = e.block_tokens, row = id.row_bytes / 2;
@@ -481,6 +551,7 @@ struct PromptCacheStore::Impl {
       pieces.clear();
       iov.clear();
       for (uint32_t l = 0; l < id.n_layer; ++l) {
+        if (id.layers[l].window) continue;  // in the tail
         uint16_t* kp = session.k_cache(int32_t(l)) + b * B * row;
         uint16_t* vp = session.v_cache(int32_t(l)) + b * B * row;
         pieces.push_back({kp, B * id.row_bytes});
@@ -517,7 +588,49 @@ struct PromptCacheStore::Impl {
         return from;  // nothing of a bad file is used, not even its blocks that verified
       }
     }
+    if (id.n_ring == 0) return n;
+    // The tail is staged: its ring slots may alias live positions below `from`.
+    std::vector<uint16_t> tail(e.layout.tail_bytes / 2);
+    if (!read_full(fd, tail.data(), e.layout.tail_bytes, e.layout.tail_off)) {
+      why = "short read in the window layers' tail";
+      return from;
+    }
+    pieces.clear();
+    for (size_t l = 0, off = 0; l < id.n_layer; ++l) {
+      if (!id.layers[l].window) continue;
+      for (int kv = 0; kv < 2; ++kv, off += id.kept(uint32_t(l), n) * row)
+        pieces.push_back({tail.data() + off, id.kept(uint32_t(l), n) * id.row_bytes});
+    }
+    if (block_checksum(pieces, e.layout.n_blocks) != e.tail_sum) {
+      why = "checksum mismatch in the window layers' tail";
+      return from;
+    }
+    for (size_t l = 0, i = 0; l < id.n_layer; ++l) {
+      if (!id.layers[l].window) continue;
+      for (int kv = 0; kv < 2; ++kv, ++i) {
+        const uint16_t* src = pieces[i].first;
+        uint16_t* base = kv ? session.v_cache(int32_t(l)) : session.k_cache(int32_t(l));
+        for_runs(base, id.layers[l], row, n - id.kept(uint32_t(l), n), n, [&](uint16_t* p, size_t cnt) {
+          std::memcpy(p, src, cnt * 2);
+          src += cnt;
+        });
+      }
+    }
     return n;
+  }
+
+  // The pieces of the window layers' tail of a session's first n positions, in file order (per
+  // window layer K then V, each up to two runs of ring slots).
+  static std::vector<std::pair<const uint16_t*, size_t>> tail_pieces(Session& session, const Identity& id, size_t n) {
+    std::vector<std::pair<const uint16_t*, size_t>> pieces;
+    const size_t row = id.row_bytes / 2;
+    for (uint32_t l = 0; l < id.n_layer; ++l) {
+      if (!id.layers[l].window) continue;
+      for (uint16_t* base : {session.k_cache(int32_t(l)), session.v_cache(int32_t(l))})
+        for_runs(base, id.layers[l], row, n - id.kept(l, n), n,
+                 [&](uint16_t* p, size_t cnt) { pieces.push_back({p, cnt * 2}); });
+    }
+    return pieces;
   }
 
   bool write_file(Session& session, const Identity& id, std::span<const int32_t> toks, const std::string& name,
@@ -531,11 +644,30 @@ struct PromptCacheStore::Impl {
     for (size_t b = 0; b < L.n_blocks; ++b) {
       pieces.clear();
       for (uint32_t l = 0; l < id.n_layer; ++l) {
+        if (id.layers[l].window) continue;
         pieces.push_back({session.k_cache(int32_t(l)) + b * B * row, B * id.row_bytes});
         pieces.push_back({session.v_cache(int32_t(l)) + b * B * row, B * id.row_bytes});
       }
       sums[b] = block_checksum(pieces, b);
     }
+    // The window layers' tail, gathered from the ring (whose runs may wrap) into file order and
+    // hashed in the pieces the reader uses: per window layer, K then V.
+    const auto runs = tail_pieces(session, id, toks.size());
+    std::vector<uint16_t> tail(L.tail_bytes / 2);
+    {
+      size_t off = 0;
+      for (const auto& [p, bytes] : runs) {
+        std::memcpy(tail.data() + off, p, bytes);
+        off += bytes / 2;
+      }
+    }
+    pieces.clear();
+    for (size_t l = 0, off = 0; l < id.n_layer; ++l) {
+      if (!id.layers[l].window) continue;
+      for (int kv = 0; kv < 2; ++kv, off += id.kept(uint32_t(l), toks.size()) * row)
+        pieces.push_back({tail.data() + off, id.kept(uint32_t(l), toks.size()) * id.row_bytes});
+    }
+    const uint64_t tail_sum = block_checksum(pieces, L.n_blocks);
     std::vector<uint8_t> meta(L.meta_bytes, 0);
     std::memcpy(meta.data(), kMagic, 8);
     std::memcpy(meta.data() + 8, &kVersion, 4);
@@ -549,6 +681,12 @@ struct PromptCacheStore::Impl {
     std::memcpy(meta.data() + 64, &L.file_bytes, 8);
     std::memcpy(meta.data() + kHeaderBytes, toks.data(), 4ull * n);
     std::memcpy(meta.data() + kHeaderBytes + 4ull * n, sums.data(), 8ull * L.n_blocks);
+    std::memcpy(meta.data() + 72, &id.n_ring, 4);
+    for (uint32_t l = 0; l < id.n_layer; ++l) {
+      const uint32_t w = uint32_t(id.layers[l].window);
+      std::memcpy(meta.data() + L.layers_off() + 4ull * l, &w, 4);
+    }
+    std::memcpy(meta.data() + L.layers_off() + 4ull * id.n_layer, &tail_sum, 8);
     const uint64_t msum = prompt_cache_xxh64(meta.data(), meta.size() - 8, 0);
     std::memcpy(meta.data() + meta.size() - 8, &msum, 8);
 
@@ -570,9 +708,11 @@ struct PromptCacheStore::Impl {
     bool ok = write_full(f.fd, meta.data(), meta.size());
     for (size_t b = 0; ok && b < L.n_blocks; ++b)
       for (uint32_t l = 0; ok && l < id.n_layer; ++l) {
+        if (id.layers[l].window) continue;
         ok = write_full(f.fd, session.k_cache(int32_t(l)) + b * B * row, B * id.row_bytes) &&
              write_full(f.fd, session.v_cache(int32_t(l)) + b * B * row, B * id.row_bytes);
       }
+    if (ok) ok = write_full(f.fd, tail.data(), L.tail_bytes);
     // fsync before rename: after a crash the final name holds either nothing or the whole file.
     if (ok) ok = ::fsync(f.fd) == 0;
     if (ok) ok = ::rename(tmp.c_str(), path(name).c_str()) == 0;
@@ -647,8 +787,8 @@ size_t PromptCacheStore::restore(Session& session, std::span<const int32_t> prom
   }
   const Identity id = identity_of(session);
   const size_t limit = std::min(prompt.size() - 1, size_t(session.n_ctx()));
-  size_t live = match_len(session.tokens(), prompt, limit, 0);
-  session.truncate(int32_t(live));
+  session.truncate(int32_t(match_len(session.tokens(), prompt, limit, 0)));
+  size_t live = size_t(session.n_past());  // less if window layers no longer hold what it needs
 
   Impl::Logs logs;
   std::shared_ptr<const RamSnapshot> ram_best;
@@ -657,13 +797,13 @@ size_t PromptCacheStore::restore(Session& session, std::span<const int32_t> prom
   {
     std::lock_guard<std::mutex> lk(I.mu);
     for (auto& s : I.ram) {
-      const size_t m = match_len(s->tokens, prompt, limit, size_t(I.opts.block_tokens));
+      const size_t m = entry_match(id, s->tokens, prompt, limit, size_t(I.opts.block_tokens));
       if (m > ram_len) ram_len = m, ram_best = s;
     }
     if (I.disk) {
       I.refresh_index_locked(id, logs);
       for (auto& [name, e] : I.index) {
-        const size_t m = match_len(e->tokens, prompt, limit, e->block_tokens);
+        const size_t m = entry_match(id, e->tokens, prompt, limit, e->block_tokens);
         if (m > std::max(live, ram_len)) disk.emplace_back(m, e);
       }
     }
@@ -685,13 +825,14 @@ size_t PromptCacheStore::restore(Session& session, std::span<const int32_t> prom
     std::string why = read_meta(f.fd, id, now);
     size_t got = live;
     if (why.empty()) {
-      if (match_len(now.tokens, prompt, limit, now.block_tokens) < m) {
+      const size_t now_m = entry_match(id, now.tokens, prompt, limit, now.block_tokens);
+      if (now_m < m || (id.n_ring > 0 && now_m != m)) {
         std::lock_guard<std::mutex> lk(I.mu);
         I.index.erase(e->name);
         continue;
       }
-      const size_t from = live / now.block_tokens * now.block_tokens;
-      session.truncate(int32_t(from));
+      session.truncate(int32_t(live / now.block_tokens * now.block_tokens));
+      const size_t from = size_t(session.n_past());  // a block boundary, or 0
       got = I.load_file(f.fd, now, session, id, from, m, why);
       session.set_cached_tokens(prompt.first(got));
       live = got;
@@ -743,6 +884,14 @@ size_t PromptCacheStore::store(Session& session, size_t stable_len) {
   const std::span<const int32_t> toks(session.tokens().data(), n);
   const size_t row = id.row_bytes / 2;
   Impl::Logs logs;
+  for (uint32_t l = 0; l < id.n_layer; ++l)
+    if (id.layers[l].window && size_t(session.kv_ring_first(int32_t(l))) > n - id.kept(l, n)) {
+      // Decoding went on long enough to reuse the ring slots of the prefix's last positions.
+      if (I.opts.log)
+        I.opts.log(PromptCacheLogLevel::Debug, "prompt cache: the window layers no longer hold the " +
+                                                   std::to_string(n) + "-token prefix; not stored (store before decoding)");
+      return 0;
+    }
 
   // RAM tier.
   if (I.opts.max_ram_bytes > 0) {
@@ -750,7 +899,7 @@ size_t PromptCacheStore::store(Session& session, size_t stable_len) {
     {
       std::lock_guard<std::mutex> lk(I.mu);
       for (auto& s : I.ram)
-        if (match_len(s->tokens, toks, n, 0) == n) {
+        if (entry_match(id, s->tokens, toks, n, 0) == n) {
           I.touch_ram_locked(s.get());
           have = true;
           break;
@@ -759,17 +908,32 @@ size_t PromptCacheStore::store(Session& session, size_t stable_len) {
     if (!have) {
       auto s = std::make_shared<RamSnapshot>();
       s->tokens.assign(toks.begin(), toks.end());
-      if (s->bytes() + 2 * n * row * 2 * id.n_layer <= I.opts.max_ram_bytes) {
-        s->k.resize(size_t(id.n_layer) * n * row);
-        s->v.resize(size_t(id.n_layer) * n * row);
+      size_t elems = 0;
+      s->offset.resize(id.n_layer);
+      for (uint32_t l = 0; l < id.n_layer; ++l) {
+        s->offset[l] = elems;
+        elems += id.kept(l, n) * row;
+      }
+      if (s->bytes() + 2 * elems * 2 <= I.opts.max_ram_bytes) {
+        s->k.resize(elems);
+        s->v.resize(elems);
         for (uint32_t l = 0; l < id.n_layer; ++l) {
-          std::memcpy(s->k.data() + size_t(l) * n * row, session.k_cache(int32_t(l)), n * row * 2);
-          std::memcpy(s->v.data() + size_t(l) * n * row, session.v_cache(int32_t(l)), n * row * 2);
+          uint16_t* dk = s->k.data() + s->offset[l];
+          uint16_t* dv = s->v.data() + s->offset[l];
+          for_runs(session.k_cache(int32_t(l)), id.layers[l], row, n - id.kept(l, n), n, [&](uint16_t* p, size_t cnt) {
+            std::memcpy(dk, p, cnt * 2);
+            dk += cnt;
+          });
+          for_runs(session.v_cache(int32_t(l)), id.layers[l], row, n - id.kept(l, n), n, [&](uint16_t* p, size_t cnt) {
+            std::memcpy(dv, p, cnt * 2);
+            dv += cnt;
+          });
         }
         std::lock_guard<std::mutex> lk(I.mu);
-        // A snapshot that is a prefix of the new one serves nothing the new one does not.
+        // A snapshot that is a prefix of the new one serves nothing the new one does not (unless
+        // window layers tie each entry to its own length).
         I.ram.remove_if([&](const std::shared_ptr<const RamSnapshot>& o) {
-          return o->tokens.size() <= n && match_len(o->tokens, toks, n, 0) == o->tokens.size();
+          return id.n_ring == 0 && o->tokens.size() <= n && match_len(o->tokens, toks, n, 0) == o->tokens.size();
         });
         I.ram.push_front(std::move(s));
         ++I.st.ram_snapshots;
@@ -787,8 +951,8 @@ size_t PromptCacheStore::store(Session& session, size_t stable_len) {
       std::lock_guard<std::mutex> lk(I.mu);
       I.refresh_index_locked(id, logs);
       for (auto& [fname, e] : I.index) {
-        if (match_len(e->tokens, toks, n, 0) == n && n % e->block_tokens == 0) covering = fname;
-        else if (e->tokens.size() < n && e->tokens.size() % B == 0 &&
+        if (entry_match(id, e->tokens, toks, n, 0) == n && n % e->block_tokens == 0) covering = fname;
+        else if (id.n_ring == 0 && e->tokens.size() < n && e->tokens.size() % B == 0 &&
                  match_len(e->tokens, toks, n, 0) == e->tokens.size())
           covered.push_back(fname);  // the new file serves exactly this prefix too
       }
@@ -826,14 +990,39 @@ Result<PrefillWithCacheResult> prefill_with_cache(PromptCacheStore* store, Sessi
     // No store: still reuse the session's own live prefix (leave one token to produce logits).
     const auto& t = session.tokens();
     const size_t lim = std::min(t.size(), prompt.size() - 1);
-    r.cached_tokens = size_t(std::mismatch(t.begin(), t.begin() + lim, prompt.begin()).first - t.begin());
-    session.truncate(int32_t(r.cached_tokens));
+    session.truncate(int32_t(std::mismatch(t.begin(), t.begin() + lim, prompt.begin()).first - t.begin()));
+    r.cached_tokens = size_t(session.n_past());  // 0 when window layers' rings cannot go back that far
   }
-  const auto rest = prompt.subspan(r.cached_tokens);
-  Status s = session.eval(rest, opts.all_logits, opts.progress);
+  const bool store_now = store && !opts.defer_store;
+  // Window layers: the stable prefix must be stored while the rings still hold its last window, so
+  // the evaluation is split at the stored length (a block boundary) with the store in between.
+  // Not with all_logits (logits_at covers one eval call), and never leaving a 1-token eval (its
+  // matmuls take the decode path, whose rounding differs from a batch's).
+  size_t split = r.cached_tokens;
+  bool windows = false;
+  for (int32_t l = 0; l < session.model().hparams().n_layer; ++l) windows = windows || session.kv_window(l) > 0;
+  if (store_now && windows && !opts.all_logits) {
+    const size_t B = size_t(store->options().block_tokens);
+    const size_t at = std::min(stable_len, prompt.size()) / B * B;
+    if (at >= r.cached_tokens + 2 && at + 2 <= prompt.size()) split = at;
+  }
+  const size_t total = prompt.size() - r.cached_tokens;
+  auto eval_part = [&](size_t from, size_t to) -> Status {
+    std::function<void(size_t, size_t)> progress;
+    if (opts.progress)
+      progress = [&, from](size_t done, size_t) { opts.progress(from - r.cached_tokens + done, total); };
+    return session.eval(prompt.subspan(from, to - from), opts.all_logits, progress);
+  };
+  if (split > r.cached_tokens) {
+    Status s = eval_part(r.cached_tokens, split);
+    if (!s) return Error{s.error()};
+    r.stored_tokens = store->store(session, split);
+  }
+  Status s = eval_part(split, prompt.size());
   if (!s) return Error{s.error()};
-  r.evaluated_tokens = rest.size();
-  if (store && !opts.defer_store) r.stored_tokens = store->store(session, std::min(stable_len, prompt.size()));
+  r.evaluated_tokens = total;
+  if (store_now && split == r.cached_tokens)
+    r.stored_tokens = store->store(session, std::min(stable_len, prompt.size()));
   return r;
 }
 

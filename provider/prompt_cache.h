@@ -77,14 +77,19 @@ class PromptCacheStore {
   // Makes `session` hold the longest reusable prefix of `prompt`: its own live prefix, a RAM
   // snapshot or a file, whichever is longest (RAM before disk at equal length). At most
   // prompt.size() - 1 tokens are restored so that evaluating the rest yields logits. The session
-  // is truncated to the restored length; returns that length. Never fails: anything unusable is
-  // a miss (and bad files are deleted).
+  // is truncated to the restored length; returns that length (== session.n_past()). Never fails:
+  // anything unusable is a miss (and bad files are deleted). With sliding-window layers an entry
+  // restores exactly its own length (it keeps those layers' last positions only), and the live
+  // prefix is lost when the session's rings no longer reach back to it (Session::truncate).
   size_t restore(Session& session, std::span<const int32_t> prompt);
 
   // Saves the KV of the session's first n tokens, n = min(stable_len, n_past) rounded down to a
   // block boundary, to RAM and disk (unless already cached; then only marked as recently used).
-  // Decoding never changes positions below n_past, so this may be called after generation.
-  // Returns n (0: nothing stored). Disk errors are logged, not returned.
+  // Decoding never changes positions below n_past, so this may be called after generation, except
+  // with sliding-window layers (Session::kv_window): their rings must still hold the window before
+  // n, which decoding more than about n_batch tokens overwrites; then nothing is stored (returns 0),
+  // so call it before decoding for such models. Returns n (0: nothing stored). Disk errors are
+  // logged, not returned.
   size_t store(Session& session, size_t stable_len);
 
   // Drops the RAM snapshots (the disk tier is untouched).
@@ -111,7 +116,10 @@ struct PrefillWithCacheOptions {
   std::function<void(size_t done, size_t total)> progress;
 };
 
-// restore() + eval of the remaining tokens + store(stable_len). `store` may be null (plain
+// restore() + eval of the remaining tokens + store(stable_len). With sliding-window layers
+// (Session::kv_window) and without all_logits, the evaluation is split at stable_len rounded down
+// to a block and the store runs in between, while the rings still hold that prefix's window (a
+// caller with its own prefill loop must do the same). `store` may be null (plain
 // prefill, the session's own live prefix is still reused). Afterwards session.logits() belong to
 // the last prompt token, exactly as after a full prefill. Errors are Session::eval's.
 Result<PrefillWithCacheResult> prefill_with_cache(PromptCacheStore* store, Session& session,

@@ -42,6 +42,7 @@ Tolerance tolerance_for(const std::string& stem) {
       // 2026 architectures (llama.cpp 66d65ec goldens; observed spreads in shared/models/README.md).
       {"qwen3-tiny-f16", {0.02f, 0.03f}}, {"qwen3-tiny-q8_0", {0.02f, 0.3f}}, {"qwen3-tiny-q4km", {0.02f, 0.4f}},
       {"qwen3-bpe-q4km", {0.03f, 0.5f}},
+      {"gemma3-tiny-f16", {0.02f, 0.05f}}, {"gemma3-tiny-q8_0", {0.02f, 0.5f}}, {"gemma3-tiny-q4km", {0.02f, 0.7f}},
   };
   auto it = t.find(stem);
   REQUIRE(it != t.end());
@@ -202,3 +203,6 @@ TEST_CASE("golden: qwen3-tiny-f16", "[golden][qwen3]") { golden_model("qwen3-tin
 TEST_CASE("golden: qwen3-tiny-q8_0", "[golden][qwen3]") { golden_model("qwen3-tiny-q8_0"); }
 TEST_CASE("golden: qwen3-tiny-q4km", "[golden][qwen3]") { golden_model("qwen3-tiny-q4km"); }
 TEST_CASE("golden: qwen3-bpe-q4km", "[golden][qwen3]") { golden_model("qwen3-bpe-q4km"); }
+TEST_CASE("golden: gemma3-tiny-f16", "[golden][gemma3]") { golden_model("gemma3-tiny-f16"); }
+TEST_CASE("golden: gemma3-tiny-q8_0", "[golden][gemma3]") { golden_model("gemma3-tiny-q8_0"); }
+TEST_CASE("golden: gemma3-tiny-q4km", "[golden][gemma3]") { golden_model("gemma3-tiny-q4km"); }

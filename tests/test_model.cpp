@@ -76,6 +76,32 @@ TEST_CASE("model: qwen3 hyper-parameters: head_dim from key_length, QK-norm weig
   CHECK(bad.error().find("missing tensor 'blk.1.attn_k_norm.weight'") != std::string::npos);
 }
 
+TEST_CASE("model: gemma3 hyper-parameters: sliding layers il % 6 < 5, two RoPE bases, tied output", "[model]") {
+  auto m = Model::load(model_path("gemma3-tiny-q8_0.gguf"));
+  REQUIRE(m.ok());
+  const HParams& hp = m.value()->hparams();
+  CHECK(hp.arch == Arch::Gemma3);
+  CHECK(hp.head_dim == 64);
+  CHECK(hp.n_head_kv == 1);
+  CHECK(hp.tied_output);
+  CHECK(hp.rope_neox);
+  CHECK(hp.attn_scale == 1.0f / 8.0f);
+  REQUIRE(hp.rope_bases.size() == 2);
+  CHECK(hp.rope_bases[0] == 1e6f);  // gemma3.rope.freq_base: global layers
+  CHECK(hp.rope_bases[1] == 1e4f);  // no rope.freq_base_swa in the file: Gemma 3's local base
+  REQUIRE(hp.layers.size() == 6);
+  for (int l = 0; l < 6; ++l) {
+    INFO("layer " << l);
+    CHECK(hp.layers[size_t(l)].window == (l == 5 ? 0 : 8));
+    CHECK(hp.layers[size_t(l)].rope == (l == 5 ? 0 : 1));
+  }
+  // The hybrid architectures of the next issue are refused by name, listing what is supported.
+  auto q35 = Model::load(model_path("qwen35-tiny-q8_0.gguf"));
+  REQUIRE(!q35.ok());
+  CHECK(q35.error().find("unsupported architecture 'qwen35' (supported: llama, qwen2, qwen3, gemma3, smollm3)") !=
+        std::string::npos);
+}
+
 TEST_CASE("model: broken files are refused with a message naming the problem", "[model]") {
   const auto bytes = read_all(model_path("zoo-Q4_K.gguf"));
   {
@@ -272,5 +298,64 @@ TEST_CASE("model: Llama 3 rope frequency factors (rope_freqs.weight) scale the r
   auto m = Model::load(bad);
   REQUIRE(!m.ok());
   CHECK(m.error().find("rope_freqs") != std::string::npos);
+  std::filesystem::remove_all(dir);
+}
+
+namespace {
+// A copy of `src` with metadata keys replaced by `edit(writer)` (tensors unchanged).
+template <class Edit>
+std::string with_metadata(const std::string& src, const std::string& out, const Edit& edit) {
+  auto f = GgufFile::open(src);
+  REQUIRE(f.ok());
+  GgufWriter w;
+  for (const auto& [k, v] : (*f)->metadata()) w.set_value(k, v);
+  edit(w);
+  for (const GgufTensor& t : (*f)->tensors()) REQUIRE(w.add_tensor(t.name, t.type, t.ne).ok());
+  REQUIRE(w.begin(out).ok());
+  for (const GgufTensor& t : (*f)->tensors()) REQUIRE(w.write_tensor_data(t.data, t.n_bytes).ok());
+  REQUIRE(w.finish().ok());
+  return out;
+}
+}  // namespace
+
+TEST_CASE("model: per-layer arrays for head_count_kv and feed_forward_length", "[model]") {
+  // zoo: 2 layers, 2 KV heads, n_ff 768. The same values as arrays give the same model; arrays of the
+  // wrong length, or KV head counts that differ between layers (one KV row width), are refused.
+  const std::string src = model_path("zoo-Q8_0.gguf");
+  const std::string dir = "/tmp/picolm_test_arrays_" + std::to_string(::getpid());
+  std::filesystem::create_directories(dir);
+  auto arrays = [&](std::vector<int32_t> kv, std::vector<int32_t> ff, const std::string& name) {
+    return Model::load(with_metadata(src, dir + "/" + name, [&](GgufWriter& w) {
+      w.set_i32_array("llama.attention.head_count_kv", kv);
+      w.set_i32_array("llama.feed_forward_length", ff);
+    }));
+  };
+  auto base = Model::load(src);
+  auto same = arrays({2, 2}, {768, 768}, "same.gguf");
+  REQUIRE(base.ok());
+  REQUIRE(same.ok());
+  const HParams& hp = same.value()->hparams();
+  REQUIRE(hp.layers.size() == 2);
+  CHECK(hp.layers[1].n_head_kv == 2);
+  CHECK(hp.layers[1].n_ff == 768);
+  CHECK(hp.n_head_kv == 2);
+  CHECK(hp.n_ff == 768);
+  ThreadPool pool(1);
+  std::vector<int32_t> toks = {1, 100, 200, 300};
+  Session a(base.value(), pool), b(same.value(), pool);
+  REQUIRE(a.eval(toks).ok());
+  REQUIRE(b.eval(toks).ok());
+  CHECK(copy(a.logits()) == copy(b.logits()));
+
+  auto short_array = arrays({2}, {768, 768}, "short.gguf");
+  REQUIRE(!short_array.ok());
+  CHECK(short_array.error().find("head_count_kv has 1 entries for 2 layers") != std::string::npos);
+  auto mixed = arrays({2, 4}, {768, 768}, "mixed.gguf");
+  REQUIRE(!mixed.ok());
+  CHECK(mixed.error().find("different head_count_kv") != std::string::npos);
+  // A wider FFN in layer 1 than the tensors have: the loader names the misshapen tensor.
+  auto wide = arrays({2, 2}, {768, 1024}, "wide.gguf");
+  REQUIRE(!wide.ok());
+  CHECK(wide.error().find("blk.1.ffn_gate.weight") != std::string::npos);
   std::filesystem::remove_all(dir);
 }

@@ -18,6 +18,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <chrono>
@@ -118,12 +119,23 @@ void write_bytes(const std::string& p, const std::vector<uint8_t>& b, size_t n) 
   out.write(reinterpret_cast<const char*>(b.data()), std::streamsize(n));
 }
 
-// Re-seals a file's header checksum after an edit, so that only the edited field is wrong.
-void reseal(std::vector<uint8_t>& b) {
+// Offset of the layer table (format 2: after the tokens and the block checksums), and the size of
+// everything the meta checksum covers plus itself.
+size_t layers_offset(const std::vector<uint8_t>& b) {
   uint32_t n_tokens, block;
   std::memcpy(&n_tokens, b.data() + 48, 4);
   std::memcpy(&block, b.data() + 52, 4);
-  const size_t meta = 80 + 4 * size_t(n_tokens) + 8 * size_t(n_tokens / block) + 8;
+  return 80 + 4 * size_t(n_tokens) + 8 * size_t(n_tokens / block);
+}
+size_t meta_bytes(const std::vector<uint8_t>& b) {
+  uint32_t n_layer;
+  std::memcpy(&n_layer, b.data() + 36, 4);
+  return layers_offset(b) + 4 * size_t(n_layer) + 8 + 8;
+}
+
+// Re-seals a file's header checksum after an edit, so that only the edited field is wrong.
+void reseal(std::vector<uint8_t>& b) {
+  const size_t meta = meta_bytes(b);
   const uint64_t h = prompt_cache_xxh64(b.data(), meta - 8, 0);
   std::memcpy(b.data() + meta - 8, &h, 8);
 }
@@ -140,11 +152,19 @@ TEST_CASE("xxh64 matches the published test vectors", "[prompt_cache]") {
 }
 
 TEST_CASE("cached prefixes give bit-identical logits (RAM, disk, prefix + new tail)", "[prompt_cache]") {
-  for (const char* file : {"stories260K.gguf", "llama-spm32k-q4km.gguf"}) {
+  // gemma3: five of six layers are sliding-window layers (window 8) kept in rings of 128 slots,
+  // which the 220-token prompt wraps.
+  for (const char* file : {"stories260K.gguf", "llama-spm32k-q4km.gguf", "gemma3-tiny-q8_0.gguf"}) {
     DYNAMIC_SECTION(file) {
       auto m = load_model(file);
       ThreadPool pool(2);
       TempDir dir;
+      bool ring = false;
+      {
+        Session probe(m, pool);
+        for (int32_t l = 0; l < m->hparams().n_layer; ++l) ring = ring || probe.kv_ring(l) > 0;
+      }
+      CHECK(ring == (std::string(file).rfind("gemma3", 0) == 0));
       const bool small = m->hparams().n_ctx_train <= 128;
       const int32_t block = small ? 16 : 64;
       const size_t n_sys = small ? 90 : 200, n_tail = small ? 9 : 20;
@@ -184,7 +204,9 @@ TEST_CASE("cached prefixes give bit-identical logits (RAM, disk, prefix + new ta
         CHECK(same_bits(s.logits(), ref));
       }
       {  // prefix hit + different tail == full prefill, at every evaluated position
-        const size_t keep = stored_len - size_t(block);  // a block boundary inside the cached prefix
+        // A block boundary inside the cached prefix. An entry with window layers only serves its
+        // own length (it keeps their last positions before its end only): a full prefill then.
+        const size_t keep = stored_len - size_t(block);
         const auto other = concat(std::vector<int32_t>(sys.begin(), sys.begin() + long(keep)),
                                   random_tokens(n_tail + 5, 3, m->hparams().n_vocab));
         const auto ref_all = full_prefill_logits(m, pool, other, /*all=*/true);
@@ -197,10 +219,11 @@ TEST_CASE("cached prefixes give bit-identical logits (RAM, disk, prefix + new ta
           po.defer_store = true;
           auto r = prefill_with_cache(&st, s, other, other.size(), po);
           REQUIRE(r.ok());
-          CHECK(r->cached_tokens == keep);
+          CHECK(r->cached_tokens == (ring ? 0 : keep));
           const size_t nv = size_t(m->hparams().n_vocab);
           for (size_t i = 0; i < r->evaluated_tokens; ++i)
-            REQUIRE(same_bits(s.logits_at(i), std::span<const float>(ref_all).subspan((keep + i) * nv, nv)));
+            REQUIRE(same_bits(s.logits_at(i),
+                              std::span<const float>(ref_all).subspan((r->cached_tokens + i) * nv, nv)));
         }
       }
       {  // the session's own longer live prefix wins and is not reloaded
@@ -301,6 +324,14 @@ TEST_CASE("bad cache files are never used and are deleted", "[prompt_cache]") {
       bad[c.off] ^= 1;
       reseal(bad);
       expect_rejected(bad, bad.size(), c.why);
+    }
+    // Window layers claimed by a file of a model that has none: count, and a layer's window.
+    for (size_t off : {size_t(72), size_t(76), layers_offset(good), layers_offset(good) + 4}) {
+      INFO("window field at " << off);
+      auto bad = good;
+      bad[off] ^= 8;
+      reseal(bad);
+      expect_rejected(bad, bad.size(), "window");
     }
     // Token ids that do not match the name/key (e.g. a file copied under another name).
     auto bad = good;
@@ -630,4 +661,94 @@ TEST_CASE("an unusable directory leaves the RAM tier working", "[prompt_cache]")
   REQUIRE(r.ok());
   CHECK(r->cached_tokens == 32);
   CHECK(st.stats().ram_hits == 1);
+}
+
+TEST_CASE("window layers: an entry serves its own length only, and is not stored once the ring moved on",
+          "[prompt_cache]") {
+  auto m = load_model("gemma3-tiny-q8_0.gguf");  // window 8 on 5 of 6 layers, rings of 128 slots
+  ThreadPool pool(2);
+  TempDir dir;
+  const int32_t nv = m->hparams().n_vocab;
+  const auto sys = random_tokens(100, 21, nv);
+  PromptCacheStore st(opts_for(dir.path, 16));
+  Session s(m, pool);
+  REQUIRE(s.kv_ring(0) == 128);
+  REQUIRE(s.kv_ring(5) == 0);  // the global layer keeps every position
+  auto r = prefill_with_cache(&st, s, concat(sys, random_tokens(30, 22, nv)), sys.size());
+  REQUIRE(r.ok());
+  CHECK(r->stored_tokens == 96);
+  // Decoding 100 more tokens reuses the ring slots of positions < 102, the stored prefix's last
+  // window among them: a store now has nothing exact to save.
+  for (int32_t t : random_tokens(100, 23, nv)) REQUIRE(s.eval(std::span<const int32_t>(&t, 1)).ok());
+  CHECK(s.kv_ring_first(0) == 230 - 128);
+  CHECK(st.store(s, sys.size()) == 0);
+
+  // The live session shares 100 tokens with the next prompt but can no longer go back to 100:
+  // truncation drops everything, and the 96-token entry is restored instead.
+  const auto next = concat(sys, random_tokens(20, 24, nv));
+  const auto ref = full_prefill_logits(m, pool, next);
+  CHECK(st.restore(s, next) == 96);
+  CHECK(st.stats().ram_hits == 1);
+  REQUIRE(s.eval(std::span<const int32_t>(next).subspan(96)).ok());
+  CHECK(same_bits(s.logits(), ref));
+  {  // the same from the file, in a fresh store
+    PromptCacheStore fresh(opts_for(dir.path, 16, 0));
+    Session s2(m, pool);
+    CHECK(fresh.restore(s2, next) == 96);
+    CHECK(fresh.stats().disk_hits == 1);
+    REQUIRE(s2.eval(std::span<const int32_t>(next).subspan(96)).ok());
+    CHECK(same_bits(s2.logits(), ref));
+  }
+  {  // a prompt that shares only the first 48 tokens: the entry cannot serve it
+    const auto other = concat(std::vector<int32_t>(sys.begin(), sys.begin() + 48), random_tokens(60, 25, nv));
+    PromptCacheStore fresh(opts_for(dir.path, 16, 0));
+    Session s2(m, pool);
+    auto r2 = prefill_with_cache(&fresh, s2, other, 0);
+    REQUIRE(r2.ok());
+    CHECK(r2->cached_tokens == 0);
+    CHECK(same_bits(s2.logits(), full_prefill_logits(m, pool, other)));
+  }
+  {  // a prompt running far past its stable prefix: prefill_with_cache stores at the stable block
+     // boundary before the rest of the prompt moves the rings on, and the entry is exact
+    TempDir dir2;
+    PromptCacheStore st2(opts_for(dir2.path, 16));
+    const auto sys2 = random_tokens(70, 26, nv);
+    Session s2(m, pool);
+    std::vector<size_t> progress;
+    PrefillWithCacheOptions po;
+    po.progress = [&](size_t done, size_t total) {
+      CHECK(total == 270);
+      progress.push_back(done);
+    };
+    auto r2 = prefill_with_cache(&st2, s2, concat(sys2, random_tokens(200, 27, nv)), sys2.size(), po);
+    REQUIRE(r2.ok());
+    CHECK(r2->stored_tokens == 64);
+    CHECK(r2->evaluated_tokens == 270);
+    REQUIRE(!progress.empty());
+    CHECK(progress.back() == 270);
+    CHECK(std::is_sorted(progress.begin(), progress.end()));
+    const auto next2 = concat(sys2, random_tokens(30, 28, nv));
+    PromptCacheStore fresh(opts_for(dir2.path, 16, 0));
+    Session s3(m, pool);
+    auto r3 = prefill_with_cache(&fresh, s3, next2, 0);
+    REQUIRE(r3.ok());
+    CHECK(r3->cached_tokens == 64);
+    CHECK(same_bits(s3.logits(), full_prefill_logits(m, pool, next2)));
+  }
+  {  // the tail (window layers' last positions) is checksummed: a flipped byte in it rejects the file
+    auto files = dir.files(".pkv");
+    REQUIRE(files.size() == 1);
+    auto bytes = read_bytes(files[0]);
+    bytes[bytes.size() - 3] ^= 0x10;
+    write_bytes(files[0], bytes, bytes.size());
+    PromptCacheStore fresh(opts_for(dir.path, 16, 0));
+    Session s2(m, pool);
+    REQUIRE(s2.eval(std::span<const int32_t>(sys).first(50)).ok());  // a live prefix the failed load must keep
+    auto r2 = prefill_with_cache(&fresh, s2, next, 0);
+    REQUIRE(r2.ok());
+    CHECK(r2->cached_tokens == 48);  // the live prefix, cut back to the block where the load began
+    CHECK(fresh.stats().files_rejected == 1);
+    CHECK_THAT(fresh.stats().last_rejection, Catch::Contains("tail"));
+    CHECK(same_bits(s2.logits(), ref));
+  }
 }
