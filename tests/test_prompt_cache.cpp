@@ -752,3 +752,24 @@ TEST_CASE("window layers: an entry serves its own length only, and is not stored
     CHECK(same_bits(s2.logits(), ref));
   }
 }
+
+TEST_CASE("window layers without a store: the live prefix is kept within the rings' reach, else re-prefilled",
+          "[prompt_cache]") {
+  auto m = load_model("gemma3-tiny-q8_0.gguf");  // rings of 128 slots, window 8
+  ThreadPool pool(2);
+  const int32_t nv = m->hparams().n_vocab;
+  const auto first = random_tokens(300, 31, nv);
+  const auto tail = random_tokens(20, 32, nv);
+  for (size_t keep : {size_t(290), size_t(100)}) {  // 290 - 7 >= 300 - 128; 100 - 7 is not
+    INFO("keep " << keep);
+    Session s(m, pool);
+    REQUIRE(s.eval(first).ok());
+    const auto prompt = concat(std::vector<int32_t>(first.begin(), first.begin() + long(keep)), tail);
+    auto r = prefill_with_cache(nullptr, s, prompt, 0);
+    REQUIRE(r.ok());
+    CHECK(r->cached_tokens == (keep == 290 ? 290u : 0u));
+    CHECK(r->evaluated_tokens == prompt.size() - r->cached_tokens);
+    CHECK(s.n_past() == int32_t(prompt.size()));
+    CHECK(same_bits(s.logits(), full_prefill_logits(m, pool, prompt)));
+  }
+}
