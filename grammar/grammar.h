@@ -16,6 +16,10 @@ namespace picolm::grammar {
 enum class Whitespace {
   Compact,   // no optional whitespace at all: {"a":1,"b":[1,2]}
   Flexible,  // JSON whitespace allowed wherever JSON allows it (bounded run length, see CompileOptions)
+  // The whitespace JSON writers emit, bounded: json.dumps' {"a": 1, "b": [1, 2]} and, with
+  // max_indent >= 0, pretty-printed JSON (a newline and up to max_indent spaces after '{' '[' ','
+  // and before '}' ']'). Nothing before ':' or ','. Longest run: max(1, 1 + max_indent) bytes.
+  Natural,
 };
 
 struct CompileOptions {
@@ -23,6 +27,7 @@ struct CompileOptions {
   bool additional_properties_default = true;
   Whitespace whitespace = Whitespace::Compact;
   int max_whitespace_run = 16;  // Flexible only: longest run of whitespace bytes accepted
+  int max_indent = -1;          // Natural only: spaces allowed after a newline; -1 = no newlines
 };
 
 // One problem found while compiling; all problems of a schema are collected and reported together.
@@ -94,6 +99,10 @@ class Vocabulary {
   virtual const std::vector<int32_t>& eog_ids() const = 0;
 };
 
+namespace detail {
+struct MatcherTestAccess;  // grammar_impl.h: the recognizer state, for exact oracles in tests
+}
+
 // Walks one generation through a grammar.
 class Matcher {
  public:
@@ -119,7 +128,35 @@ class Matcher {
   // The bytes accepted so far.
   const std::string& text() const;
 
+  // ---- Shortest completion and closing mode (for finishing within a token budget) ----
+  //
+  // The canonical completion of the current state is the shortest byte string that makes the
+  // instance complete, the lexicographically smallest among the shortest ones under a fixed byte
+  // preference (letters, digits, then punctuation; see completion.cpp). It closes open strings,
+  // fills required properties with their shortest values, closes arrays and objects and writes
+  // the format's closing tags. It is suffix-closed: after accepting a token that is a prefix of
+  // it, the new canonical completion is exactly the rest.
+
+  // Bytes of the shortest completion; 0 when complete (or terminated). Cheap: computed from
+  // per-position minimum lengths precomputed at compile time.
+  size_t min_completion_bytes() const;
+  // The canonical completion itself (for tests, logs and the CLI).
+  std::string shortest_completion() const;
+  // The fewest tokens of this vocabulary that spell the canonical completion (end-of-generation
+  // not counted). An upper bound on the fewest tokens of any completion. 0 when complete; -1 when
+  // the vocabulary cannot spell it (a byte no token starts with) or it is longer than 4 MiB.
+  int min_completion_tokens() const;
+  // Closing mode. Keeps only tokens that are prefixes of the canonical completion and after which
+  // it still fits: 1 + min_completion_tokens() afterwards <= max(tokens_left, min_completion_tokens()
+  // now); end-of-generation when complete. tokens_left = non-EOG tokens the caller may still
+  // emit, this one included. Following this mask (with tokens_left counting down) therefore
+  // finishes a complete instance within max(tokens_left, min_completion_tokens()) tokens and
+  // never dead-ends; with tokens_left > min_completion_tokens() the extra room only lets the
+  // model pick shorter tokens. When min_completion_tokens() is -1, the ordinary mask is given.
+  void fill_mask_closing(uint32_t* mask, int tokens_left) const;
+
  private:
+  friend struct detail::MatcherTestAccess;
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

@@ -86,8 +86,26 @@ constexpr uint8_t kStrReject = 0xFF;
 constexpr int kStrSubStates = 22;
 const std::array<std::array<uint8_t, 256>, kStrSubStates>& strchar_table();
 
+// Fewest bytes from each StrChar sub-state to the end of the character (sub-state 0: 1).
+const std::array<uint8_t, kStrSubStates>& strchar_rest();
+// Preference between equally short completion bytes (lower = preferred); see completion.cpp.
+const std::array<uint8_t, 256>& completion_byte_rank();
+
 constexpr uint32_t kPosBits = 26;
 constexpr uint32_t kPosMask = (1u << kPosBits) - 1;
+
+}  // namespace detail
+
+class Grammar;
+namespace detail {
+// Fills Grammar::min_rule_len and min_suffix (called by Grammar::build).
+void compute_min_lengths(Grammar& g);
+
+// Tests only: the matcher's recognizer state as bytes (equal keys = equal states), so a test can
+// search the state graph exactly (e.g. a breadth-first oracle for the shortest completion).
+struct MatcherTestAccess {
+  static std::string state_key(const Matcher& m);
+};
 
 }  // namespace detail
 
@@ -103,6 +121,12 @@ class Grammar {
   // path, e.g. free text before a trigger, or `[a-z]*` inside patterned strings). -1 otherwise.
   std::vector<int32_t> self_loop_class;
   std::vector<int32_t> loop_class_ids;  // distinct classes in self_loop_class
+  // Shortest completion (bytes): min_rule_len[rule] = fewest bytes the rule derives;
+  // min_suffix[pos] = fewest bytes from element `pos` to the End of its alternative. Saturate at
+  // kCostInf (a counted chain of 10^5 nested in 10^5 would overflow nothing: 10^10 << 2^50).
+  static constexpr uint64_t kCostInf = uint64_t(1) << 50;
+  std::vector<uint64_t> min_rule_len;
+  std::vector<uint64_t> min_suffix;
   std::string description;                // what was compiled (for debugging dumps)
 
   // Mask cache shared by all matchers of this grammar: (vocabulary fingerprint, recognizer state)

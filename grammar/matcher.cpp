@@ -1,6 +1,7 @@
 // Recognizer (sets of stacks over the byte-level grammar), Vocabulary tables and the Matcher.
 #include <algorithm>
 #include <array>
+#include <climits>
 #include <cstring>
 #include <deque>
 #include <stdexcept>
@@ -272,6 +273,7 @@ std::shared_ptr<Grammar> Grammar::build(RuleBuilder& rb, uint32_t root, std::str
     err = "grammar too large";
     return nullptr;
   }
+  compute_min_lengths(*g);
   return g;
 }
 
@@ -405,6 +407,8 @@ class VocabularyImpl final : public Vocabulary {
       for (uint32_t j = uint32_t(i + 1); j < nd.end && ok; j = nodes_[j].end) ok = nodes_[j].all_safe;
       nd.all_safe = ok;
     }
+    root_child_.fill(-1);
+    for (size_t i = 0; i < nodes_.size(); i = nodes_[i].end) root_child_[nodes_[i].byte] = int32_t(i);
     // str_ok_[node]: bit s set if, starting the looping StrChar automaton in sub-state s, the
     // node's byte and every continuation in its subtree are consumed. below_ok_[node]: the AND
     // of str_ok_ over the children, i.e. which sub-states reached AFTER the node accept the whole
@@ -488,6 +492,14 @@ class VocabularyImpl final : public Vocabulary {
     return t;
   }
 
+  // Trie child of `node` (-1 = the root) by byte, or -1.
+  int32_t child(int32_t node, uint8_t b) const {
+    if (node < 0) return root_child_[b];
+    for (uint32_t j = uint32_t(node) + 1; j < nodes_[size_t(node)].end; j = nodes_[j].end)
+      if (nodes_[j].byte == b) return int32_t(j);
+    return -1;
+  }
+
   size_t size() const override { return tokens_.size(); }
   const std::string& token(int32_t id) const override { return tokens_.at(size_t(id)); }
   const std::vector<int32_t>& eog_ids() const override { return eog_; }
@@ -499,6 +511,7 @@ class VocabularyImpl final : public Vocabulary {
   std::vector<uint32_t> safe_mask_;  // bitset over token ids
   std::vector<Node> nodes_;
   std::vector<int32_t> node_tokens_;
+  std::array<int32_t, 256> root_child_;  // [byte] top-level trie node, -1 if none
   std::vector<uint32_t> str_ok_, below_ok_;  // [node], bit per StrChar sub-state
   size_t max_depth_ = 0;
   uint64_t fingerprint_ = 0;
@@ -536,6 +549,21 @@ struct Matcher::Impl {
   std::vector<uint8_t> same_as_root;                   // [trie depth] levels[d] == levels[0]
   std::vector<std::vector<uint32_t>> root_memo;        // [byte] state after byte from the root
 
+  // The canonical shortest completion of the current state and, per suffix, the fewest tokens
+  // spelling it: min_tok[k] for comp[k..] (kNoTok if unspellable). `off` bytes of comp have been
+  // accepted since it was computed: the completion is suffix-closed, so accepting a prefix of it
+  // only moves `off`, and min_completion_tokens() drops by exactly one per closing-mode token.
+  struct Plan {
+    bool valid = false;  // computed for the current state
+    bool ok = false;     // a completion exists and the vocabulary spells it
+    std::string comp;
+    std::vector<int32_t> min_tok;
+    size_t off = 0;
+  };
+  static constexpr int32_t kNoTok = INT32_MAX / 2;
+  static constexpr uint64_t kMaxPlanBytes = uint64_t(1) << 22;
+  Plan plan;
+
   Impl(std::shared_ptr<const Grammar> gg, std::shared_ptr<const VocabularyImpl> vv)
       : g(std::move(gg)), v(std::move(vv)), rec(*g) {
     rec.initial(state);
@@ -567,6 +595,121 @@ struct Matcher::Impl {
   }
 
   void push_history() { history.push_back({state, text.size(), terminated}); }
+
+  // ---- shortest completion ----
+  uint64_t stack_cost(const uint32_t* s, uint32_t len) const {
+    if (len == 0) return 0;
+    uint32_t top = s[len - 1];
+    uint32_t pos = top & kPosMask, sub = top >> kPosBits;
+    uint64_t c = sub == 0 ? g->min_suffix[pos] : strchar_rest()[sub] + g->min_suffix[pos + 1];
+    for (uint32_t k = 0; k + 1 < len; ++k) c += g->min_suffix[s[k]];  // return positions
+    return std::min(c, Grammar::kCostInf);
+  }
+  uint64_t state_cost(const std::vector<uint32_t>& st) const {
+    uint64_t best = Grammar::kCostInf;
+    for (size_t i = 0; i < st.size(); i += 1 + st[i]) best = std::min(best, stack_cost(&st[i + 1], st[i]));
+    return best;
+  }
+  uint64_t completion_bytes() const { return terminated ? 0 : state_cost(state); }
+
+  // Byte by byte: among the bytes that start a shortest completion (the cheapest bytes of the
+  // top terminals of the cheapest stacks), take the preferred one. Each step is one recognizer
+  // advance, and the cost drops by exactly one.
+  void build_plan() {
+    plan = Plan{};
+    plan.valid = true;
+    if (terminated) {
+      plan.ok = true;
+      plan.min_tok = {0};
+      return;
+    }
+    const auto& rank = completion_byte_rank();
+    const auto& table = strchar_table();
+    const auto& rest = strchar_rest();
+    std::vector<uint32_t> cur = state, nxt;
+    uint64_t c = state_cost(cur);
+    if (c > kMaxPlanBytes) return;  // e.g. minLength 10^5 nested in minItems 10^5: no plan
+    plan.comp.reserve(size_t(c));
+    while (c > 0) {
+      ByteSet opt{};
+      for (size_t i = 0; i < cur.size(); i += 1 + cur[i]) {
+        uint32_t len = cur[i];
+        if (len == 0 || stack_cost(&cur[i + 1], len) != c) continue;
+        uint32_t top = cur[i + len];
+        uint32_t pos = top & kPosMask, sub = top >> kPosBits;
+        const Elem& e = g->elems[pos];
+        if (e.kind == ElemKind::Class) {
+          for (int w = 0; w < 4; ++w) opt[size_t(w)] |= g->classes[e.arg][size_t(w)];
+          continue;
+        }
+        for (int b = 0; b < 256; ++b) {
+          uint8_t nx = table[sub][size_t(b)];
+          if (nx == kStrReject) continue;
+          if ((nx == kStrDone ? 0 : rest[nx]) + 1 == rest[sub]) byteset_add(opt, uint8_t(b));
+        }
+      }
+      int best = -1;
+      for (int b = 0; b < 256; ++b)
+        if (byteset_has(opt, uint8_t(b)) && (best < 0 || rank[size_t(b)] < rank[size_t(best)])) best = b;
+      if (best < 0 || !rec.advance(cur, uint8_t(best), nxt)) return;  // cannot happen: costs are exact
+      plan.comp.push_back(char(best));
+      cur.swap(nxt);
+      --c;
+    }
+    // Fewest tokens per suffix: walk the trie from each position, every token ending on the way
+    // is a candidate first token.
+    const size_t n = plan.comp.size();
+    plan.min_tok.assign(n + 1, kNoTok);
+    plan.min_tok[n] = 0;
+    for (size_t k = n; k-- > 0;) {
+      int32_t best = kNoTok;
+      int32_t node = v->child(-1, uint8_t(plan.comp[k]));
+      for (size_t d = 1; node >= 0; ++d) {
+        const auto& nd = v->nodes_[size_t(node)];
+        if (nd.tok_end > nd.tok_begin && plan.min_tok[k + d] < kNoTok)
+          best = std::min(best, 1 + plan.min_tok[k + d]);
+        if (k + d >= n) break;
+        node = v->child(node, uint8_t(plan.comp[k + d]));
+      }
+      plan.min_tok[k] = best;
+    }
+    plan.ok = plan.min_tok[0] < kNoTok;
+  }
+  const Plan& current_plan() {
+    if (!plan.valid) build_plan();
+    return plan;
+  }
+  // After `bytes` were accepted: keep the plan when they were a prefix of the completion.
+  void shift_plan(std::string_view bytes) {
+    if (!plan.valid) return;
+    if (plan.ok && plan.comp.size() - plan.off >= bytes.size() &&
+        plan.comp.compare(plan.off, bytes.size(), bytes) == 0)
+      plan.off += bytes.size();
+    else
+      plan.valid = false;
+  }
+
+  void closing_mask(uint32_t* mask, int tokens_left) {
+    const Plan& p = current_plan();
+    std::memset(mask, 0, v->words_ * sizeof(uint32_t));
+    const size_t n = p.comp.size();
+    if (p.off == n) {
+      set_eog_bits(mask);
+      return;
+    }
+    const int32_t limit = std::max<int32_t>(tokens_left, p.min_tok[p.off]);
+    int32_t node = v->child(-1, uint8_t(p.comp[p.off]));
+    for (size_t d = 1; node >= 0; ++d) {
+      const auto& nd = v->nodes_[size_t(node)];
+      if (nd.tok_end > nd.tok_begin && p.min_tok[p.off + d] < kNoTok && 1 + p.min_tok[p.off + d] <= limit)
+        for (uint32_t k = nd.tok_begin; k < nd.tok_end; ++k) {
+          int32_t id = v->node_tokens_[k];
+          mask[id / 32] |= 1u << (id % 32);
+        }
+      if (p.off + d >= n) break;
+      node = v->child(node, uint8_t(p.comp[p.off + d]));
+    }
+  }
 
   void set_eog_bits(uint32_t* mask) const {
     for (int32_t id : v->eog_)
@@ -702,6 +845,8 @@ bool Matcher::accept_token(int32_t id) {
     if (!m.complete()) return false;
     m.push_history();
     m.terminated = true;
+    m.shift_plan({});
+    if (m.plan.valid && m.plan.off != m.plan.comp.size()) m.plan.valid = false;
     return true;
   }
   const std::string& bytes = m.v->tokens_[id];
@@ -711,6 +856,7 @@ bool Matcher::accept_token(int32_t id) {
   m.push_history();
   m.state.swap(next);
   m.text += bytes;
+  m.shift_plan(bytes);
   return true;
 }
 
@@ -722,11 +868,13 @@ bool Matcher::accept_bytes(std::string_view bytes) {
   m.push_history();
   m.state.swap(next);
   m.text.append(bytes);
+  m.shift_plan(bytes);
   return true;
 }
 
 void Matcher::rollback(int n_tokens) {
   Impl& m = *impl_;
+  if (n_tokens > 0 && !m.history.empty()) m.plan.valid = false;
   while (n_tokens-- > 0 && !m.history.empty()) {
     auto& s = m.history.back();
     m.state.swap(s.state);
@@ -768,5 +916,35 @@ void Matcher::fill_mask(uint32_t* mask) const {
 }
 
 const std::string& Matcher::text() const { return impl_->text; }
+
+std::string detail::MatcherTestAccess::state_key(const Matcher& m) {
+  const auto& st = m.impl_->state;
+  std::string key(st.size() * sizeof(uint32_t) + 1, '\0');
+  if (!st.empty()) std::memcpy(key.data(), st.data(), st.size() * sizeof(uint32_t));
+  key.back() = m.impl_->terminated ? 'T' : 'L';
+  return key;
+}
+
+size_t Matcher::min_completion_bytes() const { return size_t(impl_->completion_bytes()); }
+
+std::string Matcher::shortest_completion() const {
+  const auto& p = impl_->current_plan();
+  return p.comp.substr(p.off);
+}
+
+int Matcher::min_completion_tokens() const {
+  const auto& p = impl_->current_plan();
+  if (!p.ok) return -1;
+  return p.min_tok[p.off];
+}
+
+void Matcher::fill_mask_closing(uint32_t* mask, int tokens_left) const {
+  Impl& m = *impl_;
+  if (m.terminated || !m.current_plan().ok) {
+    fill_mask(mask);
+    return;
+  }
+  m.closing_mask(mask, tokens_left);
+}
 
 }  // namespace picolm::grammar

@@ -208,6 +208,8 @@ class SchemaCompiler {
   SchemaCompiler(RuleBuilder& rb, const JValue& root, const CompileOptions& opts, std::string prefix,
                  std::vector<CompileError>& errors)
       : rb_(rb), root_(root), opts_(opts), prefix_(std::move(prefix)), errors_(errors) {}
+  SchemaCompiler(const SchemaCompiler&) = delete;
+  SchemaCompiler& operator=(const SchemaCompiler&) = delete;
 
   uint32_t run() {
     scan(root_, "");
@@ -724,35 +726,31 @@ class SchemaCompiler {
     return r;
   }
 
-  void ws(std::vector<Elem>& seq) {
-    if (opts_.whitespace != Whitespace::Flexible) return;
-    if (!ws_rule_) ws_rule_ = whitespace_rule(rb_, opts_);
-    seq.push_back(RuleBuilder::ref(*ws_rule_));
-  }
 
   // Literal JSON text of a value (enum/const): matches exactly that spelling.
   // With Flexible whitespace, arrays and objects get whitespace at their structural positions.
   uint32_t literal(const JValue& v) {
-    if (opts_.whitespace != Whitespace::Flexible || (!v.is_array() && !v.is_object()))
+    if (opts_.whitespace == Whitespace::Compact || (!v.is_array() && !v.is_object()))
       return rb_.literal_rule(to_json(v));
     std::vector<Elem> seq;
     seq.push_back(rb_.byte(v.is_array() ? '[' : '{'));
-    ws(seq);
+    sp_.after_open(seq);
     size_t n = v.is_array() ? v.arr.size() : v.obj.size();
     for (size_t k = 0; k < n; ++k) {
       if (k) {
         seq.push_back(rb_.byte(','));
-        ws(seq);
+        sp_.after_comma(seq);
       }
       if (v.is_object()) {
         rb_.lit(seq, json_quote(v.obj[k].first));
-        ws(seq);
+        sp_.after_value(seq);
         seq.push_back(rb_.byte(':'));
-        ws(seq);
+        sp_.after_colon(seq);
       }
       seq.push_back(RuleBuilder::ref(literal(v.is_array() ? v.arr[k] : v.obj[k].second)));
-      ws(seq);
+      sp_.after_value(seq);
     }
+    if (n) sp_.before_close(seq);
     seq.push_back(rb_.byte(v.is_array() ? ']' : '}'));
     uint32_t r = rb_.new_rule();
     rb_.add_alt(r, std::move(seq));
@@ -1179,7 +1177,12 @@ class SchemaCompiler {
     for (auto& x : a) x = rb_.new_rule();
     for (int64_t i = 0; i <= chain; ++i) {
       uint32_t ai = a[size_t(i)];
-      if (i >= f.min_items) rb_.add_alt(ai, {rb_.byte(']')});
+      if (i >= f.min_items) {
+        std::vector<Elem> close;
+        if (i > 0) sp_.before_close(close);
+        close.push_back(rb_.byte(']'));
+        rb_.add_alt(ai, std::move(close));
+      }
       bool can_add = max < 0 || i < max;
       if (!can_add) continue;
       uint32_t er = i < k ? elem_rules[size_t(i)] : item_rule;
@@ -1187,16 +1190,16 @@ class SchemaCompiler {
       std::vector<Elem> seq;
       if (i > 0) {
         seq.push_back(rb_.byte(','));
-        ws(seq);
+        sp_.after_comma(seq);
       }
       seq.push_back(RuleBuilder::ref(er));
-      ws(seq);
+      sp_.after_value(seq);
       uint32_t next = (i < chain) ? a[size_t(i + 1)] : ai;  // the last one loops when unbounded
       seq.push_back(RuleBuilder::ref(next));
       rb_.add_alt(ai, std::move(seq));
     }
     std::vector<Elem> open{rb_.byte('[')};
-    ws(open);
+    sp_.after_open(open);
     open.push_back(RuleBuilder::ref(a[0]));
     rb_.add_alt(r, std::move(open));
     return r;
@@ -1260,19 +1263,22 @@ class SchemaCompiler {
     for (auto& x : rest) x = {rb_.new_rule(), rb_.new_rule()};
     for (int first = 0; first < 2; ++first) {
       uint32_t tail = rest[n][first];
-      rb_.add_alt(tail, {rb_.byte('}')});
+      std::vector<Elem> close;
+      if (!first) sp_.before_close(close);
+      close.push_back(rb_.byte('}'));
+      rb_.add_alt(tail, std::move(close));
       if (add_allowed) {
         std::vector<Elem> seq;
         if (!first) {
           seq.push_back(rb_.byte(','));
-          ws(seq);
+          sp_.after_comma(seq);
         }
         seq.push_back(RuleBuilder::ref(add_key));
-        ws(seq);
+        sp_.after_value(seq);
         seq.push_back(rb_.byte(':'));
-        ws(seq);
+        sp_.after_colon(seq);
         seq.push_back(RuleBuilder::ref(add_val));
-        ws(seq);
+        sp_.after_value(seq);
         seq.push_back(RuleBuilder::ref(rest[n][0]));
         rb_.add_alt(tail, std::move(seq));
       }
@@ -1283,21 +1289,21 @@ class SchemaCompiler {
         std::vector<Elem> seq;
         if (!first) {
           seq.push_back(rb_.byte(','));
-          ws(seq);
+          sp_.after_comma(seq);
         }
         rb_.lit(seq, json_quote(props[i].name));
-        ws(seq);
+        sp_.after_value(seq);
         seq.push_back(rb_.byte(':'));
-        ws(seq);
+        sp_.after_colon(seq);
         seq.push_back(RuleBuilder::ref(props[i].rule));
-        ws(seq);
+        sp_.after_value(seq);
         seq.push_back(RuleBuilder::ref(rest[i + 1][0]));
         rb_.add_alt(ri, std::move(seq));
         if (!props[i].required) rb_.add_alt(ri, {RuleBuilder::ref(rest[i + 1][first])});
       }
     }
     std::vector<Elem> open{rb_.byte('{')};
-    ws(open);
+    sp_.after_open(open);
     open.push_back(RuleBuilder::ref(rest[0][1]));
     rb_.add_alt(r, std::move(open));
     return r;
@@ -1318,20 +1324,23 @@ class SchemaCompiler {
     uint32_t arr = rb_.new_rule(), arr_rest = rb_.new_rule();
     {
       std::vector<Elem> a{rb_.byte('[')};
-      ws(a);
+      sp_.after_open(a);
       a.push_back(rb_.byte(']'));
       rb_.add_alt(arr, std::move(a));
       std::vector<Elem> b{rb_.byte('[')};
-      ws(b);
+      sp_.after_open(b);
       b.push_back(RuleBuilder::ref(v));
-      ws(b);
+      sp_.after_value(b);
       b.push_back(RuleBuilder::ref(arr_rest));
       rb_.add_alt(arr, std::move(b));
-      rb_.add_alt(arr_rest, {rb_.byte(']')});
+      std::vector<Elem> close;
+      sp_.before_close(close);
+      close.push_back(rb_.byte(']'));
+      rb_.add_alt(arr_rest, std::move(close));
       std::vector<Elem> c{rb_.byte(',')};
-      ws(c);
+      sp_.after_comma(c);
       c.push_back(RuleBuilder::ref(v));
-      ws(c);
+      sp_.after_value(c);
       c.push_back(RuleBuilder::ref(arr_rest));
       rb_.add_alt(arr_rest, std::move(c));
     }
@@ -1339,24 +1348,27 @@ class SchemaCompiler {
     {
       auto member = [&](std::vector<Elem>& s) {
         s.push_back(RuleBuilder::ref(str));
-        ws(s);
+        sp_.after_value(s);
         s.push_back(rb_.byte(':'));
-        ws(s);
+        sp_.after_colon(s);
         s.push_back(RuleBuilder::ref(v));
-        ws(s);
+        sp_.after_value(s);
       };
       std::vector<Elem> a{rb_.byte('{')};
-      ws(a);
+      sp_.after_open(a);
       a.push_back(rb_.byte('}'));
       rb_.add_alt(obj, std::move(a));
       std::vector<Elem> b{rb_.byte('{')};
-      ws(b);
+      sp_.after_open(b);
       member(b);
       b.push_back(RuleBuilder::ref(obj_rest));
       rb_.add_alt(obj, std::move(b));
-      rb_.add_alt(obj_rest, {rb_.byte('}')});
+      std::vector<Elem> close;
+      sp_.before_close(close);
+      close.push_back(rb_.byte('}'));
+      rb_.add_alt(obj_rest, std::move(close));
       std::vector<Elem> c{rb_.byte(',')};
-      ws(c);
+      sp_.after_comma(c);
       member(c);
       c.push_back(RuleBuilder::ref(obj_rest));
       rb_.add_alt(obj_rest, std::move(c));
@@ -1378,7 +1390,8 @@ class SchemaCompiler {
   std::map<std::string, std::shared_ptr<Dfa>> dfas_;
   std::map<std::string, std::string> regex_errors_;
   std::map<std::string, uint32_t> regex_rules_;
-  std::optional<uint32_t> any_rule_, ws_rule_;
+  std::optional<uint32_t> any_rule_;
+  JsonSpacing sp_{rb_, opts_};
   bool has_ref_ = false;
   std::vector<std::string> nested_ids_;
 };
@@ -1399,6 +1412,52 @@ uint32_t whitespace_rule(RuleBuilder& rb, const CompileOptions& opts) {
     prev = r;
   }
   return prev;
+}
+
+namespace {
+// "" | " " S_k... : S_k ::= "" | " " S_{k-1}: at most k more spaces.
+uint32_t spaces_rule(RuleBuilder& rb, int k) {
+  uint32_t prev = rb.new_rule();
+  rb.add_alt(prev, {});
+  for (int i = 0; i < k; ++i) {
+    uint32_t r = rb.new_rule();
+    rb.add_alt(r, {});
+    rb.add_alt(r, {rb.byte(' '), RuleBuilder::ref(prev)});
+    prev = r;
+  }
+  return prev;
+}
+}  // namespace
+
+void JsonSpacing::add(std::vector<Elem>& seq, Slot slot) {
+  switch (opts_.whitespace) {
+    case Whitespace::Compact:
+      return;
+    case Whitespace::Flexible:
+      // Anywhere JSON allows it, except before a closing bracket, which always follows a value
+      // and its whitespace (two runs in a row would double the bound).
+      if (slot == Slot::BeforeClose) return;
+      if (!any_) any_ = whitespace_rule(rb_, opts_);
+      seq.push_back(RuleBuilder::ref(*any_));
+      return;
+    case Whitespace::Natural:
+      if (slot == Slot::AfterValue) return;  // json.dumps and pretty printers write none before ':' ','
+      if (slot == Slot::AfterColon) {
+        if (!space_) space_ = spaces_rule(rb_, 1);
+        seq.push_back(RuleBuilder::ref(*space_));
+        return;
+      }
+      if (!line_) {
+        // "" | " " | "\n" followed by at most max_indent spaces.
+        line_ = rb_.new_rule();
+        rb_.add_alt(*line_, {});
+        rb_.add_alt(*line_, {rb_.byte(' ')});
+        if (opts_.max_indent >= 0)
+          rb_.add_alt(*line_, {rb_.byte('\n'), RuleBuilder::ref(spaces_rule(rb_, opts_.max_indent))});
+      }
+      seq.push_back(RuleBuilder::ref(*line_));
+      return;
+  }
 }
 
 uint32_t plain_string_rule(RuleBuilder& rb) {

@@ -2,10 +2,13 @@
 // consistency against brute force, end-of-generation rules, error reporting.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <iterator>
 #include <random>
 #include <set>
 
 #include "grammar/grammar.h"
+#include "grammar/grammar_impl.h"
 
 using namespace picolm::grammar;
 
@@ -246,6 +249,32 @@ TEST_CASE("whitespace policy", "[grammar]") {
   flex.whitespace = Whitespace::Flexible;
   check(s, {"{\"a\":[1,2]}", "{ \"a\" : [ 1 , 2 ] }", "{\n  \"a\": [1,\n 2]\n}"}, {"{\"a\":[1 2]}"}, flex);
   check(R"({"enum":[{"k":[1,2]}]})", {"{\"k\":[1,2]}", "{ \"k\" : [ 1, 2 ] }"}, {"{\"k\":[1 2]}"}, flex);
+
+  // Natural: json.dumps separators, one line.
+  CompileOptions nat;
+  nat.whitespace = Whitespace::Natural;
+  check(s, {"{\"a\":[1,2]}", "{\"a\": [1, 2]}", "{ \"a\": [ 1, 2 ] }", "{}", "{\"a\": []}"},
+        {"{\"a\" : [1, 2]}", "{\"a\":  [1,2]}", "{\"a\": [1 , 2]}", "{\n\"a\": [1]}", "{\"a\": [1,\t2]}",
+         "{\"a\": [1,  2]}"},
+        nat);
+  // Natural with newlines: indentation up to max_indent spaces.
+  nat.max_indent = 4;
+  check(s, {"{\n  \"a\": [\n    1,\n    2\n  ]\n}", "{\"a\": [1, 2]}", "{\n\"a\": [1]\n}"},
+        {"{\n  \"a\": [\n      1\n  ]\n}", "{\n\n\"a\": [1]}", "{\n  \"a\":\n[1]}", "{\r\n\"a\": [1]}"}, nat);
+  check(R"({"enum":[{"k":[1,2]}]})", {"{\"k\": [1, 2]}", "{\n  \"k\": [\n    1,\n    2\n  ]\n}"},
+        {"{\"k\" : [1, 2]}"}, nat);
+  check(R"({})", {"{\"x\": [1, {\"y\": null}], \"z\": {}}", "[\n  1,\n  \"a\"\n]"}, {"[1 ,2]", "{\"x\" :1}"}, nat);
+  auto tools = compile_tool_list(R"([{"type":"function","function":{"name":"f","parameters":{"type":"object",)"
+                                 R"("properties":{"a":{"type":"integer"}}}}}])",
+                                 [] {
+                                   ToolListOptions t;
+                                   t.format = ToolCallFormat::Hermes;
+                                   t.schema.whitespace = Whitespace::Natural;
+                                   return t;
+                                 }());
+  REQUIRE(tools.ok());
+  CHECK(matches(tools.grammar, "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": 1}}\n</tool_call>"));
+  CHECK_FALSE(matches(tools.grammar, "<tool_call>\n{\"name\" : \"f\", \"arguments\": {\"a\": 1}}\n</tool_call>"));
 }
 
 TEST_CASE("matcher: EOG only when complete, rollback restores state", "[grammar]") {
@@ -509,4 +538,242 @@ TEST_CASE("unbounded numbers have capped digit runs (a small model cannot loop o
         {"1000000000000000", "-1000000000000000", "01"});
   check(R"({"type":"number"})", {"1.5", "-0.125", "123456789012345.123456789012345", "1e308", "2.5E-7"},
         {"1234567890123456", "1.1234567890123456", "1e1000"});
+}
+
+// ---------------------------------------------------------------------------------------------
+// Shortest completion and closing mode
+
+namespace {
+
+// Exact oracle: breadth-first search over the recognizer's states (deduplicated by the internal
+// state key), one byte per edge, all 256 bytes. Returns the number of bytes of the shortest
+// completion after `prefix`, or SIZE_MAX when the search exceeds `max_states`.
+size_t bfs_completion_bytes(const std::shared_ptr<const Grammar>& g, const std::string& prefix,
+                            size_t max_states = 20000) {
+  static auto vocab = byte_vocab();
+  Matcher start(g, vocab);
+  REQUIRE(start.accept_bytes(prefix));
+  if (start.is_complete()) return 0;
+  std::set<std::string> seen{detail::MatcherTestAccess::state_key(start)};
+  std::vector<std::pair<std::string, size_t>> queue{{"", 0}};
+  for (size_t qi = 0; qi < queue.size(); ++qi) {
+    const auto [suffix, dist] = queue[qi];
+    Matcher m(g, vocab);
+    REQUIRE(m.accept_bytes(prefix + suffix));
+    for (int b = 0; b < 256; ++b) {
+      const std::string one(1, char(b));
+      if (!m.accept_bytes(one)) continue;
+      if (m.is_complete()) return dist + 1;
+      if (seen.insert(detail::MatcherTestAccess::state_key(m)).second) queue.push_back({suffix + one, dist + 1});
+      m.rollback(1);
+      if (seen.size() > max_states) return SIZE_MAX;
+    }
+  }
+  return SIZE_MAX;
+}
+
+// Random byte prefixes under the mask: uniform over allowed bytes, but half of the time from a
+// few bytes that reach the interesting states (escapes, surrogates, numbers, structure).
+std::vector<std::string> random_byte_prefixes(const std::shared_ptr<const Grammar>& g, uint64_t seed, int n,
+                                              int max_len) {
+  auto vocab = byte_vocab();
+  std::mt19937_64 rng(seed);
+  const std::string favored = "\\ud8Dc0a\"{}[],:1-.eE \n";
+  std::vector<std::string> out;
+  std::vector<uint32_t> mask((vocab->size() + 31) / 32);
+  for (int i = 0; i < n; ++i) {
+    Matcher m(g, vocab);
+    const int len = std::uniform_int_distribution<int>(0, max_len)(rng);
+    for (int step = 0; step < len; ++step) {
+      std::fill(mask.begin(), mask.end(), 0u);
+      m.fill_mask(mask.data());
+      std::vector<int> allowed, fav;
+      for (int b = 0; b < 256; ++b)
+        if ((mask[size_t(b) / 32] >> (b % 32)) & 1u) {
+          allowed.push_back(b);
+          if (favored.find(char(b)) != std::string::npos) fav.push_back(b);
+        }
+      if (allowed.empty()) break;
+      const auto& pool = (!fav.empty() && rng() % 2) ? fav : allowed;
+      REQUIRE(m.accept_bytes(std::string(1, char(pool[rng() % pool.size()]))));
+    }
+    out.push_back(m.text());
+  }
+  return out;
+}
+
+const char* kCompletionSchemas[] = {
+    R"({"type":"object","properties":{"name":{"type":"string","minLength":3},"n":{"type":"integer","minimum":10},)"
+    R"("tags":{"type":"array","items":{"enum":["xy","z"]},"minItems":2}},"required":["name","tags"]})",
+    R"({"type":"string","pattern":"^[a-z]{2}-[0-9]{3}$"})",
+    R"({"anyOf":[{"type":"number","minimum":1.25},{"type":"boolean"}]})",
+    R"({"type":"string","minLength":2,"maxLength":4})",
+    R"({"type":"array","items":{"type":"object","properties":{"k":{"const":"v"}},"required":["k"]},"maxItems":3})",
+    R"({"type":"string","format":"date"})",
+    R"({})",
+};
+
+}  // namespace
+
+TEST_CASE("min_completion_bytes equals a breadth-first search over recognizer states", "[grammar]") {
+  uint64_t seed = 7;
+  int n_checked = 0, n_skipped = 0;
+  for (const char* schema : kCompletionSchemas) {
+    for (Whitespace ws : {Whitespace::Compact, Whitespace::Flexible}) {
+      CompileOptions o;
+      o.whitespace = ws;
+      o.max_whitespace_run = 2;
+      auto g = compile_ok(schema, o);
+      auto vocab = byte_vocab();
+      for (const std::string& prefix : random_byte_prefixes(g, seed++, 25, 24)) {
+        Matcher m(g, vocab);
+        REQUIRE(m.accept_bytes(prefix));
+        const size_t want = bfs_completion_bytes(g, prefix);
+        INFO(schema << "\nprefix: " << prefix);
+        if (want == SIZE_MAX) {  // deep nesting in `{}`: too many states for the oracle
+          ++n_skipped;
+          continue;
+        }
+        CHECK(m.min_completion_bytes() == want);
+        // The canonical completion has that length and completes the instance.
+        const std::string comp = m.shortest_completion();
+        CHECK(comp.size() == want);
+        CHECK(m.accept_bytes(comp));
+        CHECK(m.is_complete());
+        CHECK(m.min_completion_bytes() == 0);
+        ++n_checked;
+      }
+    }
+  }
+  CHECK(n_checked + n_skipped == 2 * 25 * int(std::size(kCompletionSchemas)));
+  CHECK(n_skipped <= 10);
+}
+
+TEST_CASE("shortest completions are the expected canonical values", "[grammar]") {
+  auto vocab = byte_vocab();
+  auto from = [&](const std::string& schema, const std::string& prefix) {
+    Matcher m(compile_ok(schema), vocab);
+    REQUIRE(m.accept_bytes(prefix));
+    return m.shortest_completion();
+  };
+  CHECK(from(kCompletionSchemas[0], "") == R"({"name":"aaa","tags":["z","z"]})");
+  CHECK(from(kCompletionSchemas[0], R"({"name":"x\u00)") == R"(aaa","tags":["z","z"]})");  // \u00aa, 'a'
+
+  CHECK(from(kCompletionSchemas[1], "\"q") == "a-000\"");
+  CHECK(from(R"({"type":"string"})", "\"abc\\ud83d") == "\\udcaa\"");  // hex letters rank before digits
+  CHECK(from(R"({"type":"integer","minimum":100})", "") == "100");
+  CHECK(from(R"({"enum":["long","mid","s"]})", "") == "\"s\"");
+  auto r = compile_tool_list(R"([{"type":"function","function":{"name":"get","parameters":{"type":"object",)"
+                             R"("properties":{"q":{"type":"string"}},"required":["q"]}}}])",
+                             [] {
+                               ToolListOptions t;
+                               t.format = ToolCallFormat::Hermes;
+                               return t;
+                             }());
+  REQUIRE(r.ok());
+  Matcher m(r.grammar, vocab);
+  CHECK(m.shortest_completion() == "<tool_call>\n{\"name\":\"get\",\"arguments\":{\"q\":\"\"}}\n</tool_call>");
+  REQUIRE(m.accept_bytes("<tool_call>\n{\"name\":\"get\",\"arguments\":{\"q\":\"hello"));
+  CHECK(m.shortest_completion() == "\"}}\n</tool_call>");
+  CHECK(m.min_completion_bytes() == 16);
+}
+
+TEST_CASE("closing mode finishes within min_completion_tokens and never dead-ends", "[grammar]") {
+  // Byte tokens plus merges, so the token count differs from the byte count and several
+  // tokenizations of a completion exist.
+  auto vocab = byte_vocab({"\"}", "}}", "\":", "\"name\"", "aa", "aaaa", "\"]", "\"z\"", ",\"", "\",\"", "00",
+                           "\n</", "tool_call>", "<tool_call>\n{\"", "ags", "\"t", "-0"});
+  const int32_t eog = int32_t(vocab->size() - 1);
+  std::vector<std::shared_ptr<const Grammar>> grammars;
+  for (const char* s : kCompletionSchemas) grammars.push_back(compile_ok(s));
+  {
+    ToolListOptions t;
+    t.format = ToolCallFormat::Hermes;
+    t.parallel = true;
+    auto r = compile_tool_list(R"([{"type":"function","function":{"name":"get","parameters":{"type":"object",)"
+                               R"("properties":{"q":{"type":"string","minLength":5},"tags":{"type":"array",)"
+                               R"("items":{"type":"string"},"minItems":1}},"required":["q","tags"]}}}])",
+                               t);
+    REQUIRE(r.ok());
+    grammars.push_back(r.grammar);
+  }
+  std::mt19937_64 rng(11);
+  std::vector<uint32_t> mask((vocab->size() + 31) / 32), full(mask.size());
+  int n_runs = 0;
+  for (const auto& g : grammars) {
+    for (int run = 0; run < 40; ++run) {
+      Matcher m(g, vocab);
+      // A random prefix under the ordinary mask.
+      const int prefix_len = int(rng() % 30);
+      for (int i = 0; i < prefix_len; ++i) {
+        std::fill(mask.begin(), mask.end(), 0u);
+        m.fill_mask(mask.data());
+        std::vector<int32_t> allowed;
+        for (int32_t id = 0; id < eog; ++id)
+          if ((mask[size_t(id) / 32] >> (id % 32)) & 1u) allowed.push_back(id);
+        if (allowed.empty()) break;
+        REQUIRE(m.accept_token(allowed[rng() % allowed.size()]));
+      }
+      const int t0 = m.min_completion_tokens();
+      REQUIRE(t0 >= 0);
+      CHECK(size_t(t0) <= m.min_completion_bytes());  // every byte is a token here
+      const int slack = run % 2 ? 0 : int(rng() % 4);
+      int left = t0 + slack, used = 0;
+      INFO("prefix: " << m.text() << "  T=" << t0 << " slack=" << slack);
+      for (;;) {
+        std::fill(mask.begin(), mask.end(), 0u);
+        std::fill(full.begin(), full.end(), 0u);
+        m.fill_mask_closing(mask.data(), left);
+        m.fill_mask(full.data());
+        std::vector<int32_t> allowed;
+        for (int32_t id = 0; id <= eog; ++id)
+          if ((mask[size_t(id) / 32] >> (id % 32)) & 1u) {
+            allowed.push_back(id);
+            CHECK(((full[size_t(id) / 32] >> (id % 32)) & 1u) == 1u);  // a subset of the ordinary mask
+          }
+        REQUIRE(!allowed.empty());  // never a dead end
+        const int32_t pick = allowed[rng() % allowed.size()];
+        const int before = m.min_completion_tokens();
+        REQUIRE(m.accept_token(pick));
+        if (pick == eog) break;
+        ++used;
+        --left;
+        const int after = m.min_completion_tokens();
+        CHECK(after <= std::max(left, before - 1));
+        if (slack == 0) CHECK(after == before - 1);  // strictly on the plan: one token per step
+        REQUIRE(used <= t0 + slack);
+      }
+      CHECK(m.is_terminated());
+      CHECK(matches(g, m.text()));
+      if (slack == 0) CHECK(used == t0);
+      ++n_runs;
+    }
+  }
+  CHECK(n_runs == 40 * int(grammars.size()));
+}
+
+TEST_CASE("closing mode: rollback and a deviating token recompute the completion", "[grammar]") {
+  auto vocab = byte_vocab({"aa", "\"}"});
+  auto g = compile_ok(R"({"type":"object","properties":{"s":{"type":"string","minLength":2}},"required":["s"]})");
+  Matcher m(g, vocab);
+  REQUIRE(m.accept_bytes("{\"s\":\""));
+  CHECK(m.shortest_completion() == "aa\"}");
+  CHECK(m.min_completion_tokens() == 2);  // "aa" + "\"}"
+  REQUIRE(m.accept_bytes("x"));           // not on the plan
+  CHECK(m.shortest_completion() == "a\"}");
+  CHECK(m.min_completion_tokens() == 2);
+  m.rollback(1);
+  CHECK(m.shortest_completion() == "aa\"}");
+  CHECK(m.min_completion_bytes() == 4);
+  REQUIRE(m.accept_bytes("aa"));
+  CHECK(m.min_completion_tokens() == 1);
+  std::vector<uint32_t> mask((vocab->size() + 31) / 32);
+  m.fill_mask_closing(mask.data(), 1);
+  int n = 0;
+  for (size_t id = 0; id < vocab->size(); ++id) n += (mask[id / 32] >> (id % 32)) & 1u;
+  CHECK(n == 1);  // only "\"}" finishes in one token
+  m.fill_mask_closing(mask.data(), 5);
+  n = 0;
+  for (size_t id = 0; id < vocab->size(); ++id) n += (mask[id / 32] >> (id % 32)) & 1u;
+  CHECK(n == 2);  // with room: '"' alone is allowed too
 }
