@@ -238,13 +238,19 @@ class ThinkingDriver {
   char last_char_ = '\n';
 };
 
-// Tokens the answer after </think> needs at least, kept free when the thinking budget is sized
-// so that a constrained answer still fits in max_tokens. Issue 13's budget helper owns this number
-// (the grammar's shortest completion in tokens, plus its margin); until it lands, free text and
-// constrained answers alike reserve nothing beyond what the effort fraction leaves.
-int64_t answer_reserve_tokens(const Job& job) {
-  (void)job;
-  return 0;
+// Tokens the answer after </think> needs at least, kept free when the thinking budget is sized so
+// that a constrained answer still fits in max_tokens: the grammar's shortest completion from its
+// start (the call tags included), plus a few tokens so the model is not forced onto the shortest
+// spelling at once. This is the one place where thinking and issue 13's budget (the closing mode
+// that finishes the answer within what is left) meet. Free text (and tool_choice auto, whose call
+// is optional) reserves nothing.
+int64_t answer_reserve_tokens(const Job& job, const std::shared_ptr<const grammar::Vocabulary>& vocab) {
+  const bool constrained = job.mode == OutputMode::Json || job.mode == OutputMode::ToolsForced || job.mode == OutputMode::Envelope;
+  if (!constrained || !job.grammar) return 0;
+  constexpr int64_t kSlack = 4;
+  const grammar::Matcher start(job.grammar, vocab);
+  const int shortest = start.min_completion_tokens();
+  return shortest < 0 ? 0 : shortest + kSlack;  // -1: the vocabulary cannot spell it; nothing to reserve by
 }
 
 // Tokens a forced close costs at most (the newline before it included): kept free for it.
@@ -308,7 +314,7 @@ void Engine::Impl::run(Job& job) {
       job.mode == OutputMode::Json || job.mode == OutputMode::ToolsForced || job.mode == OutputMode::Envelope;
   // Thinking first (if any), then the answer: a constrained answer's grammar starts after </think>.
   const int64_t think_limit = std::min<int64_t>(
-      job.thinking.budget, job.max_tokens - thinking_close_cost(job.thinking, tok) - answer_reserve_tokens(job));
+      job.thinking.budget, job.max_tokens - thinking_close_cost(job.thinking, tok) - answer_reserve_tokens(job, vocab));
   ThinkingDriver thinking(job.thinking, tok, constrained_from_start, std::max<int64_t>(think_limit, 0));
   bool answer_grammar_pending = constrained_from_start;
   auto start_answer_grammar = [&] {

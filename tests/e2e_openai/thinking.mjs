@@ -205,8 +205,11 @@ async function main() {
           assert.ok(r.completion_tokens <= max_tokens, `${label}: ${r.completion_tokens} tokens`);
           if (mode.on) {
             ++thinkingReplies;
-            // The provider's part: thinking stopped within its budget, the rest was the answer's.
-            if (r.reasoning_tokens <= Math.floor(mode.share * max_tokens) + CLOSE_TOKENS) ++closedInTime;
+            // The provider's part: thinking stopped within its budget, and (when the provider names
+            // the shortest answer) early enough to leave at least that much to the answer.
+            const inBudget = r.reasoning_tokens <= Math.floor(mode.share * max_tokens) + CLOSE_TOKENS;
+            const roomLeft = !closingMode || max_tokens - r.reasoning_tokens >= minimum;
+            if (inBudget && roomLeft) ++closedInTime;
             else console.log(`${label}: thinking not closed in time (${r.reasoning_tokens} reasoning tokens)`);
           }
           ++total;
