@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # ctest entry point: installs the openai client into WORKDIR (npm registry), then runs e2e.mjs
-# against a freshly started picolm-provider for each model.
+# against a freshly started picolm-provider for each model, and thinking.mjs (reasoning_content,
+# the thinking budget, PicoClaw-like tools) for the thinking models (qwen3*).
 # Usage: run.sh PROVIDER_BIN WORKDIR MODEL [MODEL...]
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 provider="$(realpath "$1")"; workdir="$2"; shift 2
 mkdir -p "$workdir"
-cp "$here/package.json" "$here/e2e.mjs" "$workdir/"
+cp "$here/package.json" "$here/e2e.mjs" "$here/thinking.mjs" "$workdir/"
 cd "$workdir"
 if [ ! -f node_modules/openai/package.json ] || ! grep -q '"version": "4.95.0"' node_modules/openai/package.json; then
   npm install --no-audit --no-fund --loglevel=error
@@ -14,4 +15,11 @@ fi
 for model in "$@"; do
   if [ ! -f "$model" ]; then echo "missing model $model" >&2; exit 1; fi
   node e2e.mjs --provider "$provider" --model "$model"
+  case "$(basename "$model")" in
+    qwen3*)
+      tools="$(dirname "$model")/../tool-lists/picoclaw-like-tools.json"
+      if [ ! -f "$tools" ]; then echo "missing tool list $tools" >&2; exit 1; fi
+      node thinking.mjs --provider "$provider" --model "$model" --tools "$tools"
+      ;;
+  esac
 done
