@@ -313,8 +313,12 @@ void Engine::Impl::run(Job& job) {
   const bool constrained_from_start =
       job.mode == OutputMode::Json || job.mode == OutputMode::ToolsForced || job.mode == OutputMode::Envelope;
   // Thinking first (if any), then the answer: a constrained answer's grammar starts after </think>.
-  const int64_t think_limit = std::min<int64_t>(
-      job.thinking.budget, job.max_tokens - thinking_close_cost(job.thinking, tok) - answer_reserve_tokens(job, vocab));
+  // Sized only when there is thinking to size (the reserve compiles a matcher and tokenizes).
+  const int64_t think_limit =
+      job.thinking.split && job.thinking.budget > 0
+          ? std::min<int64_t>(job.thinking.budget, job.max_tokens - thinking_close_cost(job.thinking, tok) -
+                                                       answer_reserve_tokens(job, vocab))
+          : 0;
   ThinkingDriver thinking(job.thinking, tok, constrained_from_start, std::max<int64_t>(think_limit, 0));
   bool answer_grammar_pending = constrained_from_start;
   auto start_answer_grammar = [&] {
