@@ -12,6 +12,7 @@
 #include "metrics.h"
 #include "model.h"
 #include "prompt_cache.h"
+#include "token_budget.h"
 #include "tool_format.h"
 
 namespace picolm {
@@ -137,151 +138,6 @@ bool all_space(std::string_view s) {
   return std::all_of(s.begin(), s.end(), [](char c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r'; });
 }
 
-// ---------------------------------------------------------------- token budget
-//
-// Issue 13: a constrained reply (tool_choice required/named, response_format, /tool_call, and a call
-// that has started under tool_choice auto) always ends as a complete answer within its token budget.
-// Three parts, kept here and out of the decode loop's way:
-//  - prepare() refuses up front (400) a budget below the grammar's shortest answer, and gives
-//    constrained output a default budget when the client sets none;
-//  - AnswerBudget switches the matcher to its closing mask once the tokens left are down to what
-//    the shortest completion takes, and takes back a normal-mode token after which the answer could
-//    no longer be finished (a `,` that opens another property, a `\n` that opens another parallel
-//    call, a long key) so the step is redone in closing mode;
-//  - TriggerGuard: under tool_choice auto the text before the trigger is free; once the budget left
-//    cannot hold a whole call, tokens that would start the trigger are masked out, so a call is
-//    only ever opened when it can be finished.
-
-// Default budget of constrained output when the request has no max_tokens: a required call cannot
-// run for the whole context, and a string without maxLength cannot grow without bound (the closing
-// mode ends it once the budget is spent). Documented in README and docs/GRAMMAR.md.
-constexpr int64_t kDefaultConstrainedMaxTokens = 1024;
-
-// Extra tokens kept in hand before closing. The take-back check alone already keeps every state
-// finishable; the margin lets the closing mask start a few tokens early, so it has room to pick
-// finer tokens instead of needing the fewest-token spelling of the completion at every step.
-constexpr int64_t kClosingMargin = 2;
-
-// What finishing the answer from the matcher's state takes, in tokens (the closing mask's bound);
-// -1 when the grammar cannot tell (the vocabulary cannot spell the completion).
-int64_t tokens_to_finish(const grammar::Matcher& m) { return m.min_completion_tokens(); }
-
-class AnswerBudget {
- public:
-  bool closing() const { return closing_; }
-  void force_closing() { closing_ = true; }
-
-  // The mask for the next token with `left` tokens of budget left: the grammar's own, or its
-  // closing mask once what is left is down to what finishing takes.
-  void fill_mask(const grammar::Matcher& m, int64_t left, uint32_t* mask) {
-    if (!closing_) {
-      const int64_t need = tokens_to_finish(m);
-      if (need >= 0 && left <= need + kClosingMargin) closing_ = true;
-    }
-    if (closing_) m.fill_mask_closing(mask, static_cast<int>(std::min<int64_t>(left, INT32_MAX)));
-    else m.fill_mask(mask);
-  }
-
-  // After a token accepted in normal mode, with `left_after` tokens left: true when the answer
-  // could no longer be finished from the new state; the caller takes the token back and redoes
-  // the step in closing mode (which is then kept).
-  bool overshoots(const grammar::Matcher& m, int64_t left_after) {
-    if (closing_ || m.is_complete()) return false;
-    const int64_t need = tokens_to_finish(m);
-    if (need < 0 || need <= left_after) return false;
-    closing_ = true;
-    return true;
-  }
-
- private:
-  bool closing_ = false;
-};
-
-// The shortest answer a constrained job can give, in tokens (prompt-independent: the grammar's
-// shortest completion from its start, trigger and close tags included). -1 for free text.
-int64_t shortest_answer_tokens(const Job& job, std::shared_ptr<const grammar::Vocabulary> vocab) {
-  if (!job.grammar || job.mode == OutputMode::Plain || job.mode == OutputMode::ToolsTagged) return -1;
-  grammar::Matcher m(job.grammar, std::move(vocab));
-  return tokens_to_finish(m);
-}
-
-// Under tool_choice auto: keeps the model from opening a call the budget cannot finish.
-class TriggerGuard {
- public:
-  TriggerGuard(const Job& job, std::shared_ptr<const grammar::Vocabulary> vocab)
-      : job_(job), vocab_(std::move(vocab)), needles_{job.trigger} {
-    if (job.mode != OutputMode::ToolsTagged || job.trigger.empty() || !job.grammar) return;
-    grammar::Matcher m(job.grammar, vocab_);
-    if (!m.accept_bytes(job.trigger)) return;
-    // The trigger is one token or several; the bytes after it in its last token may start the
-    // call's JSON: keep the margin for both. A partial trigger needs up to its length in tokens
-    // more, so the guard starts that much earlier.
-    const int64_t need = tokens_to_finish(m);
-    if (need < 0) return;
-    reserve_ = need + 1 + kClosingMargin + static_cast<int64_t>(job.trigger.size());
-  }
-
-  // With `left` tokens of budget left and `text` generated so far (not in a call): fills `mask`
-  // (all tokens but those that would start or complete the trigger) and returns true, or returns
-  // false when nothing needs masking.
-  bool fill_mask(std::string_view text, int64_t left, uint32_t* mask, size_t mask_words) const {
-    if (reserve_ < 0 || left > reserve_) return false;
-    if (job_.trigger_at_start && !all_space(text)) return false;  // the trigger is inert after text
-    const std::string& trig = job_.trigger;
-    const std::string_view tail = text.substr(text.size() - std::min(text.size(), trig.size() - 1));
-    const size_t partial = partial_suffix(text, needles_);
-    std::fill(mask, mask + mask_words, ~0u);
-    std::string joined;
-    for (size_t id = 0; id < vocab_->size(); ++id) {
-      const std::string& piece = vocab_->token(static_cast<int32_t>(id));
-      if (piece.empty()) continue;
-      // Only a piece holding the trigger's first byte, or continuing the partial trigger at the
-      // end of the text, can form it.
-      const bool continues = partial > 0 && piece[0] == trig[partial];
-      if (!continues && piece.find(trig[0]) == std::string::npos) continue;
-      joined.assign(tail);
-      joined += piece;
-      if (joined.find(trig) != std::string::npos || partial_suffix(joined, needles_) > 0)
-        mask[id / 32] &= ~(1u << (id % 32));
-    }
-    return true;
-  }
-
- private:
-  const Job& job_;
-  std::shared_ptr<const grammar::Vocabulary> vocab_;
-  std::vector<std::string> needles_;  // {trigger}, for partial_suffix
-  int64_t reserve_ = -1;  // tokens a call needs, trigger included; -1 = no guard
-};
-
-// Sets job.max_tokens (and call_max_tokens) from the request, the default for constrained output
-// and the context's `room`; false and a 400 in `err` when that budget is below the shortest
-// complete answer (the job's mode and grammar must be set).
-bool set_token_budget(Job& job, const ChatRequest& req, int64_t room,
-                      std::shared_ptr<const grammar::Vocabulary> vocab, ApiError& err) {
-  const bool constrained = job.mode == OutputMode::Json || job.mode == OutputMode::ToolsForced ||
-                           job.mode == OutputMode::Envelope;
-  const int64_t fallback = constrained ? kDefaultConstrainedMaxTokens : room;
-  job.max_tokens = std::min<int64_t>(req.max_tokens.value_or(fallback), room);
-  job.call_max_tokens = job.mode == OutputMode::ToolsTagged && !req.max_tokens ? kDefaultConstrainedMaxTokens : 0;
-  const int64_t need = shortest_answer_tokens(job, std::move(vocab));
-  if (need <= job.max_tokens) return true;  // also -1: free text, or a grammar that cannot tell
-  const std::string what = job.mode == OutputMode::Json ? "the shortest reply the response_format schema allows"
-                                                        : "the shortest complete tool call";
-  if (req.max_tokens && *req.max_tokens < need) {
-    err = ApiError{400,
-                   "max_tokens is " + std::to_string(*req.max_tokens) + ", but " + what + " takes " +
-                       std::to_string(need) + " tokens: set max_tokens to at least " + std::to_string(need),
-                   "invalid_request_error", "max_tokens", ""};
-  } else {
-    err = ApiError{400,
-                   "the prompt leaves " + std::to_string(room) + " tokens of this server's context, but " + what +
-                       " takes " + std::to_string(need) + " tokens",
-                   "invalid_request_error", "messages", "context_length_exceeded"};
-  }
-  return false;
-}
-
 }  // namespace
 
 void Engine::Impl::run(Job& job) {
@@ -368,7 +224,8 @@ void Engine::Impl::run(Job& job) {
 
   int64_t limit = job.max_tokens;  // a call under tool_choice auto may lower it (call_max_tokens)
   AnswerBudget budget;
-  const TriggerGuard guard(job, vocab);
+  const TriggerGuard guard(job.mode == OutputMode::ToolsTagged ? job.trigger : std::string(), job.trigger_at_start,
+                           job.grammar, vocab);
 
   while (true) {
     if (generated >= limit || cancelled) break;
@@ -764,7 +621,10 @@ std::shared_ptr<Job> Engine::prepare(const ChatRequest& req, ApiError& err) {
     }
   }
   job->grammar = compiled.grammar;
-  if (!set_token_budget(*job, req, room, s.vocab, err)) return nullptr;
+  TokenBudget budget;
+  if (!plan_token_budget(job->mode, req.max_tokens, room, job->grammar, s.vocab, budget, err)) return nullptr;
+  job->max_tokens = budget.max_tokens;
+  job->call_max_tokens = budget.call_max_tokens;
 
   // ---- stops and sampling ----
   if (job->mode == OutputMode::Plain || job->mode == OutputMode::ToolsTagged) {

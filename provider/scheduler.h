@@ -64,7 +64,7 @@ class Job {
   // new turn and any dynamic tail do not pollute the cache keys.
   size_t stable_len = 0;
   SamplerParams sampling;
-  // Token budget (see "token budget" in scheduler.cpp): the reply never exceeds max_tokens (the
+  // Token budget (token_budget.h): the reply never exceeds max_tokens (the
   // client's, else the default for constrained output, and never more than the context's room).
   int64_t max_tokens = 0;
   // tool_choice auto without a client max_tokens: a call, once its trigger fired, gets at most this

@@ -8,6 +8,9 @@
 // finish_reason "tool_calls", completion_tokens <= max_tokens, and every call's arguments validate
 // with python3-jsonschema (one process for all records). json_schema replies at every max_tokens
 // from the minimum up parse and validate.
+// Without a model: random walks that pick uniformly among the allowed tokens (an adversary that
+// never closes a string by itself and keeps opening parallel calls) under AnswerBudget end complete
+// within every budget; TriggerGuard masks exactly the tokens that would form the trigger.
 #include <signal.h>
 #include <unistd.h>
 
@@ -21,12 +24,17 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <random>
 #include <regex>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "grammar/grammar.h"
+#include "openai.h"
 #include "server.h"
+#include "token_budget.h"
+#include "vocab_loader.h"
 
 using namespace picolm;
 namespace dom = simdjson::dom;
@@ -481,4 +489,185 @@ TEST_CASE("budget: without max_tokens a required call gets the default budget, n
     v.add(tool_schema(tools, "say"), r.calls[0].second, "default budget");
   }
   v.check();
+}
+
+namespace {
+
+// A uniformly random allowed token (-1 when none is allowed).
+int32_t pick_uniform(const std::vector<uint32_t>& mask, std::mt19937_64& rng) {
+  size_t total = 0;
+  for (uint32_t w : mask) total += size_t(__builtin_popcount(w));
+  if (total == 0) return -1;
+  size_t k = std::uniform_int_distribution<size_t>(0, total - 1)(rng);
+  for (size_t i = 0; i < mask.size(); ++i) {
+    const size_t c = size_t(__builtin_popcount(mask[i]));
+    if (k >= c) {
+      k -= c;
+      continue;
+    }
+    uint32_t w = mask[i];
+    for (; k > 0; --k) w &= w - 1;
+    return int32_t(i * 32 + size_t(__builtin_ctz(w)));
+  }
+  return -1;
+}
+
+}  // namespace
+
+TEST_CASE("budget: adversarial random walks under AnswerBudget end complete within every budget", "[budget]") {
+  auto vocab_r = tools::load_grammar_vocab(kQwen);
+  REQUIRE(vocab_r.ok());
+  auto vocab = vocab_r.value();
+  const std::string picoclaw = minify(read_file(kPicoclawTools));
+  const std::string house = minify(kHouseTools);
+  enum class Kind { Hermes, Envelope, Bare, Schema };
+  struct Case {
+    std::string label;
+    Kind kind;
+    std::string tools_or_schema;
+    grammar::CompileResult compiled;
+  };
+  std::vector<Case> cases;
+  auto tool_case = [&](const std::string& label, Kind kind, const std::string& tools, bool parallel,
+                       const std::string& forced) {
+    grammar::ToolListOptions to;
+    to.schema.whitespace = grammar::Whitespace::Flexible;  // as the provider compiles them
+    to.schema.max_whitespace_run = 1;
+    to.parallel = parallel;
+    to.forced_tool = forced;
+    if (kind == Kind::Hermes) to.format = grammar::ToolCallFormat::Hermes;
+    if (kind == Kind::Envelope) {
+      to.format = grammar::ToolCallFormat::Envelope;
+      to.allow_text = true;
+    }
+    if (kind == Kind::Bare) {
+      to.format = grammar::ToolCallFormat::JsonObject;
+      to.arguments_key = "parameters";
+    }
+    cases.push_back({label, kind, tools, grammar::compile_tool_list(tools, to)});
+  };
+  tool_case("picoclaw hermes parallel", Kind::Hermes, picoclaw, true, "");
+  tool_case("picoclaw hermes named write_file", Kind::Hermes, picoclaw, false, "write_file");
+  tool_case("house hermes parallel", Kind::Hermes, house, true, "");
+  tool_case("house hermes named remember", Kind::Hermes, house, false, "remember");
+  tool_case("picoclaw envelope parallel", Kind::Envelope, picoclaw, true, "");
+  tool_case("picoclaw bare llama3", Kind::Bare, picoclaw, false, "");
+  const std::string schema =
+      R"({"type":"object","properties":{"name":{"type":"string"},"items":{"type":"array","items":{"type":"object","properties":{"id":{"type":"integer"},"note":{"type":"string"}},"required":["id","note"]},"minItems":1}},"required":["name","items"]})";
+  cases.push_back({"json_schema", Kind::Schema, schema, grammar::compile_json_schema(schema)});
+
+  constexpr int kWalks = 144;  // per case
+  Validator v;
+  int walks = 0, closed_early = 0;
+  std::vector<uint32_t> mask((vocab->size() + 31) / 32);
+  for (auto& c : cases) {
+    INFO(c.label << ": " << c.compiled.error_text());
+    REQUIRE(c.compiled.ok());
+    const int64_t min = tokens_to_finish(grammar::Matcher(c.compiled.grammar, vocab));
+    REQUIRE(min > 0);
+    const std::vector<int64_t> sched = budget_schedule(min);
+    for (int w = 0; w < kWalks; ++w) {
+      const int64_t budget = sched[size_t(w) % sched.size()];
+      std::mt19937_64 rng(uint64_t(w) * 1000003u + c.label.size());
+      grammar::Matcher m(c.compiled.grammar, vocab);
+      AnswerBudget ab;
+      int64_t generated = 0;
+      bool ended = false;
+      while (generated < budget) {
+        const int64_t left = budget - generated;
+        ab.fill_mask(m, left, mask.data());
+        int32_t id = pick_uniform(mask, rng);
+        REQUIRE(id >= 0);  // never a dead end
+        REQUIRE(m.accept_token(id));
+        const bool eog = std::find(vocab->eog_ids().begin(), vocab->eog_ids().end(), id) != vocab->eog_ids().end();
+        if (!eog && ab.overshoots(m, left - 1)) {
+          m.rollback(1);
+          ab.fill_mask(m, left, mask.data());
+          id = pick_uniform(mask, rng);
+          REQUIRE(id >= 0);
+          REQUIRE(m.accept_token(id));
+        }
+        if (std::find(vocab->eog_ids().begin(), vocab->eog_ids().end(), id) != vocab->eog_ids().end() ||
+            m.is_terminated()) {
+          ended = true;
+          break;
+        }
+        ++generated;
+      }
+      const std::string label = c.label + " walk " + std::to_string(w) + " budget " + std::to_string(budget);
+      INFO(label << "\n" << m.text());
+      CHECK(m.is_complete());
+      CHECK(generated <= budget);
+      if (ended && generated < budget) ++closed_early;
+      ++walks;
+      const std::string& text = m.text();
+      if (c.kind == Kind::Schema) {
+        v.add(c.tools_or_schema, text, label);
+      } else if (c.kind == Kind::Envelope) {
+        std::vector<GeneratedToolCall> calls;
+        std::optional<std::string> content;
+        CHECK(parse_envelope(text, calls, content));
+        for (const auto& call : calls) v.add(tool_schema(c.tools_or_schema, call.name), call.arguments_json, label);
+      } else {
+        auto calls = c.kind == Kind::Hermes ? parse_tagged_tool_calls(text, "<tool_call>", "</tool_call>")
+                                            : parse_bare_tool_calls(text);
+        REQUIRE(!calls.empty());
+        if (c.kind == Kind::Hermes) {
+          // Every call that was opened was finished: as many calls as open tags.
+          size_t opened = 0;
+          for (size_t p = text.find("<tool_call>"); p != std::string::npos; p = text.find("<tool_call>", p + 1)) ++opened;
+          CHECK(calls.size() == opened);
+        }
+        for (const auto& call : calls) v.add(tool_schema(c.tools_or_schema, call.name), call.arguments_json, label);
+      }
+    }
+  }
+  WARN("budget walks: " << walks << " walks, " << closed_early << " ended before their budget, " << v.count()
+                        << " records validated");
+  v.check();
+}
+
+TEST_CASE("budget: TriggerGuard masks exactly the tokens that would form the trigger", "[budget]") {
+  // Every single byte (so any completion can be spelled), a few multi-byte pieces around the
+  // trigger, and an end-of-generation token.
+  std::vector<std::string> toks;
+  for (int b = 0; b < 256; ++b) toks.emplace_back(1, char(b));
+  const int32_t kTag = 256, kTo = 257, kRest = 258, kXlt = 259, kHello = 260, kTool = 261, kEog = 262;
+  for (const char* t : {"<tool_call>", "<to", "ol_call>", "x<", "hello", "tool"}) toks.emplace_back(t);
+  toks.emplace_back("");
+  auto vocab = grammar::Vocabulary::create(toks, {kEog});
+  grammar::ToolListOptions to;
+  to.format = grammar::ToolCallFormat::Hermes;
+  auto compiled = grammar::compile_tool_list(minify(kHouseTools), to);
+  REQUIRE(compiled.ok());
+  TriggerGuard guard("<tool_call>", false, compiled.grammar, vocab);
+  const int64_t reserve = guard.reserve();
+  // The shortest house call after the tag, plus the tag, the margin and the tag's length.
+  REQUIRE(reserve > int64_t(std::string("<tool_call>").size()) + 10);
+
+  std::vector<uint32_t> mask((toks.size() + 31) / 32);
+  auto allowed = [&](int32_t id) { return (mask[size_t(id) / 32] >> (id % 32)) & 1; };
+  CHECK_FALSE(guard.fill_mask("", reserve + 1, mask.data(), mask.size()));  // room for a call: no mask
+
+  REQUIRE(guard.fill_mask("Sure. ", reserve, mask.data(), mask.size()));
+  for (int32_t id : {int32_t('<'), kTag, kTo, kXlt}) CHECK_FALSE(allowed(id));
+  for (int32_t id : {int32_t('h'), int32_t('t'), kRest, kHello, kTool, kEog}) CHECK(allowed(id));
+
+  // A partial trigger at the end of the text: what would continue it is masked, the rest is not.
+  REQUIRE(guard.fill_mask("Sure. <to", 3, mask.data(), mask.size()));
+  for (int32_t id : {int32_t('o'), kRest, int32_t('<'), kTag}) CHECK_FALSE(allowed(id));
+  for (int32_t id : {int32_t('x'), int32_t('t'), kHello, kTool}) CHECK(allowed(id));
+
+  // Bare-JSON calls: '{' opens a call only before any text.
+  grammar::ToolListOptions bo;
+  bo.format = grammar::ToolCallFormat::JsonObject;
+  bo.arguments_key = "parameters";
+  auto bare = grammar::compile_tool_list(minify(kHouseTools), bo);
+  REQUIRE(bare.ok());
+  TriggerGuard at_start("{", true, bare.grammar, vocab);
+  REQUIRE(at_start.reserve() > 0);
+  REQUIRE(at_start.fill_mask(" ", 2, mask.data(), mask.size()));
+  CHECK_FALSE(allowed('{'));
+  CHECK(allowed('a'));
+  CHECK_FALSE(at_start.fill_mask("Hello {", 2, mask.data(), mask.size()));
 }
