@@ -182,9 +182,12 @@ async function main() {
       await client.chat.completions.create({ model, messages, tools: TOOLS, tool_choice: "required", max_tokens: 1 });
     } catch (e) {
       if (e.status === 400) {
-        const n = (String(e.message).match(/\d+/g) ?? []).map(Number).filter((x) => x > 1);
-        if (n.length) {
-          minimum = n[0];
+        // "... set max_tokens to at least N" (the client prefixes the status to e.message, so the
+        // number is taken from the error body, after "at least" where it says so, else the last one).
+        const text = String(e.error?.message ?? e.message);
+        const n = text.match(/at least (\d+)/)?.[1] ?? (text.match(/\d+/g) ?? []).at(-1);
+        if (n !== undefined && Number(n) > 1) {
+          minimum = Number(n);
           closingMode = true;
         }
       }
@@ -222,6 +225,7 @@ async function main() {
         }
       }
     }
+    console.log(`B: minimum max_tokens ${minimum}${closingMode ? " (named by the provider)" : " (assumed)"}`);
     console.log(`B: max_tokens ${sweep.join(",")}; thinking closed in time ${closedInTime}/${thinkingReplies} (thinking budget, this provider)`);
     console.log(`B: complete valid call ${complete}/${total} (needs issue 13's closing mode: ${closingMode ? "present" : "NOT present"})`);
     if (closedInTime !== thinkingReplies) failed = true;
