@@ -12,6 +12,7 @@
 #include "metrics.h"
 #include "model.h"
 #include "prompt_cache.h"
+#include "token_budget.h"
 #include "tool_format.h"
 
 namespace picolm {
@@ -164,14 +165,20 @@ class ThinkingDriver {
     if (!plan_.split) return;
     if (plan_.start_inside && limit_ <= 0) force_close();  // the prompt opened it; no tokens for it
     // Open the block only if there is room to think in it.
-    if (plan_.force_open && limit_ > static_cast<int64_t>(tok_.encode(plan_.open + "\n", false, true).size()))
+    bool opened = plan_.start_inside;
+    if (plan_.force_open && limit_ > static_cast<int64_t>(tok_.encode(plan_.open + "\n", false, true).size())) {
       enqueue(plan_.open + "\n");
+      opened = true;
+    }
+    // A constrained answer without an open block starts at the first token: its grammar leaves no
+    // room for a block the model might open, so there is nothing to split.
+    active_ = opened || !constrained_;
   }
 
-  bool active() const { return plan_.split; }
-  bool thinking() const { return plan_.split && !splitter_.in_answer(); }
+  bool active() const { return active_; }
+  bool thinking() const { return active_ && !splitter_.in_answer(); }
   // The answer (and its grammar) may start: thinking is over and nothing forced is pending.
-  bool answer_started() const { return !plan_.split || (splitter_.in_answer() && forced_.empty()); }
+  bool answer_started() const { return !active_ || (splitter_.in_answer() && forced_.empty()); }
   bool has_forced() const { return !forced_.empty(); }
   int32_t take_forced() {
     const int32_t id = forced_.front();
@@ -189,7 +196,7 @@ class ThinkingDriver {
 
   // Every generated piece (forced or sampled), in order. Returns the newly decided parts.
   ReasoningPiece split(std::string_view piece) {
-    if (!plan_.split) return ReasoningPiece{{}, std::string(piece)};
+    if (!active_) return ReasoningPiece{{}, std::string(piece)};
     if (!piece.empty()) last_char_ = piece.back();
     const bool was_thinking = splitter_.state() == ReasoningSplitter::State::Thinking;
     ReasoningPiece part = splitter_.push(piece);
@@ -208,7 +215,7 @@ class ThinkingDriver {
     return part;
   }
   ReasoningPiece finish() {
-    if (!plan_.split) return {};
+    if (!active_) return {};
     ReasoningPiece part = splitter_.finish();
     reasoning_ += part.reasoning;
     return part;
@@ -229,6 +236,7 @@ class ThinkingDriver {
   const Tokenizer& tok_;
   const bool constrained_;
   const int64_t limit_;
+  bool active_ = false;  // the reply is split at all
   ReasoningSplitter splitter_;
   std::deque<int32_t> forced_;
   std::string reasoning_;
@@ -238,13 +246,19 @@ class ThinkingDriver {
   char last_char_ = '\n';
 };
 
-// Tokens the answer after </think> needs at least, kept free when the thinking budget is sized
-// so that a constrained answer still fits in max_tokens. Issue 13's budget helper owns this number
-// (the grammar's shortest completion in tokens, plus its margin); until it lands, free text and
-// constrained answers alike reserve nothing beyond what the effort fraction leaves.
-int64_t answer_reserve_tokens(const Job& job) {
-  (void)job;
-  return 0;
+// Tokens the answer after </think> needs at least, kept free when the thinking budget is sized so
+// that a constrained answer still fits in max_tokens: what finishing it from the grammar's start
+// takes (token_budget.h, the closing mask's own bound; the call tags included) plus the closing
+// margin, plus a few tokens so the answer is not forced onto its shortest spelling at once. This is
+// the one place where thinking and the token budget (issue 13) meet. Free text (and tool_choice
+// auto, whose call is optional and guarded by TriggerGuard) reserves nothing.
+int64_t answer_reserve_tokens(const Job& job, const std::shared_ptr<const grammar::Vocabulary>& vocab) {
+  const bool constrained = job.mode == OutputMode::Json || job.mode == OutputMode::ToolsForced || job.mode == OutputMode::Envelope;
+  if (!constrained || !job.grammar) return 0;
+  constexpr int64_t kSlack = 2;
+  const grammar::Matcher start(job.grammar, vocab);
+  const int64_t finish = tokens_to_finish(start);
+  return finish < 0 ? 0 : finish + kClosingMargin + kSlack;  // -1: unknown; nothing to reserve by
 }
 
 // Tokens a forced close costs at most (the newline before it included): kept free for it.
@@ -316,8 +330,12 @@ void Engine::Impl::run(Job& job) {
   const bool constrained_from_start =
       job.mode == OutputMode::Json || job.mode == OutputMode::ToolsForced || job.mode == OutputMode::Envelope;
   // Thinking first (if any), then the answer: a constrained answer's grammar starts after </think>.
-  const int64_t think_limit = std::min<int64_t>(
-      job.thinking.budget, job.max_tokens - thinking_close_cost(job.thinking, tok) - answer_reserve_tokens(job));
+  // Sized only when there is thinking to size (the reserve compiles a matcher and tokenizes).
+  const int64_t think_limit =
+      job.thinking.split && job.thinking.budget > 0
+          ? std::min<int64_t>(job.thinking.budget, job.max_tokens - thinking_close_cost(job.thinking, tok) -
+                                                       answer_reserve_tokens(job, vocab))
+          : 0;
   ThinkingDriver thinking(job.thinking, tok, constrained_from_start, std::max<int64_t>(think_limit, 0));
   bool answer_grammar_pending = constrained_from_start;
   auto start_answer_grammar = [&] {
@@ -356,11 +374,22 @@ void Engine::Impl::run(Job& job) {
     }
   };
 
+  int64_t limit = job.max_tokens;  // a call under tool_choice auto may lower it (call_max_tokens)
+  AnswerBudget budget;
+  const TriggerGuard guard(job.mode == OutputMode::ToolsTagged ? job.trigger : std::string(), job.trigger_at_start,
+                           job.grammar, vocab);
+
   while (true) {
-    if (generated >= job.max_tokens || cancelled || timed_out) break;
+    if (generated >= limit || cancelled) break;
     if (job.cancelled()) { cancelled = true; break; }
-    if (Clock::now() > job.deadline) { timed_out = true; break; }
+    if (!timed_out && Clock::now() > job.deadline) {
+      timed_out = true;
+      // A constrained answer is finished along its shortest path rather than cut off.
+      if (matcher) budget.force_closing();
+    }
+    if (timed_out && !matcher) break;
     if (session->n_past() >= session->n_ctx()) break;
+    const int64_t left = limit - generated;
 
     int32_t id = -1;
     if (thinking.has_forced()) {
@@ -370,8 +399,10 @@ void Engine::Impl::run(Job& job) {
       std::copy(l.begin(), l.end(), logits.begin());
       const uint32_t* m = nullptr;
       if (matcher) {
-        matcher->fill_mask(mask.data());
+        budget.fill_mask(*matcher, left, mask.data());
         m = mask.data();
+      } else if (thinking.answer_started() && guard.fill_mask(text, left, mask.data(), mask.size())) {
+        m = mask.data();  // the trigger guard watches the answer only: a <tool_call> inside <think> opens nothing
       }
       id = sampler.sample(logits, m);
       if (id < 0) { finish = "stop"; break; }  // the grammar allows nothing: treat as the end
@@ -379,6 +410,19 @@ void Engine::Impl::run(Job& job) {
         job.finish(out, "internal error: the grammar rejected a token it allowed");
         session->truncate(0);
         return;
+      }
+      if (matcher && !tok.is_eog(id) && budget.overshoots(*matcher, left - 1)) {
+        // The answer could not be finished after this token: take it back, redo the step closing.
+        matcher->rollback(1);
+        std::copy(l.begin(), l.end(), logits.begin());
+        budget.fill_mask(*matcher, left, mask.data());
+        id = sampler.sample(logits, mask.data());
+        if (id < 0) { finish = "stop"; break; }
+        if (!matcher->accept_token(id)) {
+          job.finish(out, "internal error: the grammar rejected a token it allowed");
+          session->truncate(0);
+          return;
+        }
       }
       if (tok.is_eog(id) && thinking.close_instead_of_eog()) continue;  // the forced close comes next
     }
@@ -439,6 +483,7 @@ void Engine::Impl::run(Job& job) {
           call_text = text.substr(stop_at);
           text.resize(stop_at);
           in_call = true;
+          if (job.call_max_tokens > 0) limit = std::min(limit, generated + job.call_max_tokens);
           matcher = std::make_unique<grammar::Matcher>(job.grammar, vocab);
           // The call grammar starts with the trigger itself; feed it what was generated so far.
           if (!matcher->accept_bytes(call_text)) {
@@ -452,6 +497,8 @@ void Engine::Impl::run(Job& job) {
     }
     if (matcher && matcher->is_terminated()) { finish = "stop"; break; }
   }
+  // A complete answer that used up its budget ended as the client asked: not cut off.
+  if (finish == "length" && matcher && matcher->is_complete()) finish = "stop";
   if (!in_call) {
     ReasoningPiece last = thinking.split(decoder.flush());
     ReasoningPiece rest = thinking.finish();
@@ -720,8 +767,6 @@ std::shared_ptr<Job> Engine::prepare(const ChatRequest& req, ApiError& err) {
     return nullptr;
   }
   const int64_t room = n_ctx - static_cast<int64_t>(job->prompt.size());
-  job->max_tokens = std::min<int64_t>(req.max_tokens.value_or(room), room);
-  size_thinking_budget(job->thinking, job->max_tokens);
 
   // ---- grammar ----
   grammar::CompileResult compiled;
@@ -766,6 +811,11 @@ std::shared_ptr<Job> Engine::prepare(const ChatRequest& req, ApiError& err) {
     }
   }
   job->grammar = compiled.grammar;
+  TokenBudget budget;
+  if (!plan_token_budget(job->mode, req.max_tokens, room, job->grammar, s.vocab, budget, err)) return nullptr;
+  job->max_tokens = budget.max_tokens;
+  job->call_max_tokens = budget.call_max_tokens;
+  size_thinking_budget(job->thinking, job->max_tokens);
 
   // ---- stops and sampling ----
   if (job->mode == OutputMode::Plain || job->mode == OutputMode::ToolsTagged) {

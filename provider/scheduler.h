@@ -72,7 +72,12 @@ class Job {
   // new turn and any dynamic tail do not pollute the cache keys.
   size_t stable_len = 0;
   SamplerParams sampling;
+  // Token budget (token_budget.h): the reply never exceeds max_tokens (the
+  // client's, else the default for constrained output, and never more than the context's room).
   int64_t max_tokens = 0;
+  // tool_choice auto without a client max_tokens: a call, once its trigger fired, gets at most this
+  // many more tokens (the free text before it is bounded by the context only). 0 = no extra bound.
+  int64_t call_max_tokens = 0;
   OutputMode mode = OutputMode::Plain;
   std::shared_ptr<const grammar::Grammar> grammar;  // null for Plain
   std::string trigger;     // ToolsTagged/ToolsForced: "<tool_call>"

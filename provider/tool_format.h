@@ -13,6 +13,14 @@
 // system prompt, and the content of a turn that also has tool calls is dropped (that template
 // renders one or the other).
 //
+// Which syntax a family gets (the scheduler decides): SmolLM3, whose shipped template drops the
+// tools but whose model was trained on <tool_call> JSON, gets Tagged; every family without a call
+// syntax of its own, Gemma 3 included, gets the Envelope. Gemma 3 was trained on no call format
+// (Google documents prompt-only function calling), so the best-supported form is the one that asks
+// only for JSON, which it writes reliably, constrained from the first token; llama.cpp's server
+// does the same for templates without a tool format. Gemma 3 keeps its system message: its
+// template folds it into the first user turn itself.
+//
 // Families whose template renders tools natively (family_traits(f).renders_tool_list) need none
 // of this: pass tools_json to render_chat instead.
 //

@@ -1110,3 +1110,89 @@ TEST_CASE("thinking request fields are validated", "[server][thinking]") {
   CHECK(parse_chat_request(R"({"messages":[{"role":"assistant","content":"a","reasoning_content":"why"},{"role":"user","content":"x"}]})", r4, err));
   CHECK(r4.messages[0].reasoning_content == std::optional<std::string>("why"));
 }
+
+TEST_CASE("qwen3: at the minimum max_tokens a required call completes, thinking on or off", "[server][thinking]") {
+  // The provider names the minimum in its 400; at exactly that budget there is no token to spare:
+  // no think block may be opened and the answer's grammar must hold from the first token.
+  auto& s = qwen3();
+  auto c = client(s.port);
+  Validator v;
+  const std::string base = R"("tools":)" + kTools + R"(,"tool_choice":"required","parallel_tool_calls":false)";
+  auto res = c->Post("/v1/chat/completions", chat_body(base + R"(,"max_tokens":1)"), "application/json");
+  REQUIRE(res);
+  REQUIRE(res->status == 400);
+  Json e(res->body);
+  const std::string msg = str(e.root["error"]["message"]);
+  const size_t at = msg.find("at least ");
+  REQUIRE(at != std::string::npos);
+  const int minimum = std::stoi(msg.substr(at + 9));
+  REQUIRE(minimum > 1);
+  for (const auto& mode : thinking_modes()) {
+    for (int extra : {0, 1, 3}) {
+      for (uint64_t seed : {21, 22}) {
+        INFO("mode " << mode.label << ", max_tokens " << minimum + extra << ", seed " << seed);
+        res = c->Post("/v1/chat/completions",
+                      chat_body(with(mode.fields, base + R"(,"max_tokens":)" + std::to_string(minimum + extra) + R"(,"seed":)" +
+                                                      std::to_string(seed))),
+                      "application/json");
+        REQUIRE(res);
+        REQUIRE(res->status == 200);
+        const ThinkingReply r = thinking_reply(res->body);
+        CHECK(r.finish == "tool_calls");
+        REQUIRE(r.calls.size() == 1);
+        CHECK(r.reasoning_tokens == 0);  // no room to think
+        v.add_tool_call(kTools, r.calls[0].name, r.calls[0].arguments);
+      }
+    }
+  }
+  v.check();
+}
+
+TEST_CASE("SmolLM3 and Gemma 3 templates through the server (forced on the Qwen3-vocabulary model)", "[server][thinking]") {
+  // No shared model carries these templates; their rendering is tested against Jinja in
+  // test_chat_template. Here the provider paths they take: SmolLM3's tools lowered into the system
+  // prompt with <tool_call> JSON calls and its /think /no_think flags; Gemma 3's JSON envelope.
+  Validator v;
+  {
+    Started s = start_server(kQwen3, 4096, 8, 1 << 20, "", 300.0, "", "smollm3");
+    auto c = client(s.port);
+    for (const bool no_think : {false, true}) {
+      for (const std::string choice : {R"("required")", R"("auto")"}) {
+        INFO("smollm3 no_think " << no_think << " tool_choice " << choice);
+        const std::string body = std::string(R"({"messages":[{"role":"system","content":"You control a house.)") +
+                                 (no_think ? " /no_think" : "") + R"("},{"role":"user","content":"Turn on the light"}],"tools":)" +
+                                 kTools + R"(,"tool_choice":)" + choice + R"(,"parallel_tool_calls":false,"max_tokens":200,"seed":3})";
+        auto res = c->Post("/v1/chat/completions", body, "application/json");
+        REQUIRE(res);
+        REQUIRE(res->status == 200);
+        const ThinkingReply r = thinking_reply(res->body);
+        check_no_reasoning_in_content(r);
+        CHECK(r.reasoning.has_value() == !no_think);  // the system flag switches thinking off
+        if (choice == R"("required")") {
+          CHECK(r.finish == "tool_calls");
+          REQUIRE(r.calls.size() == 1);
+        }
+        CHECK(r.content.find("<tool_call>") == std::string::npos);
+        for (auto& k : r.calls) v.add_tool_call(kTools, k.name, k.arguments);
+      }
+    }
+  }
+  {
+    Started s = start_server(kQwen3, 4096, 8, 1 << 20, "", 300.0, "", "gemma3");
+    auto c = client(s.port);
+    for (uint64_t seed : {1, 2}) {
+      auto res = c->Post("/v1/chat/completions",
+                         chat_body(R"("tools":)" + kTools + R"(,"tool_choice":"required","parallel_tool_calls":false,"max_tokens":200,"reasoning_effort":"high","seed":)" +
+                                   std::to_string(seed)),
+                         "application/json");
+      REQUIRE(res);
+      REQUIRE(res->status == 200);
+      const ThinkingReply r = thinking_reply(res->body);
+      CHECK(r.finish == "tool_calls");
+      REQUIRE(r.calls.size() == 1);
+      CHECK_FALSE(r.reasoning.has_value());  // Gemma 3 does not think: reasoning_effort changes nothing
+      v.add_tool_call(kTools, r.calls[0].name, r.calls[0].arguments);
+    }
+  }
+  v.check();
+}
