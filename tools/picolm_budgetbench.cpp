@@ -12,7 +12,9 @@
 // a fresh matcher starts the next one, so every token of the run is constrained. Modes run
 // interleaved (plain, constrained, closing, plain, ...) r times after an untimed warm-up, each run
 // on a fresh session from position 0, so they share the machine's state; medians are reported,
-// with the grammar part of a token (mask, accept, query) timed separately.
+// with the grammar part of a token (mask, accept, query) timed separately in thread CPU time.
+#include <time.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -37,6 +39,14 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
+// CPU time of the calling thread: the grammar work runs on the decode thread only, and on a shared
+// machine its wall time also counts the time the thread waited for a core.
+double thread_cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return double(ts.tv_sec) + double(ts.tv_nsec) * 1e-9;
+}
+
 double median(std::vector<double> v) {
   if (v.empty()) return 0.0;
   std::sort(v.begin(), v.end());
@@ -51,8 +61,10 @@ const char* mode_name(Mode m) {
 
 struct RunResult {
   double tok_per_s = 0;
-  double grammar_us_per_tok = 0;  // mask + accept + query, per token
+  double grammar_us_per_tok = 0;  // mask + accept + query, per token (thread CPU time)
   double mask_us_per_tok = 0;     // the mask alone (normal or closing)
+  double query_us_per_tok = 0;    // min_completion_tokens() alone
+  double step_cpu_ms = 0;         // the decode thread's CPU time per token, all of it
   int calls = 0;                  // completed calls in the run
 };
 
@@ -84,9 +96,10 @@ struct Bench {
     if (mode != Mode::Plain) matcher = std::make_unique<grammar::Matcher>(grammar, vocab);
     const Tokenizer& tok = model->tokenizer();
     RunResult r;
-    double grammar_s = 0, mask_s = 0;
+    double grammar_s = 0, mask_s = 0, query_s = 0;
     int64_t sink = 0;
     const auto t0 = Clock::now();
+    const double c0 = thread_cpu_seconds();
     for (int i = 0; i < n; ++i) {
       auto l = session.logits();
       std::copy(l.begin(), l.end(), logits.begin());
@@ -94,24 +107,26 @@ struct Bench {
       if (mode == Mode::Plain) {
         id = sampler.sample(logits, nullptr);
       } else {
-        const auto g0 = Clock::now();
+        const double g0 = thread_cpu_seconds();
         if (mode == Mode::Closing) matcher->fill_mask_closing(mask.data(), 0);  // 0: the fewest-token path
         else matcher->fill_mask(mask.data());
-        const double dm = seconds_since(g0);
+        const double dm = thread_cpu_seconds() - g0;
         mask_s += dm;
         grammar_s += dm;
         id = sampler.sample(logits, mask.data());
-        const auto g1 = Clock::now();
+        const double g1 = thread_cpu_seconds();
         if (id < 0 || !matcher->accept_token(id)) {
           std::fprintf(stderr, "picolm-budgetbench: the grammar rejected a token it allowed\n");
           std::exit(1);
         }
+        const double q0 = thread_cpu_seconds();
         sink += matcher->min_completion_tokens();
+        query_s += thread_cpu_seconds() - q0;
         if (matcher->is_terminated() || tok.is_eog(id)) {
           ++r.calls;
           matcher = std::make_unique<grammar::Matcher>(grammar, vocab);
         }
-        grammar_s += seconds_since(g1);
+        grammar_s += thread_cpu_seconds() - g1;
       }
       sampler.accept(id);
       // The KV content does not change the cost of a step; an end-of-generation id is evaluated
@@ -127,6 +142,8 @@ struct Bench {
     r.tok_per_s = n / dt;
     r.grammar_us_per_tok = 1e6 * grammar_s / n;
     r.mask_us_per_tok = 1e6 * mask_s / n;
+    r.query_us_per_tok = 1e6 * query_s / n;
+    r.step_cpu_ms = 1e3 * (thread_cpu_seconds() - c0) / n;
     return r;
   }
 };
@@ -228,24 +245,31 @@ int main(int argc, char** argv) {
 
   std::printf("model %s, %d threads, %d tokens per run, %d runs per mode (interleaved)\n",
               b.model->description().c_str(), pool.size(), n, reps);
-  double plain_med = 0;
+  double plain_med = 0, plain_cpu = 0;
   for (int k = 0; k < 3; ++k) {
-    std::vector<double> tps, gus, mus;
+    std::vector<double> tps, gus, mus, qus, cpu;
     int calls = 0;
     for (const auto& x : res[k]) {
       tps.push_back(x.tok_per_s);
       gus.push_back(x.grammar_us_per_tok);
       mus.push_back(x.mask_us_per_tok);
+      qus.push_back(x.query_us_per_tok);
+      cpu.push_back(x.step_cpu_ms);
       calls += x.calls;
     }
-    const double med = median(tps);
-    if (k == 0) plain_med = med;
+    const double med = median(tps), med_cpu = median(cpu);
+    if (k == 0) {
+      plain_med = med;
+      plain_cpu = med_cpu;
+    }
     std::printf("%-12s tg %.2f tok/s (", mode_name(modes[k]), med);
     for (size_t i = 0; i < tps.size(); ++i) std::printf("%s%.2f", i ? ", " : "", tps[i]);
-    std::printf(")");
+    std::printf("), decode thread CPU %.3f ms/tok", med_cpu);
     if (k > 0) {
-      std::printf("  vs plain %+.2f%%  grammar %.1f us/tok (mask %.1f)  calls %d", 100.0 * (med / plain_med - 1.0),
-                  median(gus), median(mus), calls);
+      std::printf("\n             vs plain: tg %+.2f%%, decode thread CPU %+.2f%%; grammar %.1f us/tok CPU "
+                  "(mask %.1f, min_completion_tokens %.1f), %d calls completed",
+                  100.0 * (med / plain_med - 1.0), 100.0 * (med_cpu / plain_cpu - 1.0), median(gus), median(mus),
+                  median(qus), calls);
     }
     std::printf("\n");
   }
