@@ -111,12 +111,7 @@ CompileResult compile_tool_list(std::string_view tools_json, const ToolListOptio
   so.additional_properties_default = false;
   RuleBuilder rb;
   std::vector<CompileError> errors;
-  uint32_t ws_rule = 0;
-  bool flexible = so.whitespace == Whitespace::Flexible;
-  if (flexible) ws_rule = whitespace_rule(rb, so);
-  auto ws = [&](std::vector<Elem>& seq) {
-    if (flexible) seq.push_back(RuleBuilder::ref(ws_rule));
-  };
+  JsonSpacing sp(rb, so);
   uint32_t call = rb.new_rule();
   JValue empty_params;
   empty_params.kind = JValue::Kind::Object;
@@ -150,21 +145,22 @@ CompileResult compile_tool_list(std::string_view tools_json, const ToolListOptio
     if (!params) params = &empty_params;
     uint32_t p = compile_schema_into(rb, *params, so, base + "/parameters", errors, /*object_only=*/true);
     std::vector<Elem> seq{rb.byte('{')};
-    ws(seq);
+    sp.after_open(seq);
     rb.lit(seq, "\"name\"");
-    ws(seq);
+    sp.after_value(seq);
     seq.push_back(rb.byte(':'));
-    ws(seq);
+    sp.after_colon(seq);
     rb.lit(seq, json_quote(name->str));
-    ws(seq);
+    sp.after_value(seq);
     seq.push_back(rb.byte(','));
-    ws(seq);
+    sp.after_comma(seq);
     rb.lit(seq, json_quote(opts.arguments_key));
-    ws(seq);
+    sp.after_value(seq);
     seq.push_back(rb.byte(':'));
-    ws(seq);
+    sp.after_colon(seq);
     seq.push_back(RuleBuilder::ref(p));
-    ws(seq);
+    sp.after_value(seq);
+    sp.before_close(seq);
     seq.push_back(rb.byte('}'));
     rb.add_alt(call, std::move(seq));
   }
@@ -175,17 +171,20 @@ CompileResult compile_tool_list(std::string_view tools_json, const ToolListOptio
   auto list_rule = [&]() {
     uint32_t r = rb.new_rule(), rest = rb.new_rule();
     std::vector<Elem> a{rb.byte('[')};
-    ws(a);
+    sp.after_open(a);
     a.push_back(RuleBuilder::ref(call));
-    ws(a);
+    sp.after_value(a);
     a.push_back(RuleBuilder::ref(rest));
     rb.add_alt(r, std::move(a));
-    rb.add_alt(rest, {rb.byte(']')});
+    std::vector<Elem> close;
+    sp.before_close(close);
+    close.push_back(rb.byte(']'));
+    rb.add_alt(rest, std::move(close));
     if (opts.parallel) {
       std::vector<Elem> b{rb.byte(',')};
-      ws(b);
+      sp.after_comma(b);
       b.push_back(RuleBuilder::ref(call));
-      ws(b);
+      sp.after_value(b);
       b.push_back(RuleBuilder::ref(rest));
       rb.add_alt(rest, std::move(b));
     }
@@ -252,24 +251,26 @@ CompileResult compile_tool_list(std::string_view tools_json, const ToolListOptio
     case ToolCallFormat::Envelope: {
       desc = "tools/envelope";
       std::vector<Elem> a{rb.byte('{')};
-      ws(a);
+      sp.after_open(a);
       rb.lit(a, "\"tool_calls\"");
-      ws(a);
+      sp.after_value(a);
       a.push_back(rb.byte(':'));
-      ws(a);
+      sp.after_colon(a);
       a.push_back(RuleBuilder::ref(list_rule()));
-      ws(a);
+      sp.after_value(a);
+      sp.before_close(a);
       a.push_back(rb.byte('}'));
       rb.add_alt(root, std::move(a));
       if (opts.allow_text) {
         std::vector<Elem> b{rb.byte('{')};
-        ws(b);
+        sp.after_open(b);
         rb.lit(b, "\"content\"");
-        ws(b);
+        sp.after_value(b);
         b.push_back(rb.byte(':'));
-        ws(b);
+        sp.after_colon(b);
         b.push_back(RuleBuilder::ref(plain_string_rule(rb)));
-        ws(b);
+        sp.after_value(b);
+        sp.before_close(b);
         b.push_back(rb.byte('}'));
         rb.add_alt(root, std::move(b));
       }
@@ -310,7 +311,7 @@ struct GrammarCache::Impl {
 namespace {
 std::string options_key(const CompileOptions& o) {
   return std::to_string(o.additional_properties_default) + "," + std::to_string(int(o.whitespace)) + "," +
-         std::to_string(o.max_whitespace_run);
+         std::to_string(o.max_whitespace_run) + "," + std::to_string(o.max_indent);
 }
 }  // namespace
 

@@ -16,6 +16,10 @@ namespace picolm::grammar {
 enum class Whitespace {
   Compact,   // no optional whitespace at all: {"a":1,"b":[1,2]}
   Flexible,  // JSON whitespace allowed wherever JSON allows it (bounded run length, see CompileOptions)
+  // The whitespace JSON writers emit, bounded: json.dumps' {"a": 1, "b": [1, 2]} and, with
+  // max_indent >= 0, pretty-printed JSON (a newline and up to max_indent spaces after '{' '[' ','
+  // and before '}' ']'). Nothing before ':' or ','. Longest run: max(1, 1 + max_indent) bytes.
+  Natural,
 };
 
 struct CompileOptions {
@@ -23,6 +27,7 @@ struct CompileOptions {
   bool additional_properties_default = true;
   Whitespace whitespace = Whitespace::Compact;
   int max_whitespace_run = 16;  // Flexible only: longest run of whitespace bytes accepted
+  int max_indent = -1;          // Natural only: spaces allowed after a newline; -1 = no newlines
 };
 
 // One problem found while compiling; all problems of a schema are collected and reported together.

@@ -12,6 +12,7 @@
 // carries the StrChar sub-state in its high bits.
 #pragma once
 #include <array>
+#include <climits>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -120,7 +121,19 @@ class Grammar {
   // from such a stack top, any token made only of bytes in C keeps the stack alive (mask fast
   // path, e.g. free text before a trigger, or `[a-z]*` inside patterned strings). -1 otherwise.
   std::vector<int32_t> self_loop_class;
-  std::vector<int32_t> loop_class_ids;  // distinct classes in self_loop_class
+  std::vector<int32_t> loop_class_ids;  // distinct classes of self-loops and class runs (tables prebuilt)
+  // [position] for StrChar positions: how many string characters in a row are certainly accepted
+  // from there (a counted chain `B_i ::= StrChar B_i+1`, e.g. maxLength); kRunInf for StrCharLoop
+  // and chains ending in one. 0 elsewhere. The mask accepts every string-safe token of at most
+  // that many characters without walking it (see Matcher::Impl::compute_mask).
+  static constexpr uint32_t kRunInf = UINT32_MAX;
+  std::vector<uint32_t> strchar_run;
+  // [position] for Class positions followed by a Ref: how many bytes of that same class in a row
+  // are certainly accepted from there (a chain `R_i ::= [C] R_i+1`, e.g. a pattern's `[a-z]{50}`
+  // or any-ASCII `[\s\S]{1000}`); kRunInf on self-loops. The mask accepts every token of at most
+  // that many bytes, all in C, without walking it.
+  std::vector<uint32_t> class_run;
+  static constexpr uint32_t kMinClassRun = 4;  // shorter runs: the walk is cheap, no class tables
   // Shortest completion (bytes): min_rule_len[rule] = fewest bytes the rule derives;
   // min_suffix[pos] = fewest bytes from element `pos` to the End of its alternative. Saturate at
   // kCostInf (a counted chain of 10^5 nested in 10^5 would overflow nothing: 10^10 << 2^50).

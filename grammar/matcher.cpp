@@ -201,6 +201,83 @@ class Recognizer {
 // ---------------------------------------------------------------------------------------------
 // Grammar finalization
 
+namespace {
+
+// Longest chains of one terminal kind, for the mask fast paths (Grammar::strchar_run and
+// class_run). A chain link is `p: T Ref(r)` where an alternative of r starts with a matching T at
+// q (the same class for Class; StrChar or StrCharLoop for StrChar). run(p) = 1 + max run(q), the
+// longest path from p; kRunInf when p reaches a cycle (`([a-z][a-z])*`, loops). Iterative DFS:
+// counted chains are 10^5 links long.
+void chain_runs(const Grammar& g, std::vector<uint32_t>& run, bool strchar) {
+  const size_t n = g.elems.size();
+  run.assign(n, 0);
+  auto is_link = [&](uint32_t p) {
+    const Elem& e = g.elems[p];
+    if (strchar) return e.kind == ElemKind::StrChar || e.kind == ElemKind::StrCharLoop;
+    return e.kind == ElemKind::Class && g.elems[p + 1].kind == ElemKind::Ref;
+  };
+  auto matches = [&](uint32_t p, uint32_t q) {
+    const Elem& a = g.elems[p];
+    const Elem& b = g.elems[q];
+    if (strchar) return b.kind == ElemKind::StrChar || b.kind == ElemKind::StrCharLoop;
+    return b.kind == ElemKind::Class && b.arg == a.arg && g.elems[q + 1].kind == ElemKind::Ref;
+  };
+  std::vector<uint8_t> color(n, 0);  // 0 new, 1 on the DFS stack, 2 done
+  struct Frame {
+    uint32_t p, alt, alt_end;
+    uint64_t best;
+  };
+  std::vector<Frame> stack;
+  for (uint32_t root = 0; root < n; ++root) {
+    if (color[root] || !is_link(root)) continue;
+    auto push = [&](uint32_t p) {
+      color[p] = 1;
+      Frame f{p, 0, 0, 0};
+      if (g.elems[p].kind == ElemKind::StrCharLoop) {
+        f.best = Grammar::kRunInf;  // loops on itself
+      } else if (g.elems[p + 1].kind == ElemKind::Ref) {
+        uint32_t r = g.elems[p + 1].arg;
+        f.alt = g.rule_alt_begin[r];
+        f.alt_end = g.rule_alt_begin[r + 1];
+      }
+      stack.push_back(f);
+    };
+    push(root);
+    while (!stack.empty()) {
+      Frame& f = stack.back();
+      if (f.alt < f.alt_end && f.best < Grammar::kRunInf) {
+        uint32_t q = g.alt_starts[f.alt++];
+        if (!matches(f.p, q)) continue;
+        if (color[q] == 1) f.best = Grammar::kRunInf;  // a cycle
+        else if (color[q] == 2) f.best = std::max<uint64_t>(f.best, run[q]);
+        else push(q);  // invalidates f
+        continue;
+      }
+      uint32_t p = f.p;
+      uint64_t v = f.best >= Grammar::kRunInf - 1 ? Grammar::kRunInf : f.best + 1;
+      run[p] = uint32_t(v);
+      color[p] = 2;
+      stack.pop_back();
+      if (!stack.empty()) {
+        Frame& parent = stack.back();
+        parent.best = std::max<uint64_t>(parent.best, run[p]);
+      }
+    }
+  }
+}
+
+void compute_runs(Grammar& g) {
+  chain_runs(g, g.strchar_run, /*strchar=*/true);
+  chain_runs(g, g.class_run, /*strchar=*/false);
+  // Only Class positions keep class runs, only StrChar positions string runs.
+  for (size_t p = 0; p < g.elems.size(); ++p) {
+    if (g.elems[p].kind != ElemKind::Class) g.class_run[p] = 0;
+    if (g.elems[p].kind != ElemKind::StrChar && g.elems[p].kind != ElemKind::StrCharLoop) g.strchar_run[p] = 0;
+  }
+}
+
+}  // namespace
+
 std::shared_ptr<Grammar> Grammar::build(RuleBuilder& rb, uint32_t root, std::string& err) {
   size_t nr = rb.rules.size();
   // Productivity by worklist (linear; long counted chains would make a naive fixpoint quadratic).
@@ -272,6 +349,13 @@ std::shared_ptr<Grammar> Grammar::build(RuleBuilder& rb, uint32_t root, std::str
   if (g->elems.size() >= kPosMask) {
     err = "grammar too large";
     return nullptr;
+  }
+  compute_runs(*g);
+  for (size_t p = 0; p < g->elems.size(); ++p) {
+    int32_t c = int32_t(g->elems[p].arg);
+    if (g->elems[p].kind == ElemKind::Class && g->class_run[p] >= Grammar::kMinClassRun &&
+        std::find(g->loop_class_ids.begin(), g->loop_class_ids.end(), c) == g->loop_class_ids.end())
+      g->loop_class_ids.push_back(c);
   }
   compute_min_lengths(*g);
   return g;
@@ -347,12 +431,14 @@ class VocabularyImpl final : public Vocabulary {
     // position such a token keeps the recognizer alive, and the string can still be closed.
     const auto& t = strchar_table();
     std::vector<uint8_t> safe(n, 0);
+    std::vector<uint32_t> chars(n, 0);  // string characters a safe token starts
     safe_mask_.assign(words_, 0);
     for (size_t id = 0; id < n; ++id) {
       if (is_eog_[id] || tokens_[id].empty()) continue;
       uint8_t sub = 0;
       bool ok = true;
       for (unsigned char c : tokens_[id]) {
+        if (sub == 0) ++chars[id];
         uint8_t nx = t[sub][c];
         if (nx == kStrReject) { ok = false; break; }
         sub = nx == kStrDone ? 0 : nx;
@@ -360,6 +446,7 @@ class VocabularyImpl final : public Vocabulary {
       if (ok) {
         safe[id] = 1;
         safe_mask_[id / 32] |= 1u << (id % 32);
+        max_safe_chars_ = std::max(max_safe_chars_, chars[id]);
       }
     }
     // Trie in DFS order from the sorted token list.
@@ -400,12 +487,28 @@ class VocabularyImpl final : public Vocabulary {
       nodes_[path.back()].end = uint32_t(nodes_.size());
       path.pop_back();
     }
+    node_max_chars_.assign(nodes_.size(), 0);
     for (size_t i = nodes_.size(); i-- > 0;) {
       Node& nd = nodes_[i];
       bool ok = true;
-      for (uint32_t k = nd.tok_begin; k < nd.tok_end && ok; ++k) ok = safe[node_tokens_[k]];
-      for (uint32_t j = uint32_t(i + 1); j < nd.end && ok; j = nodes_[j].end) ok = nodes_[j].all_safe;
+      uint32_t mc = 0;
+      for (uint32_t k = nd.tok_begin; k < nd.tok_end && ok; ++k) {
+        ok = safe[node_tokens_[k]];
+        mc = std::max(mc, chars[node_tokens_[k]]);
+      }
+      for (uint32_t j = uint32_t(i + 1); j < nd.end && ok; j = nodes_[j].end) {
+        ok = nodes_[j].all_safe;
+        mc = std::max(mc, node_max_chars_[j]);
+      }
       nd.all_safe = ok;
+      node_max_chars_[i] = mc;
+    }
+    node_max_len_.assign(nodes_.size(), 0);
+    for (size_t i = nodes_.size(); i-- > 0;) {
+      const Node& nd = nodes_[i];
+      uint32_t ml = nd.tok_end > nd.tok_begin ? nd.depth : 0;
+      for (uint32_t j = uint32_t(i + 1); j < nd.end; j = nodes_[j].end) ml = std::max(ml, node_max_len_[j]);
+      node_max_len_[i] = ml;
     }
     root_child_.fill(-1);
     for (size_t i = 0; i < nodes_.size(); i = nodes_[i].end) root_child_[nodes_[i].byte] = int32_t(i);
@@ -509,6 +612,9 @@ class VocabularyImpl final : public Vocabulary {
   std::vector<uint8_t> is_eog_;
   size_t words_ = 0;
   std::vector<uint32_t> safe_mask_;  // bitset over token ids
+  uint32_t max_safe_chars_ = 0;      // most string characters a safe token starts
+  std::vector<uint32_t> node_max_chars_;  // [node] the same over the subtree (when all_safe)
+  std::vector<uint32_t> node_max_len_;    // [node] bytes of the longest token in the subtree
   std::vector<Node> nodes_;
   std::vector<int32_t> node_tokens_;
   std::array<int32_t, 256> root_child_;  // [byte] top-level trie node, -1 if none
@@ -623,7 +729,8 @@ struct Matcher::Impl {
       plan.min_tok = {0};
       return;
     }
-    const auto& rank = completion_byte_rank();
+    std::array<uint8_t, 256> by_rank;  // bytes, preferred first
+    for (int b = 0; b < 256; ++b) by_rank[completion_byte_rank()[size_t(b)]] = uint8_t(b);
     const auto& table = strchar_table();
     const auto& rest = strchar_rest();
     std::vector<uint32_t> cur = state, nxt;
@@ -649,8 +756,11 @@ struct Matcher::Impl {
         }
       }
       int best = -1;
-      for (int b = 0; b < 256; ++b)
-        if (byteset_has(opt, uint8_t(b)) && (best < 0 || rank[size_t(b)] < rank[size_t(best)])) best = b;
+      for (uint8_t b : by_rank)
+        if (byteset_has(opt, b)) {
+          best = b;
+          break;
+        }
       if (best < 0 || !rec.advance(cur, uint8_t(best), nxt)) return;  // cannot happen: costs are exact
       plan.comp.push_back(char(best));
       cur.swap(nxt);
@@ -727,9 +837,17 @@ struct Matcher::Impl {
         continue;
       }
       if (sub != 0) continue;
-      int32_t c = g->self_loop_class[top & kPosMask];
-      if (c < 0) continue;
-      const auto* t = tables_for(c);
+      const uint32_t pos = top & kPosMask;
+      int32_t c = g->self_loop_class[pos];
+      if (c >= 0) {
+        const auto* t = tables_for(c);
+        if (t && t->below_in[node]) return true;
+        continue;
+      }
+      // A finite class chain: the bytes below must be in its class and no more than its run.
+      const uint32_t run = g->class_run[pos];
+      if (run < Grammar::kMinClassRun || v->node_max_len_[node] - v->nodes_[node].depth > run) continue;
+      const auto* t = tables_for(int32_t(g->elems[pos].arg));
       if (t && t->below_in[node]) return true;
     }
     return false;
@@ -751,7 +869,9 @@ struct Matcher::Impl {
     size_t words = v->words_;
     std::memset(mask, 0, words * sizeof(uint32_t));
     bool skip_safe = false;
+    uint32_t chain = 0;  // longest counted string chain at a stack top (characters)
     std::vector<int32_t> loop_classes;
+    std::vector<std::pair<const VocabularyImpl::LoopTables*, uint32_t>> class_runs;  // (class tables, run)
     for (size_t i = 0; i < state.size(); i += 1 + state[i]) {
       uint32_t len = state[i];
       if (len == 0) continue;
@@ -759,9 +879,19 @@ struct Matcher::Impl {
       if ((top >> kPosBits) != 0) continue;
       uint32_t pos = top & kPosMask;
       if (g->elems[pos].kind == ElemKind::StrCharLoop) skip_safe = true;
+      if (g->elems[pos].kind == ElemKind::StrChar) {
+        // A chain longer than any safe token is as good as the loop.
+        if (g->strchar_run[pos] >= v->max_safe_chars_) skip_safe = true;
+        else chain = std::max(chain, g->strchar_run[pos]);
+      }
       int32_t c = g->self_loop_class[pos];
+      if (c < 0 && g->class_run[pos] >= v->max_depth_) c = int32_t(g->elems[pos].arg);  // as good as a loop
       if (c >= 0 && std::find(loop_classes.begin(), loop_classes.end(), c) == loop_classes.end())
         loop_classes.push_back(c);
+      if (c < 0 && g->class_run[pos] >= Grammar::kMinClassRun) {
+        const auto* t = tables_for(int32_t(g->elems[pos].arg));
+        if (t) class_runs.push_back({t, g->class_run[pos]});
+      }
     }
     if (skip_safe) std::memcpy(mask, v->safe_mask_.data(), words * sizeof(uint32_t));
     std::vector<std::shared_ptr<const VocabularyImpl::LoopTables>> loops;
@@ -787,6 +917,22 @@ struct Matcher::Impl {
       bool skip = skip_safe && nd.all_safe;
       for (size_t k = 0; k < loops.size() && !skip; ++k) skip = loops[k]->subtree_in[i];
       if (skip) {
+        i = nd.end;
+        continue;
+      }
+      bool run_ok = false;
+      for (const auto& [t, k] : class_runs)
+        if (t->subtree_in[i] && v->node_max_len_[i] <= k) {
+          run_ok = true;
+          break;
+        }
+      if (run_ok || (chain > 0 && nd.all_safe && v->node_max_chars_[i] <= chain)) {
+        // Every token below is short enough for a chain at a stack top and made of what the chain
+        // accepts (string-safe characters, or bytes of its class): all accepted.
+        for (uint32_t k = nd.tok_begin, e = nodes[nd.end - 1].tok_end; k < e; ++k) {
+          int32_t id = v->node_tokens_[k];
+          mask[id / 32] |= 1u << (id % 32);
+        }
         i = nd.end;
         continue;
       }

@@ -15,6 +15,7 @@
 #include <cctype>
 #include <cmath>
 #include <cstdlib>
+#include <functional>
 #include <limits>
 #include <map>
 #include <numeric>
@@ -208,6 +209,8 @@ class SchemaCompiler {
   SchemaCompiler(RuleBuilder& rb, const JValue& root, const CompileOptions& opts, std::string prefix,
                  std::vector<CompileError>& errors)
       : rb_(rb), root_(root), opts_(opts), prefix_(std::move(prefix)), errors_(errors) {}
+  SchemaCompiler(const SchemaCompiler&) = delete;
+  SchemaCompiler& operator=(const SchemaCompiler&) = delete;
 
   uint32_t run() {
     scan(root_, "");
@@ -724,35 +727,31 @@ class SchemaCompiler {
     return r;
   }
 
-  void ws(std::vector<Elem>& seq) {
-    if (opts_.whitespace != Whitespace::Flexible) return;
-    if (!ws_rule_) ws_rule_ = whitespace_rule(rb_, opts_);
-    seq.push_back(RuleBuilder::ref(*ws_rule_));
-  }
 
   // Literal JSON text of a value (enum/const): matches exactly that spelling.
   // With Flexible whitespace, arrays and objects get whitespace at their structural positions.
   uint32_t literal(const JValue& v) {
-    if (opts_.whitespace != Whitespace::Flexible || (!v.is_array() && !v.is_object()))
+    if (opts_.whitespace == Whitespace::Compact || (!v.is_array() && !v.is_object()))
       return rb_.literal_rule(to_json(v));
     std::vector<Elem> seq;
     seq.push_back(rb_.byte(v.is_array() ? '[' : '{'));
-    ws(seq);
+    sp_.after_open(seq);
     size_t n = v.is_array() ? v.arr.size() : v.obj.size();
     for (size_t k = 0; k < n; ++k) {
       if (k) {
         seq.push_back(rb_.byte(','));
-        ws(seq);
+        sp_.after_comma(seq);
       }
       if (v.is_object()) {
         rb_.lit(seq, json_quote(v.obj[k].first));
-        ws(seq);
+        sp_.after_value(seq);
         seq.push_back(rb_.byte(':'));
-        ws(seq);
+        sp_.after_colon(seq);
       }
       seq.push_back(RuleBuilder::ref(literal(v.is_array() ? v.arr[k] : v.obj[k].second)));
-      ws(seq);
+      sp_.after_value(seq);
     }
+    if (n) sp_.before_close(seq);
     seq.push_back(rb_.byte(v.is_array() ? ']' : '}'));
     uint32_t r = rb_.new_rule();
     rb_.add_alt(r, std::move(seq));
@@ -1072,7 +1071,7 @@ class SchemaCompiler {
       return r;
     };
     uint32_t start = get(d.start, 0);
-    static const char* hex = "0123456789abcdef";
+    std::map<int32_t, int32_t> any_memo;
     for (size_t k = 0; k < work.size(); ++k) {
       if (work.size() > 200000) {
         error(ptr, "maxLength", "string constraints too large to compile");
@@ -1081,36 +1080,99 @@ class SchemaCompiler {
       auto [q, c] = work[k];
       uint32_t r = ids[{q, c}];
       if (d.accept[q] && c >= min_len) rb_.add_alt(r, {rb_.byte('"')});
-      std::map<std::pair<int32_t, int64_t>, ByteSet> raw;
+      // A state where every character leads to the same state ([\s\S], or after a prefix of a
+      // pattern like ^ab[\s\S]*) is written with the StrChar terminal, as plain strings are: the
+      // mask then takes the string fast paths (safe-token bitset, counted-chain runs) instead of
+      // walking the whole vocabulary trie for each of up to thousands of distinct states.
+      auto memo_it = any_memo.find(q);
+      if (memo_it == any_memo.end()) memo_it = any_memo.emplace(q, any_char_target(d, q)).first;
+      if (int32_t t = memo_it->second; t >= 0) {
+        int64_t c2 = c + 1;
+        if (max_len >= 0 && c2 > max_len) continue;
+        if (max_len < 0) c2 = std::min(c2, cap);
+        if (t == q && c2 == c) rb_.add_alt(r, {{ElemKind::StrCharLoop, 0}, RuleBuilder::ref(r)});
+        else rb_.add_alt(r, {{ElemKind::StrChar, 0}, RuleBuilder::ref(get(t, c2))});
+        continue;
+      }
+      std::map<std::pair<int32_t, int64_t>, ByteSet> raw, escaped;
       for (int b = 0; b < 256; ++b) {
         int32_t t = d.next[q][b];
         if (t < 0) continue;
         int64_t c2 = c + (((b & 0xC0) != 0x80) ? 1 : 0);
         if (max_len >= 0 && c2 > max_len) continue;
         if (max_len < 0) c2 = std::min(c2, cap);
-        if (b >= 0x20 && b != '"' && b != '\\') {
-          byteset_add(raw[{t, c2}], uint8_t(b));
-          continue;
-        }
-        std::string esc;
-        switch (b) {
-          case '"': esc = "\\\""; break;
-          case '\\': esc = "\\\\"; break;
-          case '\n': esc = "\\n"; break;
-          case '\r': esc = "\\r"; break;
-          case '\t': esc = "\\t"; break;
-          case '\b': esc = "\\b"; break;
-          case '\f': esc = "\\f"; break;
-          default: esc = std::string("\\u00") + hex[b >> 4] + hex[b & 15];
-        }
-        std::vector<Elem> seq;
-        rb_.lit(seq, esc);
-        seq.push_back(RuleBuilder::ref(get(t, c2)));
-        rb_.add_alt(r, std::move(seq));
+        byteset_add(b >= 0x20 && b != '"' && b != '\\' ? raw[{t, c2}] : escaped[{t, c2}], uint8_t(b));
       }
+      // Escapes share one rule per set of escaped bytes and target: a state then has one stack
+      // for them instead of one per control character (30+), which made every advance, and so
+      // every mask, of a long patterned string several times slower.
+      for (auto& [key, set] : escaped)
+        rb_.add_alt(r, {rb_.byte('\\'), RuleBuilder::ref(escape_rule(set)), RuleBuilder::ref(get(key.first, key.second))});
       for (auto& [key, set] : raw) rb_.add_alt(r, {rb_.cls(set), RuleBuilder::ref(get(key.first, key.second))});
     }
     return start;
+  }
+
+  // What follows the backslash of the JSON escapes of the bytes in `set` (short forms where JSON
+  // has them, else u00XX). Memoized per set.
+  uint32_t escape_rule(const ByteSet& set) {
+    auto it = escape_rules_.find(set);
+    if (it != escape_rules_.end()) return it->second;
+    static const char* hex = "0123456789abcdef";
+    uint32_t r = rb_.new_rule();
+    for (int b = 0; b < 256; ++b) {
+      if (!byteset_has(set, uint8_t(b))) continue;
+      std::string esc;
+      switch (b) {
+        case '"': esc = "\""; break;
+        case '\\': esc = "\\"; break;
+        case '\n': esc = "n"; break;
+        case '\r': esc = "r"; break;
+        case '\t': esc = "t"; break;
+        case '\b': esc = "b"; break;
+        case '\f': esc = "f"; break;
+        default: esc = std::string("u00") + hex[b >> 4] + hex[b & 15];
+      }
+      std::vector<Elem> seq;
+      rb_.lit(seq, esc);
+      rb_.add_alt(r, std::move(seq));
+    }
+    escape_rules_.emplace(set, r);
+    return r;
+  }
+
+  // The state every valid UTF-8 character leads to from q, or -1 when characters differ (or some
+  // character is refused). Checked along the UTF-8 structure: lead byte, then continuation ranges.
+  static int32_t any_char_target(const Dfa& d, int32_t q) {
+    const int32_t t = d.next[size_t(q)][0];
+    if (t < 0) return -1;
+    for (int b = 1; b < 0x80; ++b)
+      if (d.next[size_t(q)][size_t(b)] != t) return -1;
+    std::map<std::pair<int32_t, int>, bool> memo;
+    // All `k` more continuation bytes (80-BF) from s end in t.
+    std::function<bool(int32_t, int)> conts = [&](int32_t s, int k) -> bool {
+      if (s < 0) return false;
+      if (k == 0) return s == t;
+      auto key = std::make_pair(s, k);
+      if (auto it = memo.find(key); it != memo.end()) return it->second;
+      bool ok = true;
+      for (int b = 0x80; b <= 0xBF && ok; ++b) ok = conts(d.next[size_t(s)][size_t(b)], k - 1);
+      memo[key] = ok;
+      return ok;
+    };
+    // lead byte range, first continuation range, continuation bytes after it
+    struct Seq { int lead_lo, lead_hi, lo, hi, rest; };
+    static const Seq seqs[] = {{0xC2, 0xDF, 0x80, 0xBF, 0}, {0xE0, 0xE0, 0xA0, 0xBF, 1}, {0xE1, 0xEC, 0x80, 0xBF, 1},
+                               {0xED, 0xED, 0x80, 0x9F, 1}, {0xEE, 0xEF, 0x80, 0xBF, 1}, {0xF0, 0xF0, 0x90, 0xBF, 2},
+                               {0xF1, 0xF3, 0x80, 0xBF, 2}, {0xF4, 0xF4, 0x80, 0x8F, 2}};
+    for (const Seq& sq : seqs)
+      for (int lead = sq.lead_lo; lead <= sq.lead_hi; ++lead) {
+        int32_t s1 = d.next[size_t(q)][size_t(lead)];
+        if (s1 < 0) return -1;
+        for (int b = sq.lo; b <= sq.hi; ++b)
+          if (!conts(d.next[size_t(s1)][size_t(b)], sq.rest)) return -1;
+      }
+    return t;
   }
 
   uint32_t string_rule(const Flat& f) {
@@ -1179,7 +1241,12 @@ class SchemaCompiler {
     for (auto& x : a) x = rb_.new_rule();
     for (int64_t i = 0; i <= chain; ++i) {
       uint32_t ai = a[size_t(i)];
-      if (i >= f.min_items) rb_.add_alt(ai, {rb_.byte(']')});
+      if (i >= f.min_items) {
+        std::vector<Elem> close;
+        if (i > 0) sp_.before_close(close);
+        close.push_back(rb_.byte(']'));
+        rb_.add_alt(ai, std::move(close));
+      }
       bool can_add = max < 0 || i < max;
       if (!can_add) continue;
       uint32_t er = i < k ? elem_rules[size_t(i)] : item_rule;
@@ -1187,16 +1254,16 @@ class SchemaCompiler {
       std::vector<Elem> seq;
       if (i > 0) {
         seq.push_back(rb_.byte(','));
-        ws(seq);
+        sp_.after_comma(seq);
       }
       seq.push_back(RuleBuilder::ref(er));
-      ws(seq);
+      sp_.after_value(seq);
       uint32_t next = (i < chain) ? a[size_t(i + 1)] : ai;  // the last one loops when unbounded
       seq.push_back(RuleBuilder::ref(next));
       rb_.add_alt(ai, std::move(seq));
     }
     std::vector<Elem> open{rb_.byte('[')};
-    ws(open);
+    sp_.after_open(open);
     open.push_back(RuleBuilder::ref(a[0]));
     rb_.add_alt(r, std::move(open));
     return r;
@@ -1260,19 +1327,22 @@ class SchemaCompiler {
     for (auto& x : rest) x = {rb_.new_rule(), rb_.new_rule()};
     for (int first = 0; first < 2; ++first) {
       uint32_t tail = rest[n][first];
-      rb_.add_alt(tail, {rb_.byte('}')});
+      std::vector<Elem> close;
+      if (!first) sp_.before_close(close);
+      close.push_back(rb_.byte('}'));
+      rb_.add_alt(tail, std::move(close));
       if (add_allowed) {
         std::vector<Elem> seq;
         if (!first) {
           seq.push_back(rb_.byte(','));
-          ws(seq);
+          sp_.after_comma(seq);
         }
         seq.push_back(RuleBuilder::ref(add_key));
-        ws(seq);
+        sp_.after_value(seq);
         seq.push_back(rb_.byte(':'));
-        ws(seq);
+        sp_.after_colon(seq);
         seq.push_back(RuleBuilder::ref(add_val));
-        ws(seq);
+        sp_.after_value(seq);
         seq.push_back(RuleBuilder::ref(rest[n][0]));
         rb_.add_alt(tail, std::move(seq));
       }
@@ -1283,21 +1353,21 @@ class SchemaCompiler {
         std::vector<Elem> seq;
         if (!first) {
           seq.push_back(rb_.byte(','));
-          ws(seq);
+          sp_.after_comma(seq);
         }
         rb_.lit(seq, json_quote(props[i].name));
-        ws(seq);
+        sp_.after_value(seq);
         seq.push_back(rb_.byte(':'));
-        ws(seq);
+        sp_.after_colon(seq);
         seq.push_back(RuleBuilder::ref(props[i].rule));
-        ws(seq);
+        sp_.after_value(seq);
         seq.push_back(RuleBuilder::ref(rest[i + 1][0]));
         rb_.add_alt(ri, std::move(seq));
         if (!props[i].required) rb_.add_alt(ri, {RuleBuilder::ref(rest[i + 1][first])});
       }
     }
     std::vector<Elem> open{rb_.byte('{')};
-    ws(open);
+    sp_.after_open(open);
     open.push_back(RuleBuilder::ref(rest[0][1]));
     rb_.add_alt(r, std::move(open));
     return r;
@@ -1318,20 +1388,23 @@ class SchemaCompiler {
     uint32_t arr = rb_.new_rule(), arr_rest = rb_.new_rule();
     {
       std::vector<Elem> a{rb_.byte('[')};
-      ws(a);
+      sp_.after_open(a);
       a.push_back(rb_.byte(']'));
       rb_.add_alt(arr, std::move(a));
       std::vector<Elem> b{rb_.byte('[')};
-      ws(b);
+      sp_.after_open(b);
       b.push_back(RuleBuilder::ref(v));
-      ws(b);
+      sp_.after_value(b);
       b.push_back(RuleBuilder::ref(arr_rest));
       rb_.add_alt(arr, std::move(b));
-      rb_.add_alt(arr_rest, {rb_.byte(']')});
+      std::vector<Elem> close;
+      sp_.before_close(close);
+      close.push_back(rb_.byte(']'));
+      rb_.add_alt(arr_rest, std::move(close));
       std::vector<Elem> c{rb_.byte(',')};
-      ws(c);
+      sp_.after_comma(c);
       c.push_back(RuleBuilder::ref(v));
-      ws(c);
+      sp_.after_value(c);
       c.push_back(RuleBuilder::ref(arr_rest));
       rb_.add_alt(arr_rest, std::move(c));
     }
@@ -1339,24 +1412,27 @@ class SchemaCompiler {
     {
       auto member = [&](std::vector<Elem>& s) {
         s.push_back(RuleBuilder::ref(str));
-        ws(s);
+        sp_.after_value(s);
         s.push_back(rb_.byte(':'));
-        ws(s);
+        sp_.after_colon(s);
         s.push_back(RuleBuilder::ref(v));
-        ws(s);
+        sp_.after_value(s);
       };
       std::vector<Elem> a{rb_.byte('{')};
-      ws(a);
+      sp_.after_open(a);
       a.push_back(rb_.byte('}'));
       rb_.add_alt(obj, std::move(a));
       std::vector<Elem> b{rb_.byte('{')};
-      ws(b);
+      sp_.after_open(b);
       member(b);
       b.push_back(RuleBuilder::ref(obj_rest));
       rb_.add_alt(obj, std::move(b));
-      rb_.add_alt(obj_rest, {rb_.byte('}')});
+      std::vector<Elem> close;
+      sp_.before_close(close);
+      close.push_back(rb_.byte('}'));
+      rb_.add_alt(obj_rest, std::move(close));
       std::vector<Elem> c{rb_.byte(',')};
-      ws(c);
+      sp_.after_comma(c);
       member(c);
       c.push_back(RuleBuilder::ref(obj_rest));
       rb_.add_alt(obj_rest, std::move(c));
@@ -1378,7 +1454,9 @@ class SchemaCompiler {
   std::map<std::string, std::shared_ptr<Dfa>> dfas_;
   std::map<std::string, std::string> regex_errors_;
   std::map<std::string, uint32_t> regex_rules_;
-  std::optional<uint32_t> any_rule_, ws_rule_;
+  std::map<ByteSet, uint32_t> escape_rules_;
+  std::optional<uint32_t> any_rule_;
+  JsonSpacing sp_{rb_, opts_};
   bool has_ref_ = false;
   std::vector<std::string> nested_ids_;
 };
@@ -1399,6 +1477,52 @@ uint32_t whitespace_rule(RuleBuilder& rb, const CompileOptions& opts) {
     prev = r;
   }
   return prev;
+}
+
+namespace {
+// "" | " " S_k... : S_k ::= "" | " " S_{k-1}: at most k more spaces.
+uint32_t spaces_rule(RuleBuilder& rb, int k) {
+  uint32_t prev = rb.new_rule();
+  rb.add_alt(prev, {});
+  for (int i = 0; i < k; ++i) {
+    uint32_t r = rb.new_rule();
+    rb.add_alt(r, {});
+    rb.add_alt(r, {rb.byte(' '), RuleBuilder::ref(prev)});
+    prev = r;
+  }
+  return prev;
+}
+}  // namespace
+
+void JsonSpacing::add(std::vector<Elem>& seq, Slot slot) {
+  switch (opts_.whitespace) {
+    case Whitespace::Compact:
+      return;
+    case Whitespace::Flexible:
+      // Anywhere JSON allows it, except before a closing bracket, which always follows a value
+      // and its whitespace (two runs in a row would double the bound).
+      if (slot == Slot::BeforeClose) return;
+      if (!any_) any_ = whitespace_rule(rb_, opts_);
+      seq.push_back(RuleBuilder::ref(*any_));
+      return;
+    case Whitespace::Natural:
+      if (slot == Slot::AfterValue) return;  // json.dumps and pretty printers write none before ':' ','
+      if (slot == Slot::AfterColon) {
+        if (!space_) space_ = spaces_rule(rb_, 1);
+        seq.push_back(RuleBuilder::ref(*space_));
+        return;
+      }
+      if (!line_) {
+        // "" | " " | "\n" followed by at most max_indent spaces.
+        line_ = rb_.new_rule();
+        rb_.add_alt(*line_, {});
+        rb_.add_alt(*line_, {rb_.byte(' ')});
+        if (opts_.max_indent >= 0)
+          rb_.add_alt(*line_, {rb_.byte('\n'), RuleBuilder::ref(spaces_rule(rb_, opts_.max_indent))});
+      }
+      seq.push_back(RuleBuilder::ref(*line_));
+      return;
+  }
 }
 
 uint32_t plain_string_rule(RuleBuilder& rb) {

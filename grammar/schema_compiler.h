@@ -1,6 +1,7 @@
 // Internal: JSON Schema -> rules in a RuleBuilder. Used by compile_json_schema and compile_tool_list
 // (which compiles each tool's parameters into the same builder).
 #pragma once
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -17,8 +18,31 @@ uint32_t compile_schema_into(RuleBuilder& rb, const JValue& root, const CompileO
                              const std::string& pointer_prefix, std::vector<CompileError>& errors,
                              bool object_only = false);
 
+// Optional whitespace at the structural positions of JSON, per CompileOptions::whitespace (the
+// rules are built on first use and shared by every position of one compile).
+//   Compact: none. Flexible: a bounded run of JSON whitespace after '{' '[' ',' ':' and after
+//   every key and value. Natural: what JSON writers emit, no more: one optional space after ':';
+//   after '{' '[' ',' and before the '}' ']' of a non-empty container, "", " " or (max_indent >= 0)
+//   a newline and up to max_indent spaces; nothing before ':' and ','.
+class JsonSpacing {
+ public:
+  JsonSpacing(RuleBuilder& rb, const CompileOptions& opts) : rb_(rb), opts_(opts) {}
+  void after_open(std::vector<Elem>& seq) { add(seq, Slot::AfterOpen); }      // after '{' or '['
+  void before_close(std::vector<Elem>& seq) { add(seq, Slot::BeforeClose); }  // non-empty containers
+  void after_value(std::vector<Elem>& seq) { add(seq, Slot::AfterValue); }    // after a key or value
+  void after_colon(std::vector<Elem>& seq) { add(seq, Slot::AfterColon); }
+  void after_comma(std::vector<Elem>& seq) { add(seq, Slot::AfterComma); }
+
+ private:
+  enum class Slot { AfterOpen, BeforeClose, AfterValue, AfterColon, AfterComma };
+  void add(std::vector<Elem>& seq, Slot slot);
+  RuleBuilder& rb_;
+  CompileOptions opts_;
+  std::optional<uint32_t> any_, space_, line_;
+};
+
 // Shared helpers for the tool-list wrapper.
-uint32_t whitespace_rule(RuleBuilder& rb, const CompileOptions& opts);  // "" when Compact
+uint32_t whitespace_rule(RuleBuilder& rb, const CompileOptions& opts);  // Flexible's bounded run
 uint32_t plain_string_rule(RuleBuilder& rb);                          // '"' chars '"'
 
 }  // namespace picolm::grammar::detail

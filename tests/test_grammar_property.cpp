@@ -5,6 +5,9 @@
 //   - a deterministic selection of JSON-Schema-Test-Suite schemas the compiler accepts, and
 //   - the PicoClaw-like tool list in every tool-call format, single and parallel,
 // with the 32k Llama SentencePiece vocabulary and the 152k Qwen2.5 byte-level BPE vocabulary.
+// Every seed walks twice: freely, and switching to the closing mask (Matcher::fill_mask_closing)
+// after a random prefix, as a decoder whose token budget runs out does; the closing walk must
+// finish within min_completion_tokens() + slack tokens of that point.
 // Every walk must end with end-of-generation within its token budget (a walk that gets stuck or
 // cannot finish is a grammar bug), its bytes must be accepted again by a fresh matcher, and the
 // instance must validate with an independent validator: Python's jsonschema
@@ -33,7 +36,7 @@ namespace {
 using namespace picolm;
 
 constexpr int kMaxSuiteSchemas = 80;  // x 2 vocabularies = 160 walks
-constexpr int kToolSeeds = 4;         // x 10 tool configurations x 2 vocabularies = 80 walks
+constexpr int kToolSeeds = 4;         // x 13 tool configurations x 2 vocabularies = 104 walks
 
 struct WalkCase {
   std::string label;       // for messages
@@ -74,16 +77,22 @@ std::vector<WalkCase> suite_cases() {
     const std::string stem = std::filesystem::path(path).stem().string();
     for (const auto& g : groups) {
       grammar::CompileOptions opts;
-      opts.whitespace = all.size() % 2 ? grammar::Whitespace::Flexible : grammar::Whitespace::Compact;
+      opts.whitespace = all.size() % 3 == 0   ? grammar::Whitespace::Compact
+                        : all.size() % 3 == 1 ? grammar::Whitespace::Flexible
+                                              : grammar::Whitespace::Natural;
+      opts.max_indent = 16;
       auto r = grammar::compile_json_schema(g.schema, opts);
       if (!r.ok()) continue;
       bool satisfiable = false;
       for (const auto& t : g.tests) {
         if (!t.valid) continue;
         grammar::Matcher m(r.grammar, bytes);
+        // Natural: the pretty printer's ": " and newline + indentation (at most 16 spaces).
         const std::string text = opts.whitespace == grammar::Whitespace::Compact
                                      ? grammar_tests::json_compact(t.data)
-                                     : grammar_tests::json_pretty(t.data, opts.max_whitespace_run);
+                                     : grammar_tests::json_pretty(t.data, opts.whitespace == grammar::Whitespace::Natural
+                                                                              ? opts.max_indent + 1
+                                                                              : opts.max_whitespace_run);
         if (m.accept_bytes(text) && m.is_complete()) satisfiable = true;
       }
       if (!satisfiable) continue;
@@ -107,6 +116,7 @@ std::vector<WalkCase> tool_cases() {
     grammar::Whitespace ws;
     bool allow_text = false;
     const char* forced_tool = "";
+    int indent = -1;  // Natural only
   };
   const Config configs[] = {
       {"object", grammar::ToolCallFormat::JsonObject, false, grammar::Whitespace::Compact},
@@ -119,6 +129,9 @@ std::vector<WalkCase> tool_cases() {
       {"envelope", grammar::ToolCallFormat::Envelope, true, grammar::Whitespace::Compact},
       {"envelope", grammar::ToolCallFormat::Envelope, false, grammar::Whitespace::Compact, /*allow_text=*/true},
       {"object", grammar::ToolCallFormat::JsonObject, false, grammar::Whitespace::Flexible, false, "cron"},
+      {"hermes", grammar::ToolCallFormat::Hermes, true, grammar::Whitespace::Natural},
+      {"object", grammar::ToolCallFormat::JsonObject, false, grammar::Whitespace::Natural},
+      {"envelope", grammar::ToolCallFormat::Envelope, true, grammar::Whitespace::Natural, true, "", 16},
   };
   std::vector<WalkCase> cases;
   for (const Config& c : configs) {
@@ -126,12 +139,15 @@ std::vector<WalkCase> tool_cases() {
     opts.format = c.format;
     opts.parallel = c.parallel;
     opts.schema.whitespace = c.ws;
+    opts.schema.max_indent = c.indent;
     opts.allow_text = c.allow_text;
     opts.forced_tool = c.forced_tool;
     auto r = grammar::compile_tool_list(tools_json, opts);
     const std::string label = std::string("tools/") + c.name + (c.parallel ? "/parallel" : "") +
                               (c.allow_text ? "/allow-text" : "") + (*c.forced_tool ? "/forced-" + std::string(c.forced_tool) : "") +
-                              (c.ws == grammar::Whitespace::Compact ? "/compact" : "/flexible");
+                              (c.ws == grammar::Whitespace::Compact    ? "/compact"
+                               : c.ws == grammar::Whitespace::Flexible ? "/flexible"
+                                                                       : "/natural");
     INFO(label << ": " << r.error_text());
     REQUIRE(r.ok());
     cases.push_back({label,
@@ -212,18 +228,39 @@ TEST_CASE("random walks under the mask produce valid instances", "[grammar]") {
   std::map<std::string, int> status_count;
   long total_tokens = 0;
   int n_canonical = 0;  // instances whose canonical tokenization was replayed
+  int n_closing = 0, n_closed = 0;  // walks asked to close / that reached closing mode
+  long closing_tokens = 0;
   uint64_t seed = 1;
   for (const auto& [c, n_seeds] : plan) {
     for (const NamedVocab& nv : vocabs) {
-      for (int s = 0; s < n_seeds; ++s) {
+      // Each seed walks twice: freely, and switching to closing mode after a random prefix (it
+      // must then finish within min_completion_tokens() + slack tokens, and still validate).
+      for (int s = 0; s < 2 * n_seeds; ++s) {
+        const bool closing = s % 2 == 1;
         tools::WalkOptions wo;
         wo.seed = seed++;
         wo.rollback_check = 0.1;
+        if (closing) {
+          wo.close_after = static_cast<int>(wo.seed * 7919 % 17);
+          wo.closing_slack = static_cast<int>(wo.seed % 3);
+        }
         const tools::WalkResult w = tools::random_walk(c.grammar, nv.wv, wo);
-        Outcome o{c.label, nv.name, w.text, w.status, w.detail, w.n_tokens};
+        Outcome o{c.label + (closing ? "/closing" : ""), nv.name, w.text, w.status, w.detail, w.n_tokens};
+        if (closing) {
+          ++n_closing;
+          if (w.closing_used >= 0) {
+            ++n_closed;
+            closing_tokens += w.closing_used;
+            if (w.closing_used > w.closing_budget || w.closing_budget != w.closing_min_tokens + wo.closing_slack) {
+              o.status = tools::WalkStatus::Inconsistent;
+              o.detail = "closing mode used " + std::to_string(w.closing_used) + " tokens, allowed " +
+                         std::to_string(w.closing_budget) + " (shortest " + std::to_string(w.closing_min_tokens) + ")";
+            }
+          }
+        }
         status_count[tools::walk_status_name(w.status)]++;
         total_tokens += w.n_tokens;
-        if (w.status == tools::WalkStatus::Finished) {
+        if (o.status == tools::WalkStatus::Finished) {
           grammar::Matcher again(c.grammar, bytes);
           std::string canonical_problem;
           if (!again.accept_bytes(w.text) || !again.is_complete()) {
@@ -294,10 +331,184 @@ TEST_CASE("random walks under the mask produce valid instances", "[grammar]") {
   for (size_t i = 0; i < problems.size() && i < 40; ++i) std::printf("%s\n", problems[i].c_str());
   std::printf("grammar property: %zu walks, %ld tokens; ", outcomes.size(), total_tokens);
   for (const auto& [k, v] : status_count) std::printf("%s %d; ", k.c_str(), v);
-  std::printf("%zu validated, %d invalid; canonical tokenization replayed for %d\n", verdicts.size(), n_invalid,
-              n_canonical);
+  std::printf("%zu validated, %d invalid; canonical tokenization replayed for %d; closing mode reached in %d of %d "
+              "walks (%ld tokens)\n",
+              verdicts.size(), n_invalid, n_canonical, n_closed, n_closing, closing_tokens);
   CHECK(n_unfinished == 0);
   CHECK(n_invalid == 0);
-  CHECK(outcomes.size() >= 150);
+  CHECK(outcomes.size() >= 300);
+  CHECK(n_closed >= n_closing * 2 / 3);  // most closing walks were still open when asked to close
   CHECK(n_canonical >= 50);  // the byte-exact (BPE) vocabulary must replay a good share
+}
+
+// ---------------------------------------------------------------------------------------------
+// Natural whitespace (issue 19): the calls and answers each template family writes, in that
+// family's formatting and tokenized by the real tokenizer, are accepted token by token; random
+// walks under the same masks never write structural whitespace runs longer than the bound.
+
+namespace {
+
+// Longest run of whitespace bytes outside JSON strings (string contents are data, not layout).
+size_t longest_structural_ws_run(const std::string& text) {
+  size_t best = 0, run = 0;
+  bool in_string = false, escaped = false;
+  for (char ch : text) {
+    if (in_string) {
+      if (escaped) escaped = false;
+      else if (ch == '\\') escaped = true;
+      else if (ch == '"') in_string = false;
+      continue;
+    }
+    if (ch == ' ' || ch == '\n' || ch == '\t' || ch == '\r') {
+      best = std::max(best, ++run);
+    } else {
+      run = 0;
+      if (ch == '"') in_string = true;
+    }
+  }
+  return best;
+}
+
+// The tokens a model of this vocabulary emits for `text` mid-reply: the tokenizer's own
+// tokenization with special tokens parsed (Qwen's <tool_call> is one added token). A
+// SentencePiece tokenizer prepends a space to the whole text; mid-reply there is none, so the
+// first token is replaced by its twin without the leading space.
+std::vector<int32_t> reply_tokens(const tools::VocabBundle& b, const std::string& text, std::string& problem) {
+  std::vector<int32_t> ids = b.tokenizer->encode(text, /*add_special=*/false, /*parse_special=*/true);
+  std::string spelled;
+  for (int32_t id : ids) spelled += b.vocab->token(id);
+  if (spelled == text) return ids;
+  if (spelled == " " + text && !ids.empty()) {
+    const std::string first = b.vocab->token(ids[0]);
+    if (first == " ") {
+      ids.erase(ids.begin());
+      return ids;
+    }
+    for (size_t id = 0; id < b.vocab->size(); ++id)
+      if (b.vocab->token(static_cast<int32_t>(id)) == first.substr(1)) {
+        ids[0] = static_cast<int32_t>(id);
+        return ids;
+      }
+  }
+  problem = "tokens spell \"" + spelled + "\", not the text";
+  return {};
+}
+
+struct NativeCase {
+  std::string family;
+  std::shared_ptr<const grammar::Grammar> grammar;
+  std::vector<std::string> examples;  // in the family's own formatting
+  size_t ws_bound;                    // documented longest structural whitespace run
+};
+
+std::vector<NativeCase> native_cases() {
+  const std::string tools_json = read_file(std::string(PICOLM_SHARED_DIR) + "/tool-lists/picoclaw-like-tools.json");
+  std::vector<NativeCase> cases;
+  auto tool_grammar = [&](grammar::ToolCallFormat format, bool parallel, const std::string& key) {
+    grammar::ToolListOptions o;
+    o.format = format;
+    o.parallel = parallel;
+    o.arguments_key = key;
+    o.schema.whitespace = grammar::Whitespace::Natural;
+    o.schema.max_indent = -1;  // tool calls are written on one line by every family
+    auto r = grammar::compile_tool_list(tools_json, o);
+    INFO(r.error_text());
+    REQUIRE(r.ok());
+    return r.grammar;
+  };
+  // Qwen2.5 / Qwen3 / Hermes: the template's own example, json.dumps separators.
+  cases.push_back({"hermes", tool_grammar(grammar::ToolCallFormat::Hermes, true, "arguments"),
+                   {"<tool_call>\n{\"name\": \"read_file\", \"arguments\": {\"path\": \"/tmp/notes.txt\", \"offset\": 10}}\n</tool_call>",
+                    "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"unit\": \"celsius\"}}\n</tool_call>\n"
+                    "<tool_call>\n{\"name\": \"get_time\", \"arguments\": {}}\n</tool_call>",
+                    "<tool_call>\n{\"name\": \"message\", \"arguments\": {\"content\": \"Hi, see you at 5\", \"media\": "
+                    "[{\"type\": \"image\", \"path\": \"/tmp/a.png\"}, {\"type\": \"file\", \"path\": \"b.txt\"}]}}\n</tool_call>"},
+                   1});
+  // Llama 3.x: the bare call with "parameters".
+  cases.push_back({"llama3", tool_grammar(grammar::ToolCallFormat::JsonObject, false, "parameters"),
+                   {"{\"name\": \"web_search\", \"parameters\": {\"query\": \"picoclaw release\", \"count\": 3}}",
+                    "{\"name\": \"exec\", \"parameters\": {\"action\": \"run\", \"command\": \"ls -la\", \"background\": false}}"},
+                   1});
+  // json.dumps-style answers (response_format json_schema, one line).
+  const std::string answer_schema =
+      R"({"type":"object","properties":{"a":{"type":"integer"},"b":{"type":"array","items":{"type":"integer"}},)"
+      R"("c":{"type":"object","properties":{"d":{"type":["string","null"]}}}},"required":["a","b"]})";
+  {
+    grammar::CompileOptions o;
+    o.whitespace = grammar::Whitespace::Natural;
+    o.max_indent = -1;
+    auto r = grammar::compile_json_schema(answer_schema, o);
+    REQUIRE(r.ok());
+    cases.push_back({"json.dumps", r.grammar,
+                     {"{\"a\": 1, \"b\": [1, 2]}", "{\"a\": -7, \"b\": [], \"c\": {\"d\": null}}",
+                      "{\"a\": 1, \"b\": [1, 2], \"c\": {\"d\": \"x y\"}}"},
+                     1});
+  }
+  // Pretty-printed answers (indent 2), as models write JSON in documents.
+  {
+    grammar::CompileOptions o;
+    o.whitespace = grammar::Whitespace::Natural;
+    o.max_indent = 16;
+    auto r = grammar::compile_json_schema(answer_schema, o);
+    REQUIRE(r.ok());
+    cases.push_back({"pretty-2", r.grammar,
+                     {"{\n  \"a\": 1,\n  \"b\": [\n    1,\n    2\n  ]\n}",
+                      "{\n  \"a\": 3,\n  \"b\": [],\n  \"c\": {\n    \"d\": \"two words\"\n  }\n}",
+                      "{\"a\": 1, \"b\": [1, 2]}"},
+                     17});
+  }
+  return cases;
+}
+
+}  // namespace
+
+TEST_CASE("natural whitespace: native call formats accepted token by token, runs bounded", "[grammar]") {
+  const std::string shared = PICOLM_SHARED_DIR;
+  const std::vector<NativeCase> cases = native_cases();
+  int n_replayed = 0, n_walks = 0;
+  size_t longest_seen = 0;
+  uint64_t seed = 1000;
+  for (const char* model : {"qwen2-bpe-q4km.gguf", "qwen3-bpe-q4km.gguf", "llama-spm32k-q4km.gguf"}) {
+    auto loaded = tools::load_vocab_bundle(shared + "/models/" + model);
+    INFO(model << ": " << (loaded ? "" : loaded.error()));
+    REQUIRE(loaded.ok());
+    const tools::VocabBundle& b = *loaded;
+    const tools::WalkVocabulary wv(b.vocab);
+    std::vector<uint32_t> mask((b.vocab->size() + 31) / 32);
+    for (const NativeCase& c : cases) {
+      for (const std::string& text : c.examples) {
+        INFO(model << " / " << c.family << ": " << text);
+        std::string problem;
+        const std::vector<int32_t> ids = reply_tokens(b, text, problem);
+        INFO(problem);
+        REQUIRE(!ids.empty());
+        grammar::Matcher m(c.grammar, b.vocab);
+        for (size_t i = 0; i < ids.size(); ++i) {
+          std::fill(mask.begin(), mask.end(), 0u);
+          m.fill_mask(mask.data());
+          const int32_t id = ids[i];
+          INFO("token " << i << " (id " << id << ", \"" << b.vocab->token(id) << "\") after \"" << m.text() << "\"");
+          REQUIRE(((mask[static_cast<size_t>(id) / 32] >> (id % 32)) & 1u) == 1u);
+          REQUIRE(m.accept_token(id));
+        }
+        CHECK(m.accept_token(b.vocab->eog_ids().front()));
+        ++n_replayed;
+      }
+      for (int s = 0; s < 12; ++s) {
+        tools::WalkOptions wo;
+        wo.seed = seed++;
+        const tools::WalkResult w = tools::random_walk(c.grammar, wv, wo);
+        INFO(model << " / " << c.family << " walk: " << tools::walk_status_name(w.status) << " " << w.detail << "\n" << w.text);
+        CHECK(w.status == tools::WalkStatus::Finished);
+        const size_t run = longest_structural_ws_run(w.text);
+        CHECK(run <= c.ws_bound);
+        longest_seen = std::max(longest_seen, run);
+        ++n_walks;
+      }
+    }
+  }
+  std::printf("natural whitespace: %d native examples replayed, %d walks, longest structural whitespace run %zu\n",
+              n_replayed, n_walks, longest_seen);
+  CHECK(n_replayed == 3 * 11);
+  CHECK(longest_seen >= 2);  // the walks did use the newline + indentation of the pretty-printed case
 }

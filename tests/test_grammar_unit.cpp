@@ -249,6 +249,32 @@ TEST_CASE("whitespace policy", "[grammar]") {
   flex.whitespace = Whitespace::Flexible;
   check(s, {"{\"a\":[1,2]}", "{ \"a\" : [ 1 , 2 ] }", "{\n  \"a\": [1,\n 2]\n}"}, {"{\"a\":[1 2]}"}, flex);
   check(R"({"enum":[{"k":[1,2]}]})", {"{\"k\":[1,2]}", "{ \"k\" : [ 1, 2 ] }"}, {"{\"k\":[1 2]}"}, flex);
+
+  // Natural: json.dumps separators, one line.
+  CompileOptions nat;
+  nat.whitespace = Whitespace::Natural;
+  check(s, {"{\"a\":[1,2]}", "{\"a\": [1, 2]}", "{ \"a\": [ 1, 2 ] }", "{}", "{\"a\": []}"},
+        {"{\"a\" : [1, 2]}", "{\"a\":  [1,2]}", "{\"a\": [1 , 2]}", "{\n\"a\": [1]}", "{\"a\": [1,\t2]}",
+         "{\"a\": [1,  2]}"},
+        nat);
+  // Natural with newlines: indentation up to max_indent spaces.
+  nat.max_indent = 4;
+  check(s, {"{\n  \"a\": [\n    1,\n    2\n  ]\n}", "{\"a\": [1, 2]}", "{\n\"a\": [1]\n}"},
+        {"{\n  \"a\": [\n      1\n  ]\n}", "{\n\n\"a\": [1]}", "{\n  \"a\":\n[1]}", "{\r\n\"a\": [1]}"}, nat);
+  check(R"({"enum":[{"k":[1,2]}]})", {"{\"k\": [1, 2]}", "{\n  \"k\": [\n    1,\n    2\n  ]\n}"},
+        {"{\"k\" : [1, 2]}"}, nat);
+  check(R"({})", {"{\"x\": [1, {\"y\": null}], \"z\": {}}", "[\n  1,\n  \"a\"\n]"}, {"[1 ,2]", "{\"x\" :1}"}, nat);
+  auto tools = compile_tool_list(R"([{"type":"function","function":{"name":"f","parameters":{"type":"object",)"
+                                 R"("properties":{"a":{"type":"integer"}}}}}])",
+                                 [] {
+                                   ToolListOptions t;
+                                   t.format = ToolCallFormat::Hermes;
+                                   t.schema.whitespace = Whitespace::Natural;
+                                   return t;
+                                 }());
+  REQUIRE(tools.ok());
+  CHECK(matches(tools.grammar, "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": 1}}\n</tool_call>"));
+  CHECK_FALSE(matches(tools.grammar, "<tool_call>\n{\"name\" : \"f\", \"arguments\": {\"a\": 1}}\n</tool_call>"));
 }
 
 TEST_CASE("matcher: EOG only when complete, rollback restores state", "[grammar]") {
@@ -326,6 +352,31 @@ TEST_CASE("mask equals brute force on a synthetic vocabulary", "[grammar]") {
       "properties":{"x":{"type":"integer"}}}}}])", to);
   REQUIRE(tr.ok());
   check_mask_consistency(tr.grammar, vocab, "xa\"aab\"{\"name\":\"f\",\"arguments\":{\"x\":12}}");
+}
+
+TEST_CASE("mask fast paths of counted chains equal brute force", "[grammar]") {
+  // Long tokens of one class (the class-run and string-run skips), tokens that leave the class
+  // half way, escapes, multi-byte characters and quotes, near and far from the chains' ends.
+  std::vector<std::string> extra = {"aaaa", "aaaaaaaa", "aaaaaaaaaaaa", "abcdefghij", "abc\"", "ab\"}", "a b",
+                                    "a\\n", "\\u00e9", "\xc3\xa9\xc3\xa9", "\xc3\xa9" "aa", "aa\xc3\xa9", "\"",
+                                    "\"aaa", "aaaa\"", "0123", "zzzzzzzzzzzzzzzzzzzz", "a-b", "\t", "\\", "\\\""};
+  auto vocab = byte_vocab(extra);
+  struct Case {
+    const char* schema;
+    std::string path;
+  };
+  const Case cases[] = {
+      {R"({"type":"string","maxLength":14})", "\"aaaaaaaaaaaaaa\""},
+      {R"({"type":"string","minLength":6,"maxLength":20})", "\"ab\xc3\xa9\\n\\u00e9cdefghijkl\""},
+      {R"({"type":"string","pattern":"^[a-z]{3,13}$"})", "\"abcdefghijklm\""},
+      {R"({"type":"string","pattern":"^[\\s\\S]{12}$"})", "\"a b\\n\\\"cdefghi\""},
+      {R"({"type":"string","pattern":"^([a-z][a-z])*$"})", "\"abcdefghij\""},
+      {R"({"type":"string","pattern":"^x[^]{2,9}$"})", "\"x\xc3\xa9\\u00e9aaaaa\""},
+  };
+  for (const Case& c : cases) {
+    INFO(c.schema);
+    check_mask_consistency(compile_ok(c.schema), vocab, c.path);
+  }
 }
 
 TEST_CASE("tool lists", "[grammar]") {

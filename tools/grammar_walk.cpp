@@ -65,9 +65,35 @@ WalkResult random_walk(const std::shared_ptr<const grammar::Grammar>& grammar, c
   std::vector<uint32_t> mask((n_vocab + 31) / 32);
 
   std::vector<int32_t> allowed, closing, punctuation, eog;
+  int closing_left = -1;  // >= 0: in closing mode, non-EOG tokens left
   for (int step = 0; step < opts.max_tokens; ++step) {
     std::fill(mask.begin(), mask.end(), 0u);
-    if (opts.time_masks) {
+    if (closing_left < 0 && opts.time_masks) {
+      // What a budget-aware decoder asks before every token.
+      const auto t0 = std::chrono::steady_clock::now();
+      const int t = m.min_completion_tokens();
+      const auto t1 = std::chrono::steady_clock::now();
+      (void)t;
+      r.completion_us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+    }
+    if (closing_left < 0 && opts.close_after >= 0 && step >= opts.close_after) {
+      r.closing_min_tokens = m.min_completion_tokens();
+      if (r.closing_min_tokens < 0) {
+        r.status = WalkStatus::Inconsistent;
+        r.detail = "min_completion_tokens() is -1 (the vocabulary cannot spell the completion)";
+        r.text = m.text();
+        return r;
+      }
+      closing_left = r.closing_min_tokens + opts.closing_slack;
+      r.closing_budget = closing_left;
+      r.closing_used = 0;
+    }
+    if (closing_left >= 0) {
+      const auto t0 = std::chrono::steady_clock::now();
+      m.fill_mask_closing(mask.data(), closing_left);
+      const auto t1 = std::chrono::steady_clock::now();
+      if (opts.time_masks) r.closing_mask_us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+    } else if (opts.time_masks) {
       const double c0 = thread_cpu_us();
       const auto t0 = std::chrono::steady_clock::now();
       m.fill_mask(mask.data());
@@ -136,7 +162,8 @@ WalkResult random_walk(const std::shared_ptr<const grammar::Grammar>& grammar, c
         return r;
       }
       m.rollback(1);
-      m.fill_mask(again.data());
+      if (closing_left >= 0) m.fill_mask_closing(again.data(), closing_left);
+      else m.fill_mask(again.data());
       if (again != mask || m.text() != before) {
         r.status = WalkStatus::Inconsistent;
         r.detail = "accept_token(" + std::to_string(probe) + ") + rollback(1) changed the " +
@@ -147,8 +174,13 @@ WalkResult random_walk(const std::shared_ptr<const grammar::Grammar>& grammar, c
     }
 
     int32_t pick;
-    const bool closing_phase = step >= soft_len && coin(rng) < opts.close_bias;
-    if (closing_phase && !eog.empty()) {
+    const bool closing_phase = closing_left < 0 && step >= soft_len && coin(rng) < opts.close_bias;
+    if (closing_left >= 0) {
+      // Random logits over the closing mask.
+      const size_t n = allowed.size() + eog.size();
+      const size_t k = std::uniform_int_distribution<size_t>(0, n - 1)(rng);
+      pick = k < allowed.size() ? allowed[k] : eog[k - allowed.size()];
+    } else if (closing_phase && !eog.empty()) {
       pick = eog[0];
     } else if (closing_phase && !closing.empty()) {
       pick = closing[std::uniform_int_distribution<size_t>(0, closing.size() - 1)(rng)];
@@ -185,6 +217,15 @@ WalkResult random_walk(const std::shared_ptr<const grammar::Grammar>& grammar, c
       r.status = WalkStatus::Finished;
       r.text = m.text();
       return r;
+    }
+    if (closing_left >= 0) {
+      ++r.closing_used;
+      if (--closing_left < 0) {
+        r.status = WalkStatus::BudgetExhausted;
+        r.detail = "closing mode used more than " + std::to_string(r.closing_budget) + " tokens";
+        r.text = m.text();
+        return r;
+      }
     }
   }
   r.status = WalkStatus::BudgetExhausted;

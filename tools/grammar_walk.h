@@ -26,6 +26,12 @@ struct WalkOptions {
   double rollback_check = 0.0;  // per step: probability of accepting a random allowed token,
                                 // rolling it back, and requiring the same mask and text as before
   bool time_masks = false;    // record the time of every fill_mask and accept_token call
+  // Closing mode (issue 13): after `close_after` accepted tokens (-1: never) the walk follows
+  // Matcher::fill_mask_closing with tokens_left = min_completion_tokens() + closing_slack,
+  // counting down, picking uniformly among the allowed tokens. A walk that then needs more
+  // tokens than that is reported as BudgetExhausted.
+  int close_after = -1;
+  int closing_slack = 0;
 };
 
 enum class WalkStatus {
@@ -48,6 +54,13 @@ struct WalkResult {
   std::vector<double> accept_us;  // per accept_token call, when time_masks
   double slowest_mask_cpu_us = 0;  // the slowest fill_mask (CPU time) and the text before it
   std::string slowest_mask_prefix;
+  // Closing mode: the shortest completion when it started, the tokens then allowed, the tokens
+  // used (EOG not counted; -1 = closing never started).
+  int closing_min_tokens = -1;
+  int closing_budget = -1;
+  int closing_used = -1;
+  std::vector<double> completion_us;  // per step before closing, when time_masks: min_completion_tokens()
+  std::vector<double> closing_mask_us;  // per fill_mask_closing call, when time_masks (wall clock)
 };
 
 // A vocabulary with each token's class for the walk's heuristics, computed once and shared by

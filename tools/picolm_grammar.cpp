@@ -35,10 +35,12 @@ constexpr const char* kUsage =
     "usage: picolm-grammar <compile|check|sample|bench> (--schema S.json | --tools T.json) [options]\n"
     "  --format object|array|hermes|envelope   tool-call format (with --tools; default object)\n"
     "  --parallel                               allow several tool calls\n"
+    "  --dump                                   compile: print the rules\n"
     "  --allow-text                             envelope: also allow {\"content\":\"...\"}\n"
     "  --forced-tool NAME                       only this tool may be called\n"
-    "  --whitespace compact|flexible            default compact\n"
-    "  --ws-run N                               flexible: longest whitespace run (default 16; the provider uses 1)\n"
+    "  --whitespace compact|flexible|natural    default compact\n"
+    "  --ws-run N                               flexible: longest whitespace run (default 16)\n"
+    "  --indent N                               natural: newline + up to N spaces (default -1: no newlines)\n"
     "  --no-additional-properties               schema: additionalProperties defaults to false\n"
     "  --instance I.json | --instances I.jsonl  check: one instance per file / per line\n"
     "  --vocab V.gguf                           sample, bench (check: optional, default single bytes)\n"
@@ -52,8 +54,9 @@ struct Args {
   std::string format = "object";
   std::string whitespace = "compact";
   int ws_run = -1;  // -1: the library default
+  int indent = -1;
   std::string forced_tool;
-  bool parallel = false, allow_text = false, no_additional = false;
+  bool parallel = false, allow_text = false, no_additional = false, dump = false;
   uint64_t seed = 1;
   int max_tokens = 512;
   int walks = 20;
@@ -97,8 +100,10 @@ Args parse_args(int argc, char** argv) {
     else if (f == "--format") a.format = value();
     else if (f == "--whitespace") a.whitespace = value();
     else if (f == "--ws-run") a.ws_run = static_cast<int>(parse_int(f, value(), 0, 1 << 10));
+    else if (f == "--indent") a.indent = static_cast<int>(parse_int(f, value(), -1, 1 << 10));
     else if (f == "--forced-tool") a.forced_tool = value();
     else if (f == "--parallel") a.parallel = true;
+    else if (f == "--dump") a.dump = true;
     else if (f == "--allow-text") a.allow_text = true;
     else if (f == "--no-additional-properties") a.no_additional = true;
     else if (f == "--seed") a.seed = static_cast<uint64_t>(parse_int(f, value(), 0, 1L << 62));
@@ -113,7 +118,8 @@ Args parse_args(int argc, char** argv) {
   if (a.schema_path.empty() == a.tools_path.empty()) usage_error("give exactly one of --schema and --tools");
   if (a.format != "object" && a.format != "array" && a.format != "hermes" && a.format != "envelope")
     usage_error("--format must be object, array, hermes or envelope");
-  if (a.whitespace != "compact" && a.whitespace != "flexible") usage_error("--whitespace must be compact or flexible");
+  if (a.whitespace != "compact" && a.whitespace != "flexible" && a.whitespace != "natural")
+    usage_error("--whitespace must be compact, flexible or natural");
   if (a.command == "check" && a.instance_path.empty() == a.instances_path.empty())
     usage_error("check needs exactly one of --instance and --instances");
   if ((a.command == "sample" || a.command == "bench") && a.vocab_path.empty())
@@ -151,7 +157,9 @@ struct Source {
   }
   std::string describe() const {
     std::string d = is_tools ? "tools" : "schema";
-    d += schema_opts.whitespace == Whitespace::Compact ? ", whitespace compact" : ", whitespace flexible";
+    d += schema_opts.whitespace == Whitespace::Compact    ? ", whitespace compact"
+         : schema_opts.whitespace == Whitespace::Flexible ? ", whitespace flexible (run " + std::to_string(schema_opts.max_whitespace_run) + ")"
+                                                          : ", whitespace natural (indent " + std::to_string(schema_opts.max_indent) + ")";
     if (is_tools) {
       static const char* names[] = {"object", "array", "hermes", "triggered-text", "envelope"};
       d += std::string(", format ") + names[static_cast<int>(tool_opts.format)];
@@ -169,8 +177,11 @@ Source make_source(const Args& a) {
   Source s;
   s.is_tools = !a.tools_path.empty();
   s.text = read_or_die(s.is_tools ? a.tools_path : a.schema_path);
-  s.schema_opts.whitespace = a.whitespace == "flexible" ? Whitespace::Flexible : Whitespace::Compact;
+  s.schema_opts.whitespace = a.whitespace == "flexible" ? Whitespace::Flexible
+                             : a.whitespace == "natural" ? Whitespace::Natural
+                                                         : Whitespace::Compact;
   if (a.ws_run >= 0) s.schema_opts.max_whitespace_run = a.ws_run;
+  s.schema_opts.max_indent = a.indent;
   s.schema_opts.additional_properties_default = !a.no_additional;
   s.tool_opts.schema = s.schema_opts;
   s.tool_opts.format = a.format == "array"      ? ToolCallFormat::JsonArray
@@ -211,9 +222,10 @@ std::shared_ptr<const picolm::grammar::Vocabulary> load_vocab_or_die(const std::
 int cmd_compile(const Args& a) {
   const Source src = make_source(a);
   double ms = 0;
-  compile_or_die(src, &ms);
+  const CompileResult r = compile_or_die(src, &ms);
   std::printf("ok: %s compiled in %.3f ms (%s)\n", src.is_tools ? a.tools_path.c_str() : a.schema_path.c_str(), ms,
               src.describe().c_str());
+  if (a.dump) std::fputs(picolm::grammar::grammar_to_text(*r.grammar).c_str(), stdout);
   return 0;
 }
 
@@ -340,6 +352,36 @@ int cmd_bench(const Args& a) {
               slowest_prefix.size() > 200 ? (slowest_prefix.substr(0, 80) + " ... " + slowest_prefix.substr(slowest_prefix.size() - 100)).c_str()
                                           : slowest_prefix.c_str());
   std::printf("accept_token: median %.2f us, p99 %.2f us, max %.2f us (%zu calls)\n", as.median, as.p99, as.max, as.n);
+
+  // Shortest completion and closing mode: the same walks switch to closing mode after a random
+  // number of tokens (what a budget-aware decoder does when the budget runs low) and must finish
+  // within min_completion_tokens() at that point.
+  std::vector<double> completion_us, closing_us;
+  std::map<std::string, int> closing_statuses;
+  int closing_tokens = 0, closing_over = 0;
+  for (int i = 0; i < a.walks; ++i) {
+    tools::WalkOptions wo;
+    wo.seed = a.seed + static_cast<uint64_t>(i);
+    wo.max_tokens = a.max_tokens;
+    wo.time_masks = true;
+    wo.close_after = static_cast<int>((a.seed * 31 + static_cast<uint64_t>(i) * 7) % 40);
+    const tools::WalkResult w = tools::random_walk(g.grammar, wv, wo);
+    closing_statuses[tools::walk_status_name(w.status)]++;
+    completion_us.insert(completion_us.end(), w.completion_us.begin(), w.completion_us.end());
+    closing_us.insert(closing_us.end(), w.closing_mask_us.begin(), w.closing_mask_us.end());
+    if (w.closing_used >= 0) closing_tokens += w.closing_used;
+    if (w.closing_used > w.closing_budget) ++closing_over;
+  }
+  st.clear();
+  for (const auto& [k, v] : closing_statuses) st += (st.empty() ? "" : ", ") + k + " " + std::to_string(v);
+  const tools::Stats cps = tools::summarize(completion_us);
+  const tools::Stats cls = tools::summarize(closing_us);
+  std::printf("closing walks: %d (%s), %d tokens in closing mode, %d over budget\n", a.walks, st.c_str(),
+              closing_tokens, closing_over);
+  std::printf("min_completion_tokens (every step before closing): median %.2f us, p99 %.2f us, max %.2f us (%zu calls)\n",
+              cps.median, cps.p99, cps.max, cps.n);
+  std::printf("fill_mask_closing: median %.2f us, p99 %.2f us, max %.2f us (%zu calls)\n", cls.median, cls.p99,
+              cls.max, cls.n);
   return 0;
 }
 
