@@ -53,9 +53,12 @@ bool plan_token_budget(OutputMode mode, std::optional<int64_t> requested, int64_
 
 void AnswerBudget::fill_mask(const grammar::Matcher& m, int64_t left, uint32_t* mask) {
   if (!closing_) {
-    const int64_t need = tokens_to_finish(m);
+    // overshoots() has just asked for this very state (nothing touches the matcher in between).
+    const bool known = known_matcher_ == &m && known_bytes_ == m.text().size();
+    const int64_t need = known ? known_need_ : tokens_to_finish(m);
     if (need >= 0 && left <= need + kClosingMargin) closing_ = true;
   }
+  known_matcher_ = nullptr;
   if (closing_) m.fill_mask_closing(mask, static_cast<int>(std::clamp<int64_t>(left, 0, INT_MAX)));
   else m.fill_mask(mask);
 }
@@ -63,7 +66,12 @@ void AnswerBudget::fill_mask(const grammar::Matcher& m, int64_t left, uint32_t* 
 bool AnswerBudget::overshoots(const grammar::Matcher& m, int64_t left_after) {
   if (closing_ || m.is_complete()) return false;
   const int64_t need = tokens_to_finish(m);
-  if (need < 0 || need <= left_after) return false;
+  if (need < 0 || need <= left_after) {
+    known_matcher_ = &m;
+    known_bytes_ = m.text().size();
+    known_need_ = need;
+    return false;
+  }
   closing_ = true;
   return true;
 }
