@@ -73,10 +73,6 @@ class AnswerBudget {
 
  private:
   bool closing_ = false;
-  // The state overshoots() last measured, reused by the next fill_mask() (one query per token).
-  const grammar::Matcher* known_matcher_ = nullptr;
-  size_t known_bytes_ = 0;
-  int64_t known_need_ = 0;
 };
 
 class TriggerGuard {
