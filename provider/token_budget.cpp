@@ -51,19 +51,29 @@ bool plan_token_budget(OutputMode mode, std::optional<int64_t> requested, int64_
   return false;
 }
 
+namespace {
+
+// True when the answer can be finished from the matcher's state within `room` tokens (or the
+// grammar cannot tell). Every token spells at least one byte, so the shortest completion's bytes
+// bound its tokens: the cheap byte count settles it until the budget gets close, and only then is
+// the fewest-token count of the completion asked for.
+bool finish_fits(const grammar::Matcher& m, int64_t room) {
+  if (static_cast<int64_t>(m.min_completion_bytes()) <= room) return true;
+  const int64_t need = tokens_to_finish(m);
+  return need < 0 || need <= room;
+}
+
+}  // namespace
+
 void AnswerBudget::fill_mask(const grammar::Matcher& m, int64_t left, uint32_t* mask) {
-  if (!closing_) {
-    const int64_t need = tokens_to_finish(m);
-    if (need >= 0 && left <= need + kClosingMargin) closing_ = true;
-  }
+  // Closing once the tokens left are down to what finishing takes plus the margin.
+  if (!closing_ && !finish_fits(m, left - kClosingMargin - 1)) closing_ = true;
   if (closing_) m.fill_mask_closing(mask, static_cast<int>(std::clamp<int64_t>(left, 0, INT_MAX)));
   else m.fill_mask(mask);
 }
 
 bool AnswerBudget::overshoots(const grammar::Matcher& m, int64_t left_after) {
-  if (closing_ || m.is_complete()) return false;
-  const int64_t need = tokens_to_finish(m);
-  if (need < 0 || need <= left_after) return false;
+  if (closing_ || m.is_complete() || finish_fits(m, left_after)) return false;
   closing_ = true;
   return true;
 }
