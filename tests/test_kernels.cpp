@@ -166,6 +166,11 @@ int x86_packed_tables() {
   return (avx2 ? 1 : 0) + (avx2 && f.avx512f && f.avx512bw && f.avx512vl && f.avx512vnni ? 1 : 0);
 }
 #endif
+#if defined(__aarch64__)
+// NEON tables with packed kernels on this CPU (neon always, neon_dotprod with SDOT): each packs
+// all 6 types.
+int arm_packed_tables() { return 1 + (detect_cpu_features().dotprod ? 1 : 0); }
+#endif
 
 }  // namespace
 
@@ -691,6 +696,10 @@ TEST_CASE("packed weights match the fused dots and the oracle; a token's result 
   // The AVX2 and AVX-512 tables pack Q4_0, Q5_0, Q8_0, Q4_K, Q5_K, Q6_K: all must have been exercised.
   CHECK(tested == x86_packed_tables() * 2 * 6 * 3 * 3 * 6);
 #endif
+#if defined(__aarch64__)
+  // So do the NEON tables (plain and, where the CPU has SDOT, dotprod).
+  CHECK(tested == arm_packed_tables() * 2 * 6 * 3 * 3 * 6);
+#endif
   // A table or type without a packed form reports 0 bytes.
   CHECK(packed_bytes(scalar_kernels(), GgmlType::Q4_K, 16, 256) == 0);
   CHECK(packed_bytes(best_kernels(), GgmlType::F32, 16, 256) == 0);
@@ -730,6 +739,9 @@ TEST_CASE("every table's packer writes the portable packer's bytes", "[kernels][
   INFO("packers compared: " << compared);
 #if defined(__x86_64__)
   CHECK(compared == x86_packed_tables() * 6 * 2 * 2);
+#endif
+#if defined(__aarch64__)
+  CHECK(compared == arm_packed_tables() * 6 * 2 * 2);
 #endif
 }
 

@@ -58,12 +58,14 @@ struct Tables {
     if (f.neon) {
       kq::fill_scalar_table(neon);
       kq::fill_neon_table(neon);
+      kq::fill_neon_packed(neon);
       has_neon = true;
       list[count++] = &neon;
     }
     if (f.neon && f.dotprod) {
       kq::fill_scalar_table(neon_dotprod);
       kq::fill_neon_dotprod_table(neon_dotprod);
+      kq::fill_neon_dotprod_packed(neon_dotprod);
       list[count++] = &neon_dotprod;
     }
 #endif

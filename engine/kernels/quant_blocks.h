@@ -140,6 +140,8 @@ void fill_avx512_gemm(KernelTable& t);   // gemm_avx512.cpp
 #if defined(__aarch64__)
 void fill_neon_table(KernelTable& t);          // quant_neon.cpp
 void fill_neon_dotprod_table(KernelTable& t);  // quant_neon_dotprod.cpp
+void fill_neon_packed(KernelTable& t);          // packed_neon.cpp
+void fill_neon_dotprod_packed(KernelTable& t);  // packed_neon_dotprod.cpp
 #endif
 
 // Scalar activation quantizers, exposed for SIMD files that reuse them.
