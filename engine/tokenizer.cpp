@@ -132,6 +132,9 @@ class VocabTokenizer final : public Tokenizer {
   Status load(const GgufFile& g);
 
   std::vector<int32_t> encode(std::string_view text, bool add_special, bool parse_special) const override;
+  std::vector<int32_t> encode(std::string_view text, bool add_special,
+                              std::span<const std::pair<size_t, size_t>> plain) const override;
+  std::vector<std::pair<size_t, size_t>> find_control_text(std::string_view text) const override;
   std::string token_to_piece(int32_t id, bool special) const override {
     if (id < 0 || id >= n_vocab()) return {};
     const TokenType t = tokens_[id].type;
@@ -158,7 +161,10 @@ class VocabTokenizer final : public Tokenizer {
   int32_t text_to_token(std::string_view s) const {
     return token_to_id_.find(s);
   }
-  void partition(std::string_view text, bool parse_special, std::vector<Fragment>& frags) const;
+  void partition(std::string_view text, bool parse_special, std::span<const std::pair<size_t, size_t>> plain,
+                 std::vector<Fragment>& frags) const;
+  std::vector<int32_t> encode_fragments(std::string_view text, bool add_special,
+                                        const std::vector<Fragment>& frags) const;
   void spm_tokenize(std::string_view text, std::vector<int32_t>& out) const;
   void bpe_tokenize(std::string_view text, std::vector<int32_t>& out) const;
   std::string make_piece(int32_t id) const;
@@ -406,11 +412,21 @@ std::string VocabTokenizer::make_piece(int32_t id) const {
   return out;
 }
 
-void VocabTokenizer::partition(std::string_view text, bool parse_special, std::vector<Fragment>& frags) const {
+// Whether [b, e) overlaps one of the sorted, disjoint ranges.
+static bool overlaps_any(std::span<const std::pair<size_t, size_t>> ranges, size_t b, size_t e) {
+  // Disjoint and sorted by begin, so the ends are sorted too: the first range ending after b is
+  // the only candidate.
+  auto it = std::upper_bound(ranges.begin(), ranges.end(), b,
+                             [](size_t v, const std::pair<size_t, size_t>& r) { return v < r.second; });
+  return it != ranges.end() && it->first < e;
+}
+
+void VocabTokenizer::partition(std::string_view text, bool parse_special,
+                               std::span<const std::pair<size_t, size_t>> plain, std::vector<Fragment>& frags) const {
   // llama.cpp's tokenizer_st_partition: for each special token, longest first, split every text
   // fragment at all its occurrences, left to right. User-defined tokens are split out even when
   // parse_special is false (as Hugging Face does for added tokens); control and unknown ones only
-  // with parse_special.
+  // with parse_special, and then not where they overlap a `plain` range (request content).
   frags.clear();
   if (text.empty()) return;
   frags.push_back({-1, 0, text.size()});
@@ -426,7 +442,9 @@ void VocabTokenizer::partition(std::string_view text, bool parse_special, std::v
   std::vector<Fragment> next;
   for (int32_t id : special_tokens_) {
     const TokenData& t = tokens_[id];
-    if (!parse_special && (t.type == TokenType::Control || t.type == TokenType::Unknown)) continue;
+    const bool control = t.type == TokenType::Control || t.type == TokenType::Unknown;
+    if (!parse_special && control) continue;
+    const bool guarded = control && !plain.empty();
     const std::string_view tt = t.text;
     if (tt.size() > text.size()) continue;
     const auto b0 = static_cast<uint8_t>(tt[0]);
@@ -439,11 +457,16 @@ void VocabTokenizer::partition(std::string_view text, bool parse_special, std::v
         continue;
       }
       size_t off = f.off, len = f.len;
+      size_t from = 0;  // search start inside [off, off + len): skips matches in plain ranges
       while (len > 0) {
-        const size_t m = text.substr(off, len).find(tt);
+        const size_t m = text.substr(off, len).find(tt, from);
         if (m == std::string_view::npos) {
           next.push_back({-1, off, len});
           break;
+        }
+        if (guarded && overlaps_any(plain, off + m, off + m + tt.size())) {
+          from = m + 1;
+          continue;
         }
         size_t left = m;
         if (t.lstrip) {
@@ -458,16 +481,52 @@ void VocabTokenizer::partition(std::string_view text, bool parse_special, std::v
         }
         off = r;
         len = rl;
+        from = 0;
       }
     }
     frags.swap(next);
   }
 }
 
+std::vector<std::pair<size_t, size_t>> VocabTokenizer::find_control_text(std::string_view text) const {
+  std::vector<std::pair<size_t, size_t>> out;
+  if (text.empty()) return out;
+  // The byte-pair filter of partition(): most requests' strings hold no control-token text.
+  std::bitset<65536> pairs;
+  std::bitset<256> singles;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const auto a = static_cast<uint8_t>(text[i]);
+    singles.set(a);
+    if (i + 1 < text.size()) pairs.set(a << 8 | static_cast<uint8_t>(text[i + 1]));
+  }
+  for (int32_t id : special_tokens_) {
+    const TokenData& t = tokens_[id];
+    if (t.type != TokenType::Control && t.type != TokenType::Unknown) continue;
+    const std::string_view tt = t.text;
+    if (tt.empty() || tt.size() > text.size()) continue;
+    const auto b0 = static_cast<uint8_t>(tt[0]);
+    if (tt.size() == 1 ? !singles.test(b0) : !pairs.test(b0 << 8 | static_cast<uint8_t>(tt[1]))) continue;
+    for (size_t p = text.find(tt); p != std::string_view::npos; p = text.find(tt, p + 1)) out.emplace_back(p, p + tt.size());
+  }
+  return out;
+}
+
 std::vector<int32_t> VocabTokenizer::encode(std::string_view text, bool add_special, bool parse_special) const {
-  std::vector<int32_t> out;
   std::vector<Fragment> frags;
-  partition(text, parse_special, frags);
+  partition(text, parse_special, {}, frags);
+  return encode_fragments(text, add_special, frags);
+}
+
+std::vector<int32_t> VocabTokenizer::encode(std::string_view text, bool add_special,
+                                            std::span<const std::pair<size_t, size_t>> plain) const {
+  std::vector<Fragment> frags;
+  partition(text, true, plain, frags);
+  return encode_fragments(text, add_special, frags);
+}
+
+std::vector<int32_t> VocabTokenizer::encode_fragments(std::string_view text, bool add_special,
+                                                      const std::vector<Fragment>& frags) const {
+  std::vector<int32_t> out;
   out.reserve(text.size() / 3 + 4);
   if (add_special && add_bos_ && bos_ >= 0) out.push_back(bos_);
   if (kind_ == VocabKind::Spm) {

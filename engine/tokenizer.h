@@ -6,7 +6,9 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <span>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "result.h"
@@ -25,6 +27,16 @@ class Tokenizer {
   // add_special: prepend BOS (and append EOS) as the vocabulary's add_bos/add_eos say.
   // parse_special: text such as "<|im_start|>" or "</s>" becomes the special token.
   virtual std::vector<int32_t> encode(std::string_view text, bool add_special, bool parse_special) const = 0;
+  // A rendered prompt whose byte ranges `plain` ([begin, end), sorted, disjoint) came from request
+  // content: as encode(text, add_special, true), except that a control or unknown token is not
+  // matched where its text overlaps a plain range. There it stays text for the pre-tokenizer and
+  // BPE / SentencePiece, as with parse_special=false (user-defined tokens still split out, as
+  // they do in content tokenized by Hugging Face). Empty `plain`: the same ids as parse_special=true.
+  virtual std::vector<int32_t> encode(std::string_view text, bool add_special,
+                                      std::span<const std::pair<size_t, size_t>> plain) const = 0;
+  // Every occurrence in `text` of a control or unknown token's text, i.e. what parse_special=true
+  // could turn into such a token, as [begin, end) byte ranges (unordered; they may overlap).
+  virtual std::vector<std::pair<size_t, size_t>> find_control_text(std::string_view text) const = 0;
   // The exact bytes of one token (byte-fallback tokens give their byte, SPM "▁" gives a space).
   // Control (and unknown) tokens give their text only when `special` is true; user-defined tokens
   // such as "<tool_call>" always do.

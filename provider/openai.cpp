@@ -2,7 +2,11 @@
 
 #include <simdjson.h>
 
+#include <algorithm>
 #include <cmath>
+#include <optional>
+#include <string_view>
+#include <vector>
 
 #include "json_writer.h"
 
@@ -298,11 +302,37 @@ bool parse_thinking(dom::object obj, ChatRequest& r, ApiError& err) {
   return true;
 }
 
+// The first key that occurs twice in one object, anywhere in the value (nullopt if none).
+// simdjson's lookup takes the first occurrence while the clients' parsers (Python, JavaScript)
+// keep the last, so a body with a repeated key would mean different things to the client and to
+// us: it is rejected (issue 15 item 8). Sorting the keys keeps a 10,000-property schema cheap.
+std::optional<std::string_view> duplicate_key(dom::element e) {
+  if (e.type() == dom::element_type::ARRAY) {
+    for (dom::element x : dom::array(e))
+      if (auto d = duplicate_key(x)) return d;
+    return std::nullopt;
+  }
+  if (e.type() != dom::element_type::OBJECT) return std::nullopt;
+  std::vector<std::string_view> keys;
+  for (dom::key_value_pair kv : dom::object(e)) {
+    keys.push_back(kv.key);
+    if (auto d = duplicate_key(kv.value)) return d;
+  }
+  std::sort(keys.begin(), keys.end());
+  auto it = std::adjacent_find(keys.begin(), keys.end());
+  if (it == keys.end()) return std::nullopt;
+  return *it;
+}
+
 bool parse_json_body(std::string_view body, dom::parser& parser, dom::element& root, ApiError& err) {
-  if (parser.parse(body.data(), body.size(), true).get(root)) {
-    return fail(err, "", "the request body is not valid JSON");
+  if (auto e = parser.parse(body.data(), body.size(), true).get(root)) {
+    return fail(err, "", e == simdjson::UTF8_ERROR ? "the request body is not valid UTF-8"
+                                                   : "the request body is not valid JSON");
   }
   if (root.type() != dom::element_type::OBJECT) return fail(err, "", "the request body must be a JSON object");
+  if (auto dup = duplicate_key(root)) {
+    return fail(err, "", "the request body repeats the key \"" + std::string(*dup) + "\" in one object");
+  }
   return true;
 }
 

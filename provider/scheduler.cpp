@@ -12,6 +12,7 @@
 #include "metrics.h"
 #include "model.h"
 #include "prompt_cache.h"
+#include "content_marks.h"
 #include "token_budget.h"
 #include "tool_format.h"
 
@@ -696,14 +697,19 @@ std::shared_ptr<Job> Engine::prepare(const ChatRequest& req, ApiError& err) {
   RenderOptions ro;
   ro.bos_token = s.bos_text;
   ro.eos_token = s.eos_text;
-  std::vector<ChatMessage> messages = req.messages;
+  // Content is text: control-token text in it is marked, so that only the template's own control
+  // tokens are parsed as such (content_marks.h).
+  const Tokenizer& tok = s.model->tokenizer();
+  const ControlTextFinder find_control = [&tok](std::string_view t) { return tok.find_control_text(t); };
+  std::vector<ChatMessage> messages = mark_control_text(req.messages, s.family, find_control);
+  const std::string tools_json = mark_control_text_json(req.tools_json, find_control);
   if (tools_active && native && !family_needs_tool_lowering(s.family)) {
-    ro.tools_json = req.tools_json;
+    ro.tools_json = tools_json;
   } else if (family_needs_tool_lowering(s.family)) {
     // Tool list (if active) and tool history rewritten into plain turns asking for the envelope,
     // or for <tool_call> JSON where the model was trained on it (SmolLM3, whose shipped template
     // drops the tools).
-    LoweredConversation low = lower_tool_conversation(s.family, messages, tools_active ? req.tools_json : "",
+    LoweredConversation low = lower_tool_conversation(s.family, messages, tools_active ? tools_json : "",
                                                       native ? LoweredToolSyntax::Tagged : LoweredToolSyntax::Envelope);
     if (!low.ok) {
       err = ApiError{400, low.error, "invalid_request_error", "messages", ""};
@@ -711,7 +717,7 @@ std::shared_ptr<Job> Engine::prepare(const ChatRequest& req, ApiError& err) {
     }
     messages = std::move(low.messages);
   } else if (tools_active) {
-    ro.tools_json = req.tools_json;  // the template shows the tools; the envelope grammar still applies
+    ro.tools_json = tools_json;  // the template shows the tools; the envelope grammar still applies
   }
   // Thinking: what the request, the --reasoning default and the template decide together.
   job->thinking = plan_thinking(s.family, messages, req.enable_thinking, req.reasoning_effort, s.opts.reasoning,
@@ -723,8 +729,8 @@ std::shared_ptr<Job> Engine::prepare(const ChatRequest& req, ApiError& err) {
                    "invalid_request_error", "messages", ""};
     return nullptr;
   }
-  const Tokenizer& tok = s.model->tokenizer();
-  job->prompt = tok.encode(rendered.text, false, true);
+  const UnmarkedPrompt prompt = unmark_control_text(rendered.text);
+  job->prompt = tok.encode(prompt.text, false, prompt.plain);
   if (tok.add_bos() && tok.bos_id() >= 0 && (job->prompt.empty() || job->prompt[0] != tok.bos_id())) {
     job->prompt.insert(job->prompt.begin(), tok.bos_id());
   }
@@ -745,7 +751,8 @@ std::shared_ptr<Job> Engine::prepare(const ChatRequest& req, ApiError& err) {
     if (!head.empty()) {
       ChatRenderResult h = render_chat(s.family, head, hro);
       if (h.ok) {
-        std::vector<int32_t> ht = tok.encode(h.text, false, true);
+        const UnmarkedPrompt hp = unmark_control_text(h.text);
+        std::vector<int32_t> ht = tok.encode(hp.text, false, hp.plain);
         if (tok.add_bos() && tok.bos_id() >= 0 && (ht.empty() || ht[0] != tok.bos_id())) ht.insert(ht.begin(), tok.bos_id());
         while (common < ht.size() && common < job->prompt.size() && ht[common] == job->prompt[common]) ++common;
       } else {

@@ -161,11 +161,24 @@ void Server::Impl::load_model() {
     spdlog::info("loaded {} ({}) in {:.0f} ms: ctx {}, chat template {}", opts.engine.model_path, eng->description(),
                  ms, eng->n_ctx(), family_name(eng->family()));
     if (!opts.warm_file.empty()) {
-      std::ifstream in(opts.warm_file, std::ios::binary);
-      std::string body((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      // A directory opens as an ifstream on Linux and its first read throws
+      // std::ios_base::failure, which nothing here may let escape (issue 15 item 6): only regular
+      // files are read.
+      struct stat st_warm {};
+      const bool regular = ::stat(opts.warm_file.c_str(), &st_warm) == 0 && S_ISREG(st_warm.st_mode);
+      std::ifstream in;
+      if (regular) in.open(opts.warm_file, std::ios::binary);
+      std::string body;
+      try {
+        if (in) body.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+      } catch (const std::ios_base::failure&) {  // a read error (EIO) throws the same way
+        in.setstate(std::ios::badbit);
+      }
       ChatRequest req;
       ApiError err;
-      if (!in) {
+      if (!regular) {
+        spdlog::warn("--warm: {} is not a regular file; nothing prefilled", opts.warm_file);
+      } else if (!in) {
         spdlog::warn("--warm: cannot read {}", opts.warm_file);
       } else if (!parse_chat_request(body, req, err)) {
         spdlog::warn("--warm: {}: {}", opts.warm_file, err.message);

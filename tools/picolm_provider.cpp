@@ -142,6 +142,14 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
+  if (!o.warm_file.empty()) {
+    std::error_code ec;
+    if (!std::filesystem::is_regular_file(o.warm_file, ec)) {
+      std::fprintf(stderr, "picolm-provider: --warm takes a chat request file (JSON); '%s' is not a regular file\n",
+                   o.warm_file.c_str());
+      return 2;
+    }
+  }
   if (!cache_dir_given) o.engine.cache_dir = PromptCacheStore::default_dir();
   if (o.engine.cache_dir == "none") o.engine.cache_dir.clear();
   if (!hf.empty()) {
