@@ -27,7 +27,10 @@ namespace picolm::grammar {
 
 namespace detail {
 
-enum class ElemKind : uint8_t { End, Ref, Class, StrChar, StrCharLoop };
+// StrCharRaw (arg: a class id) consumes one raw, unescaped character: an ASCII byte of the class,
+// or any valid multi-byte UTF-8 character (the class also holds all bytes >= 0x80, so its loop
+// tables describe the tokens such a chain accepts). Patterned strings like [^<>] use it.
+enum class ElemKind : uint8_t { End, Ref, Class, StrChar, StrCharLoop, StrCharRaw };
 
 struct Elem {
   ElemKind kind;
@@ -124,7 +127,7 @@ class Grammar {
   std::vector<int32_t> loop_class_ids;  // distinct classes of self-loops and class runs (tables prebuilt)
   // [position] for StrChar positions: how many string characters in a row are certainly accepted
   // from there (a counted chain `B_i ::= StrChar B_i+1`, e.g. maxLength); kRunInf for StrCharLoop
-  // and chains ending in one. 0 elsewhere. The mask accepts every string-safe token of at most
+  // and chains ending in one. The same for StrCharRaw chains of one class. 0 elsewhere. The mask accepts every string-safe token of at most
   // that many characters without walking it (see Matcher::Impl::compute_mask).
   static constexpr uint32_t kRunInf = UINT32_MAX;
   std::vector<uint32_t> strchar_run;

@@ -106,8 +106,11 @@ class Recognizer {
         st_.assign(s, s + len);
         st_.back() = pos + 1;
         expand(st_, 0, out);
-      } else {  // StrChar / StrCharLoop
-        uint8_t nx = table_[top >> kPosBits][byte];
+      } else {  // StrChar / StrCharLoop / StrCharRaw
+        const uint32_t sub = top >> kPosBits;
+        uint8_t nx = table_[sub][byte];
+        if (e.kind == ElemKind::StrCharRaw && sub == 0 && byte < 0x80)
+          nx = byteset_has(g_.classes[e.arg], byte) ? kStrDone : kStrReject;
         if (nx == kStrReject) continue;
         st_.assign(s, s + len);
         if (nx == kStrDone) {
@@ -208,19 +211,30 @@ namespace {
 // q (the same class for Class; StrChar or StrCharLoop for StrChar). run(p) = 1 + max run(q), the
 // longest path from p; kRunInf when p reaches a cycle (`([a-z][a-z])*`, loops). Iterative DFS:
 // counted chains are 10^5 links long.
-void chain_runs(const Grammar& g, std::vector<uint32_t>& run, bool strchar) {
+enum class ChainKind { StrChar, Class, StrCharRaw };
+
+void chain_runs(const Grammar& g, std::vector<uint32_t>& run, ChainKind kind) {
   const size_t n = g.elems.size();
   run.assign(n, 0);
   auto is_link = [&](uint32_t p) {
     const Elem& e = g.elems[p];
-    if (strchar) return e.kind == ElemKind::StrChar || e.kind == ElemKind::StrCharLoop;
-    return e.kind == ElemKind::Class && g.elems[p + 1].kind == ElemKind::Ref;
+    switch (kind) {
+      case ChainKind::StrChar: return e.kind == ElemKind::StrChar || e.kind == ElemKind::StrCharLoop;
+      case ChainKind::Class: return e.kind == ElemKind::Class && g.elems[p + 1].kind == ElemKind::Ref;
+      case ChainKind::StrCharRaw: return e.kind == ElemKind::StrCharRaw;
+    }
+    return false;
   };
   auto matches = [&](uint32_t p, uint32_t q) {
     const Elem& a = g.elems[p];
     const Elem& b = g.elems[q];
-    if (strchar) return b.kind == ElemKind::StrChar || b.kind == ElemKind::StrCharLoop;
-    return b.kind == ElemKind::Class && b.arg == a.arg && g.elems[q + 1].kind == ElemKind::Ref;
+    switch (kind) {
+      case ChainKind::StrChar: return b.kind == ElemKind::StrChar || b.kind == ElemKind::StrCharLoop;
+      case ChainKind::Class:
+        return b.kind == ElemKind::Class && b.arg == a.arg && g.elems[q + 1].kind == ElemKind::Ref;
+      case ChainKind::StrCharRaw: return b.kind == ElemKind::StrCharRaw && b.arg == a.arg;
+    }
+    return false;
   };
   std::vector<uint8_t> color(n, 0);  // 0 new, 1 on the DFS stack, 2 done
   struct Frame {
@@ -267,12 +281,15 @@ void chain_runs(const Grammar& g, std::vector<uint32_t>& run, bool strchar) {
 }
 
 void compute_runs(Grammar& g) {
-  chain_runs(g, g.strchar_run, /*strchar=*/true);
-  chain_runs(g, g.class_run, /*strchar=*/false);
-  // Only Class positions keep class runs, only StrChar positions string runs.
+  std::vector<uint32_t> raw_run;
+  chain_runs(g, g.strchar_run, ChainKind::StrChar);
+  chain_runs(g, g.class_run, ChainKind::Class);
+  chain_runs(g, raw_run, ChainKind::StrCharRaw);
+  // Only Class positions keep class runs; string runs of both kinds share strchar_run.
   for (size_t p = 0; p < g.elems.size(); ++p) {
     if (g.elems[p].kind != ElemKind::Class) g.class_run[p] = 0;
-    if (g.elems[p].kind != ElemKind::StrChar && g.elems[p].kind != ElemKind::StrCharLoop) g.strchar_run[p] = 0;
+    if (g.elems[p].kind == ElemKind::StrCharRaw) g.strchar_run[p] = raw_run[p];
+    else if (g.elems[p].kind != ElemKind::StrChar && g.elems[p].kind != ElemKind::StrCharLoop) g.strchar_run[p] = 0;
   }
 }
 
@@ -353,8 +370,9 @@ std::shared_ptr<Grammar> Grammar::build(RuleBuilder& rb, uint32_t root, std::str
   compute_runs(*g);
   for (size_t p = 0; p < g->elems.size(); ++p) {
     int32_t c = int32_t(g->elems[p].arg);
-    if (g->elems[p].kind == ElemKind::Class && g->class_run[p] >= Grammar::kMinClassRun &&
-        std::find(g->loop_class_ids.begin(), g->loop_class_ids.end(), c) == g->loop_class_ids.end())
+    bool wanted = (g->elems[p].kind == ElemKind::Class && g->class_run[p] >= Grammar::kMinClassRun) ||
+                  g->elems[p].kind == ElemKind::StrCharRaw;
+    if (wanted && std::find(g->loop_class_ids.begin(), g->loop_class_ids.end(), c) == g->loop_class_ids.end())
       g->loop_class_ids.push_back(c);
   }
   compute_min_lengths(*g);
@@ -394,6 +412,7 @@ std::string Grammar::dump() const {
           case ElemKind::Class: out += " " + cls_text(classes[e.arg]); break;
           case ElemKind::StrChar: out += " <strchar>"; break;
           case ElemKind::StrCharLoop: out += " <strchar*>"; break;
+          case ElemKind::StrCharRaw: out += " <raw" + cls_text(classes[e.arg]) + ">"; break;
           case ElemKind::End: break;
         }
       }
@@ -532,6 +551,52 @@ class VocabularyImpl final : public Vocabulary {
       }
       str_ok_[i] = ok;
     }
+    // The same for raw characters (StrCharRaw: no escapes; which ASCII bytes a chain accepts is
+    // its class's business, answered by the class loop tables): per token, per subtree, and which
+    // sub-states after a node accept everything below it.
+    {
+      auto raw = t;
+      raw[0]['\\'] = kStrReject;
+      raw_safe_mask_.assign(words_, 0);
+      std::vector<uint8_t> raw_safe(n, 0);
+      for (size_t id = 0; id < n; ++id) {
+        if (!safe[id]) continue;
+        uint8_t sub = 0;
+        bool ok = true;
+        for (unsigned char c : tokens_[id]) {
+          uint8_t nx = raw[sub][c];
+          if (nx == kStrReject) { ok = false; break; }
+          sub = nx == kStrDone ? 0 : nx;
+        }
+        if (ok) {
+          raw_safe[id] = 1;
+          raw_safe_mask_[id / 32] |= 1u << (id % 32);
+        }
+      }
+      all_raw_safe_.assign(nodes_.size(), 0);
+      raw_below_ok_.assign(nodes_.size(), 0);
+      std::vector<uint32_t> raw_ok(nodes_.size(), 0);
+      for (size_t i = nodes_.size(); i-- > 0;) {
+        const Node& nd = nodes_[i];
+        bool all = true;
+        for (uint32_t k = nd.tok_begin; k < nd.tok_end && all; ++k) all = raw_safe[node_tokens_[k]];
+        uint32_t below = ~0u;
+        for (uint32_t j = uint32_t(i + 1); j < nd.end; j = nodes_[j].end) {
+          below &= raw_ok[j];
+          all = all && all_raw_safe_[j];
+        }
+        all_raw_safe_[i] = all;
+        raw_below_ok_[i] = below;
+        uint32_t ok = 0;
+        for (int sub = 0; sub < kStrSubStates; ++sub) {
+          uint8_t nx = raw[size_t(sub)][nd.byte];
+          if (nx == kStrReject) continue;
+          int after = nx == kStrDone ? 0 : nx;
+          if ((below >> after) & 1) ok |= 1u << sub;
+        }
+        raw_ok[i] = ok;
+      }
+    }
     // Fingerprint of the contents: keys the shared mask caches, so equal vocabularies share
     // entries and a different vocabulary can never hit another's masks.
     uint64_t h = 1469598103934665603ull;
@@ -615,6 +680,9 @@ class VocabularyImpl final : public Vocabulary {
   uint32_t max_safe_chars_ = 0;      // most string characters a safe token starts
   std::vector<uint32_t> node_max_chars_;  // [node] the same over the subtree (when all_safe)
   std::vector<uint32_t> node_max_len_;    // [node] bytes of the longest token in the subtree
+  std::vector<uint32_t> raw_safe_mask_;   // bitset: tokens of raw (unescaped) string characters
+  std::vector<uint8_t> all_raw_safe_;     // [node] every token in the subtree is raw-safe
+  std::vector<uint32_t> raw_below_ok_;    // [node] sub-states after the node accepting all below, raw
   std::vector<Node> nodes_;
   std::vector<int32_t> node_tokens_;
   std::array<int32_t, 256> root_child_;  // [byte] top-level trie node, -1 if none
@@ -749,6 +817,11 @@ struct Matcher::Impl {
           for (int w = 0; w < 4; ++w) opt[size_t(w)] |= g->classes[e.arg][size_t(w)];
           continue;
         }
+        if (e.kind == ElemKind::StrCharRaw && sub == 0) {
+          // One-byte characters: the ASCII half of its class (never empty, see the compiler).
+          for (int w = 0; w < 2; ++w) opt[size_t(w)] |= g->classes[e.arg][size_t(w)];
+          continue;
+        }
         for (int b = 0; b < 256; ++b) {
           uint8_t nx = table[sub][size_t(b)];
           if (nx == kStrReject) continue;
@@ -836,6 +909,15 @@ struct Matcher::Impl {
         if ((v->below_ok_[node] >> sub) & 1) return true;
         continue;
       }
+      if (g->elems[top & kPosMask].kind == ElemKind::StrCharRaw) {
+        // Raw characters below, their ASCII bytes in the chain's class, and few enough of them.
+        const uint32_t run = g->strchar_run[top & kPosMask];
+        if (!((v->raw_below_ok_[node] >> sub) & 1)) continue;
+        if (run < v->max_safe_chars_ && !(v->nodes_[node].all_safe && v->node_max_chars_[node] <= run)) continue;
+        const auto* t = tables_for(int32_t(g->elems[top & kPosMask].arg));
+        if (t && t->below_in[node]) return true;
+        continue;
+      }
       if (sub != 0) continue;
       const uint32_t pos = top & kPosMask;
       int32_t c = g->self_loop_class[pos];
@@ -872,6 +954,7 @@ struct Matcher::Impl {
     uint32_t chain = 0;  // longest counted string chain at a stack top (characters)
     std::vector<int32_t> loop_classes;
     std::vector<std::pair<const VocabularyImpl::LoopTables*, uint32_t>> class_runs;  // (class tables, run)
+    std::vector<std::pair<const VocabularyImpl::LoopTables*, uint32_t>> raw_runs;    // StrCharRaw (tables, run)
     for (size_t i = 0; i < state.size(); i += 1 + state[i]) {
       uint32_t len = state[i];
       if (len == 0) continue;
@@ -883,6 +966,10 @@ struct Matcher::Impl {
         // A chain longer than any safe token is as good as the loop.
         if (g->strchar_run[pos] >= v->max_safe_chars_) skip_safe = true;
         else chain = std::max(chain, g->strchar_run[pos]);
+      }
+      if (g->elems[pos].kind == ElemKind::StrCharRaw) {
+        const auto* t = tables_for(int32_t(g->elems[pos].arg));
+        if (t) raw_runs.push_back({t, g->strchar_run[pos]});
       }
       int32_t c = g->self_loop_class[pos];
       if (c < 0 && g->class_run[pos] >= v->max_depth_) c = int32_t(g->elems[pos].arg);  // as good as a loop
@@ -926,6 +1013,9 @@ struct Matcher::Impl {
           run_ok = true;
           break;
         }
+      for (size_t r = 0; r < raw_runs.size() && !run_ok; ++r)
+        run_ok = v->all_raw_safe_[i] && raw_runs[r].first->subtree_in[i] &&
+                 (raw_runs[r].second >= v->max_safe_chars_ || v->node_max_chars_[i] <= raw_runs[r].second);
       if (run_ok || (chain > 0 && nd.all_safe && v->node_max_chars_[i] <= chain)) {
         // Every token below is short enough for a chain at a stack top and made of what the chain
         // accepts (string-safe characters, or bytes of its class): all accepted.

@@ -1071,7 +1071,7 @@ class SchemaCompiler {
       return r;
     };
     uint32_t start = get(d.start, 0);
-    std::map<int32_t, int32_t> any_memo;
+    std::map<int32_t, int32_t> any_memo, nonascii_memo;
     for (size_t k = 0; k < work.size(); ++k) {
       if (work.size() > 200000) {
         error(ptr, "maxLength", "string constraints too large to compile");
@@ -1094,8 +1094,32 @@ class SchemaCompiler {
         else rb_.add_alt(r, {{ElemKind::StrChar, 0}, RuleBuilder::ref(get(t, c2))});
         continue;
       }
+      // Every non-ASCII character to one state t, with some printable ASCII bytes ([^<>], [^x]):
+      // one StrCharRaw terminal for all of them, so counted chains get the string-run fast path.
+      ByteSet raw_class{};
+      int64_t raw_c2 = -1;
+      int32_t raw_t = -1;
+      {
+        auto na_it = nonascii_memo.find(q);
+        if (na_it == nonascii_memo.end()) na_it = nonascii_memo.emplace(q, nonascii_target(d, q)).first;
+        raw_t = na_it->second;
+        if (raw_t >= 0) {
+          for (int b = 0x20; b < 0x80; ++b)
+            if (b != '"' && b != '\\' && d.next[q][size_t(b)] == raw_t) byteset_add(raw_class, uint8_t(b));
+          raw_c2 = c + 1;
+          if (max_len >= 0 && raw_c2 > max_len) raw_c2 = -1;
+          else if (max_len < 0) raw_c2 = std::min(raw_c2, cap);
+          if (raw_class == ByteSet{} || raw_c2 < 0) raw_t = -1;
+        }
+        if (raw_t >= 0) {
+          ByteSet cls = raw_class;
+          for (int b = 0x80; b < 0x100; ++b) byteset_add(cls, uint8_t(b));
+          rb_.add_alt(r, {{ElemKind::StrCharRaw, rb_.cls(cls).arg}, RuleBuilder::ref(get(raw_t, raw_c2))});
+        }
+      }
       std::map<std::pair<int32_t, int64_t>, ByteSet> raw, escaped;
       for (int b = 0; b < 256; ++b) {
+        if (raw_t >= 0 && (b >= 0x80 || byteset_has(raw_class, uint8_t(b)))) continue;  // StrCharRaw's
         int32_t t = d.next[q][b];
         if (t < 0) continue;
         int64_t c2 = c + (((b & 0xC0) != 0x80) ? 1 : 0);
@@ -1144,10 +1168,18 @@ class SchemaCompiler {
   // The state every valid UTF-8 character leads to from q, or -1 when characters differ (or some
   // character is refused). Checked along the UTF-8 structure: lead byte, then continuation ranges.
   static int32_t any_char_target(const Dfa& d, int32_t q) {
-    const int32_t t = d.next[size_t(q)][0];
+    const int32_t t = nonascii_target(d, q);
     if (t < 0) return -1;
-    for (int b = 1; b < 0x80; ++b)
+    for (int b = 0; b < 0x80; ++b)
       if (d.next[size_t(q)][size_t(b)] != t) return -1;
+    return t;
+  }
+
+  // The state every valid multi-byte UTF-8 character leads to from q, or -1.
+  static int32_t nonascii_target(const Dfa& d, int32_t q) {
+    const int32_t s0 = d.next[size_t(q)][0xC2];
+    const int32_t t = s0 < 0 ? -1 : d.next[size_t(s0)][0x80];
+    if (t < 0) return -1;
     std::map<std::pair<int32_t, int>, bool> memo;
     // All `k` more continuation bytes (80-BF) from s end in t.
     std::function<bool(int32_t, int)> conts = [&](int32_t s, int k) -> bool {

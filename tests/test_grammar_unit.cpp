@@ -372,6 +372,9 @@ TEST_CASE("mask fast paths of counted chains equal brute force", "[grammar]") {
       {R"({"type":"string","pattern":"^[\\s\\S]{12}$"})", "\"a b\\n\\\"cdefghi\""},
       {R"({"type":"string","pattern":"^([a-z][a-z])*$"})", "\"abcdefghij\""},
       {R"({"type":"string","pattern":"^x[^]{2,9}$"})", "\"x\xc3\xa9\\u00e9aaaaa\""},
+      // Raw-character chains: ASCII of a class plus every non-ASCII character.
+      {R"({"type":"string","pattern":"^[^x]{2,14}$"})", "\"a\xc3\xa9" "\\nbb\xc3\xa9\xc3\xa9 aaaa\""},
+      {R"({"type":"string","pattern":"^[^<>]{1,12}$","maxLength":10})", "\"\xc3\xa9" "aaaaaaaa\""},
   };
   for (const Case& c : cases) {
     INFO(c.schema);
@@ -546,6 +549,17 @@ TEST_CASE("grammar cache returns the same grammar for the same text and options"
   CompileOptions flex;
   flex.whitespace = Whitespace::Flexible;
   CHECK(cache.schema(R"({"type":"integer"})", flex).grammar != a.grammar);
+  // Natural grammars differ by max_indent: a cached one-line grammar must not serve indent 4.
+  CompileOptions one_line, indented;
+  one_line.whitespace = indented.whitespace = Whitespace::Natural;
+  indented.max_indent = 4;
+  const char* arr = R"({"type":"array"})";
+  auto g1 = cache.schema(arr, one_line), g2 = cache.schema(arr, indented);
+  REQUIRE(g1.ok());
+  REQUIRE(g2.ok());
+  CHECK(g1.grammar != g2.grammar);
+  CHECK_FALSE(matches(g1.grammar, "[\n  1\n]"));
+  CHECK(matches(g2.grammar, "[\n  1\n]"));
   auto bad = cache.schema(R"({"not":{}})");
   CHECK_FALSE(bad.ok());
   CHECK(bad.errors.size() == 1);
@@ -636,6 +650,7 @@ const char* kCompletionSchemas[] = {
     R"({"type":"array","items":{"type":"object","properties":{"k":{"const":"v"}},"required":["k"]},"maxItems":3})",
     R"({"type":"string","format":"date"})",
     R"({})",
+    R"({"type":"string","pattern":"^[^a]{2,5}$"})",
 };
 
 }  // namespace

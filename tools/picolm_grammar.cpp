@@ -46,6 +46,7 @@ constexpr const char* kUsage =
     "  --vocab V.gguf                           sample, bench (check: optional, default single bytes)\n"
     "  --seed N  --max-tokens K                 sample, bench\n"
     "  --walks N  --compile-reps N              bench (defaults 20 and 20)\n"
+    "  --close-after N [--closing-slack S]      sample: closing mode (fill_mask_closing) after N tokens\n"
     "exit: 0 ok, 1 usage, 2 schema refused, 3 instance rejected / walk not finished\n";
 
 struct Args {
@@ -60,6 +61,7 @@ struct Args {
   uint64_t seed = 1;
   int max_tokens = 512;
   int walks = 20;
+  int close_after = -1, closing_slack = 0;
   int compile_reps = 20;
 };
 
@@ -109,6 +111,8 @@ Args parse_args(int argc, char** argv) {
     else if (f == "--seed") a.seed = static_cast<uint64_t>(parse_int(f, value(), 0, 1L << 62));
     else if (f == "--max-tokens") a.max_tokens = static_cast<int>(parse_int(f, value(), 1, 1 << 20));
     else if (f == "--walks") a.walks = static_cast<int>(parse_int(f, value(), 1, 100000));
+    else if (f == "--close-after") a.close_after = static_cast<int>(parse_int(f, value(), 0, 1 << 20));
+    else if (f == "--closing-slack") a.closing_slack = static_cast<int>(parse_int(f, value(), 0, 1 << 20));
     else if (f == "--compile-reps") a.compile_reps = static_cast<int>(parse_int(f, value(), 1, 100000));
     else if (f == "-h" || f == "--help") {
       std::fputs(kUsage, stdout);
@@ -281,11 +285,16 @@ int cmd_sample(const Args& a) {
   tools::WalkOptions wo;
   wo.seed = a.seed;
   wo.max_tokens = a.max_tokens;
+  wo.close_after = a.close_after;
+  wo.closing_slack = a.closing_slack;
   const tools::WalkResult w = tools::random_walk(g.grammar, tools::WalkVocabulary(vocab), wo);
   std::fwrite(w.text.data(), 1, w.text.size(), stdout);
   std::fputc('\n', stdout);
   std::fprintf(stderr, "%s after %d tokens%s%s\n", tools::walk_status_name(w.status), w.n_tokens,
                w.detail.empty() ? "" : ": ", w.detail.c_str());
+  if (w.closing_used >= 0)
+    std::fprintf(stderr, "closing mode after %d tokens: shortest completion %d tokens, allowed %d, used %d\n",
+                 a.close_after, w.closing_min_tokens, w.closing_budget, w.closing_used);
   return w.status == tools::WalkStatus::Finished ? 0 : 3;
 }
 
