@@ -290,6 +290,9 @@ void Engine::Impl::run(Job& job) {
     common = live;
     if (common == job.prompt.size()) --common;  // re-evaluate the last token: we need its logits
     session->truncate(static_cast<int32_t>(common));
+    // A sliding-window layer's ring reaches back only about n_batch positions: truncating past
+    // that drops the whole sequence (Session::truncate), so continue from what is really there.
+    common = static_cast<size_t>(session->n_past());
   }
   out.cached_tokens = static_cast<int64_t>(common);
   out.timings.cached_n = out.cached_tokens;
@@ -780,7 +783,12 @@ std::shared_ptr<Job> Engine::prepare(const ChatRequest& req, ApiError& err) {
   if (job->mode == OutputMode::Json) {
     std::string schema = req.response_format == ResponseFormat::JsonSchema ? req.response_schema_json
                                                                            : std::string(R"({"type":"object"})");
-    compiled = s.grammars.schema(schema);
+    // A JSON answer may be pretty-printed as json.dumps(indent=2) writes it, up to 8 levels deep
+    // (newline + at most 16 spaces): bounded runs, and the tokens models prefer stay allowed.
+    grammar::CompileOptions co;
+    co.whitespace = grammar::Whitespace::Natural;
+    co.max_indent = 16;
+    compiled = s.grammars.schema(schema, co);
     if (!compiled.ok()) {
       err = ApiError{400, "response_format schema: " + compiled.error_text(), "invalid_request_error",
                      "response_format.json_schema.schema", ""};
@@ -788,11 +796,11 @@ std::shared_ptr<Job> Engine::prepare(const ChatRequest& req, ApiError& err) {
     }
   } else if (job->mode != OutputMode::Plain) {
     grammar::ToolListOptions to;
-    // One optional whitespace byte wherever JSON allows it: models write calls the way their
-    // templates show them ({"name": "f", "arguments": {...}}, with spaces), and a run of one byte
-    // cannot turn into a whitespace loop.
-    to.schema.whitespace = grammar::Whitespace::Flexible;
-    to.schema.max_whitespace_run = 1;
+    // The whitespace JSON writers put in calls, as the templates show them ({"name": "f",
+    // "arguments": {"a": 1}}: one space after ':' and ','; see docs/GRAMMAR.md "Natural
+    // whitespace"), on one line: no run is longer than one byte, so it cannot become a loop.
+    to.schema.whitespace = grammar::Whitespace::Natural;
+    to.schema.max_indent = -1;
     to.parallel = req.parallel_tool_calls;
     if (req.tool_choice == ToolChoice::Named) to.forced_tool = req.tool_choice_name;
     if (job->mode == OutputMode::Envelope) {

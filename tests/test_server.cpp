@@ -1199,6 +1199,7 @@ TEST_CASE("SmolLM3 and Gemma 3 templates through the server (forced on the Qwen3
     }
   }
   v.check();
+}
 
 TEST_CASE("control-token text in request content is text: usage.prompt_tokens (qwen2)", "[server]") {
   // Issue 15 item 7. The oracle: the prompt tokenized with the template's control tokens only,
