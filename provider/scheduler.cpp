@@ -301,16 +301,29 @@ void Engine::Impl::run(Job& job) {
   // Slices so that a cancel or a timeout is noticed during a long prefill.
   constexpr size_t kSlice = 128;
   auto last_progress_log = started;
-  for (size_t pos = common; pos < job.prompt.size(); pos += kSlice) {
+  // Sliding-window layers (Gemma 3) keep only their last window: the stable prefix must be stored
+  // while their rings still hold it, so the prefill stops at the stored length (a cache block
+  // boundary), stores, and goes on, as prefill_with_cache does. Other models store after the reply.
+  size_t store_at = 0;
+  if (cache && job.stable_len > 0) {
+    bool windows = false;
+    for (int32_t l = 0; l < model->hparams().n_layer; ++l) windows = windows || session->kv_window(l) > 0;
+    const size_t B = static_cast<size_t>(cache->options().block_tokens);
+    const size_t at = std::min(job.stable_len, job.prompt.size()) / B * B;
+    if (windows && at >= common + 2 && at + 2 <= job.prompt.size()) store_at = at;
+  }
+  for (size_t pos = common, n = 0; pos < job.prompt.size(); pos += n) {
     if (job.cancelled()) { cancelled = true; break; }
     if (Clock::now() > job.deadline) { timed_out = true; break; }
-    size_t n = std::min(kSlice, job.prompt.size() - pos);
+    n = std::min(kSlice, job.prompt.size() - pos);
+    if (pos < store_at && pos + n > store_at) n = store_at - pos;
     Status st = session->eval(std::span<const int32_t>(job.prompt.data() + pos, n));
     if (!st.ok()) {
       session->truncate(0);
       job.finish(out, "prefill failed: " + st.error());
       return;
     }
+    if (pos + n == store_at) cache->store(*session, store_at);
     // A prompt that takes minutes on a small board shows its progress in the log (rate, ETA).
     if (const auto now = Clock::now(); ms_between(last_progress_log, now) >= 5000 && pos + n < job.prompt.size()) {
       last_progress_log = now;

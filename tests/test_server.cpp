@@ -811,6 +811,35 @@ TEST_CASE("only the stable part of a chat prompt (before the last user message) 
   fs::remove_all(dir);
 }
 
+TEST_CASE("a sliding-window model (gemma3) stores its stable prefix before the long last turn overwrites the rings", "[server]") {
+  // gemma3-tiny: window 8 on layers 0-4, rings of 64+ slots. A user turn of ~300 tokens passes every
+  // ring many times over, so storing after the reply (as for other models) would save nothing: the
+  // prefill stops at the stable prefix, stores it, and goes on.
+  fs::path dir = fs::temp_directory_path() / ("picolm_test_server_window_" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  std::string user;
+  for (int i = 0; i < 12; ++i) user += "Once upon a time there was a little dog who liked to run in the park. ";
+  const std::string body = chat_body(R"("max_tokens":4,"seed":1)", user);
+  for (int round = 0; round < 2; ++round) {
+    Started s = start_server(kShared + "/models/gemma3-tiny-q8_0.gguf", 2048, 8, 1 << 20, "", 300.0, dir.string());
+    auto c = client(s.port);
+    auto res = c->Post("/v1/chat/completions", body, "application/json");
+    REQUIRE(res);
+    REQUIRE(res->status == 200);
+    Json j(res->body);
+    const int64_t cached = int64_t(j.root["usage"]["prompt_tokens_details"]["cached_tokens"]);
+    const int64_t prompt_tokens = int64_t(j.root["usage"]["prompt_tokens"]);
+    CHECK(prompt_tokens > 200);
+    CHECK(metric(s.port, "picolm_prompt_cache_files_written_total") == (round == 0 ? 1 : 0));
+    if (round == 1) {
+      // A fresh process: the system turn came from the file written in the middle of round 0's prefill.
+      CHECK(cached > 0);
+      CHECK(cached <= prompt_tokens - 200);
+    }
+  }
+  fs::remove_all(dir);
+}
+
 TEST_CASE("concurrent clients are all served", "[server]") {
   auto& s = stories();
   std::vector<std::thread> threads;
