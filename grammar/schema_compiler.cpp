@@ -1124,7 +1124,8 @@ class SchemaCompiler {
   // significant digits counted from the first digit (a lone leading "0" of "0.x" not counted), so
   // every generated number converts to a double and back to the same decimal (DBL_DIG = 15), and
   // exponents of at most two digits, so the value stays far inside the double range (no 1e+666
-  // parsing to Infinity). Integers of at most 15 digits are below 2^53: exact in JavaScript.
+  // parsing to Infinity). Integers of at most 15 digits are below 2^53: exact in JavaScript. The
+  // number regexes only write negative exponents: 9e50 is an integer no JavaScript client holds.
   static const Dfa& readable_numbers() {
     static const Dfa d = [] {
       // States: 0 start, 1 after '-', 2 int "0", 3..17 int digits k=1..15 (3+k-1),
@@ -1236,7 +1237,7 @@ class SchemaCompiler {
     // runs out of tokens (and the client reads back what was written, see readable_numbers).
     if (!bounded && f.multiple_of == 0) {
       if (!ints) return num_regex_rule("-?(0|[1-9][0-9]{0,14})\\.[0-9]{0,14}[1-9]");
-      return num_regex_rule(frac ? "-?(0|[1-9][0-9]{0,14})(\\.[0-9]{1,15})?([eE][+-]?[0-9]{1,2})?" : "(0|-?[1-9][0-9]{0,14})");
+      return num_regex_rule(frac ? "-?(0|[1-9][0-9]{0,14})(\\.[0-9]{1,15})?([eE]-[0-9]{1,2})?" : "(0|-?[1-9][0-9]{0,14})");
     }
     IntBounds ib = int_bounds(f.lo, f.lo_excl, f.hi, f.hi_excl, f.ptr);
     if (!ib.ok) return rb_.new_rule();
@@ -1294,7 +1295,7 @@ class SchemaCompiler {
         error(f.ptr, "multipleOf", "multipleOf with these bounds is too complex");
         return r;
       }
-      if (!both.empty_language()) rb_.add_alt(r, {RuleBuilder::ref(dfa_raw_rules(both))});
+      if (!both.empty_language()) rb_.add_alt(r, {RuleBuilder::ref(num_dfa_rule(both))});
       return r;
     }
     if (ints && !ire.empty()) rb_.add_alt(r, {RuleBuilder::ref(num_regex_rule(ire))});
@@ -1889,7 +1890,7 @@ class SchemaCompiler {
     rb_.add_alt(v, {RuleBuilder::ref(rb_.literal_rule("null"))});
     rb_.add_alt(v, {RuleBuilder::ref(rb_.literal_rule("true"))});
     rb_.add_alt(v, {RuleBuilder::ref(rb_.literal_rule("false"))});
-    rb_.add_alt(v, {RuleBuilder::ref(num_regex_rule("-?(0|[1-9][0-9]{0,14})(\\.[0-9]{1,15})?([eE][+-]?[0-9]{1,2})?"))});
+    rb_.add_alt(v, {RuleBuilder::ref(num_regex_rule("-?(0|[1-9][0-9]{0,14})(\\.[0-9]{1,15})?([eE]-[0-9]{1,2})?"))});
     rb_.add_alt(v, {RuleBuilder::ref(str)});
     // array
     uint32_t arr = rb_.new_rule(), arr_rest = rb_.new_rule();
