@@ -930,3 +930,96 @@ TEST_CASE("not of a type, const, enum or required set", "[grammar]") {
   // A numeric const is fine when the type already excludes numbers.
   check(R"({"type":"string","not":{"enum":[1,"z"]}})", {"\"y\""}, {"\"z\""});
 }
+
+// ---------------------------------------------------------------------------------------------
+// Memory bounds (issue 15 item 2)
+
+namespace {
+// A distinct object schema with n properties of mixed types (seed makes the names unique).
+std::string big_schema(int n, int seed) {
+  std::string s = R"({"type":"object","properties":{)";
+  for (int i = 0; i < n; ++i) {
+    if (i) s += ',';
+    s += "\"p" + std::to_string(seed) + "_" + std::to_string(i) + "\":";
+    s += i % 3 == 0 ? R"({"type":"string","maxLength":8})" : i % 3 == 1 ? R"({"type":"integer","minimum":0})" : R"({"type":"boolean"})";
+  }
+  return s + "}}";
+}
+}  // namespace
+
+TEST_CASE("the grammar cache is bounded by bytes, not entries", "[grammar]") {
+  // 320 distinct 2,000-property schemas through a 16 MB cache: each is served, the accounted
+  // bytes never exceed the bound, and what was evicted is recompiled on demand.
+  constexpr size_t kMax = size_t(16) << 20;
+  GrammarCache cache(kMax);
+  REQUIRE(cache.max_bytes() == kMax);
+  size_t one = 0, peak = 0;
+  for (int i = 0; i < 320; ++i) {
+    auto r = cache.schema(big_schema(2000, i));
+    INFO(i << ": " << r.error_text());
+    REQUIRE(r.ok());
+    if (i == 0) one = grammar_memory_bytes(*r.grammar);
+    peak = std::max(peak, cache.bytes());
+    REQUIRE(cache.bytes() <= kMax);
+  }
+  INFO("one grammar " << one << " bytes, peak " << peak << ", entries " << cache.entries());
+  CHECK(one > 100000);                        // the accounting sees the tables
+  CHECK(cache.entries() >= kMax / one / 2);   // and the cache is not needlessly empty
+  CHECK(cache.entries() < 320);
+  CHECK(peak > kMax / 2);
+  // The most recent one is a hit (same grammar object), the first one was evicted and comes back.
+  auto last = cache.schema(big_schema(2000, 319));
+  CHECK(cache.schema(big_schema(2000, 319)).grammar == last.grammar);
+  auto first = cache.schema(big_schema(2000, 0));
+  REQUIRE(first.ok());
+  CHECK(cache.bytes() <= kMax);
+}
+
+TEST_CASE("a grammar larger than the cache is returned but not kept; mask growth is counted", "[grammar]") {
+  GrammarCache tiny(64 << 10);
+  auto r = tiny.schema(big_schema(2000, 7));
+  REQUIRE(r.ok());
+  CHECK(grammar_memory_bytes(*r.grammar) > (64u << 10));
+  CHECK(tiny.entries() == 0);
+  CHECK(tiny.bytes() == 0);
+  CHECK(tiny.schema(big_schema(2000, 7)).grammar != r.grammar);  // compiled again
+
+  GrammarCache cache;
+  auto g = cache.schema(R"({"type":"object","properties":{"a":{"type":"string"},"b":{"type":"integer"}}})");
+  REQUIRE(g.ok());
+  const size_t before = cache.bytes();
+  const size_t gbefore = grammar_memory_bytes(*g.grammar);
+  {
+    auto vocab = byte_vocab();
+    Matcher m(g.grammar, vocab);
+    std::vector<uint32_t> mask((vocab->size() + 31) / 32);
+    for (char c : std::string(R"({"a":"xyz","b":12})")) {
+      m.fill_mask(mask.data());
+      REQUIRE(m.accept_bytes(std::string(1, c)));
+    }
+  }
+  CHECK(grammar_memory_bytes(*g.grammar) > gbefore);  // masks cached in the grammar
+  CHECK(cache.schema(R"({"type":"object","properties":{"a":{"type":"string"},"b":{"type":"integer"}}})").grammar ==
+        g.grammar);
+  CHECK(cache.bytes() > before);  // re-measured on use
+}
+
+TEST_CASE("a schema whose grammar would exceed max_grammar_bytes is refused naming the size", "[grammar]") {
+  CompileOptions o;
+  o.max_grammar_bytes = size_t(1) << 20;
+  auto r = compile_json_schema(big_schema(10000, 1), o);
+  REQUIRE_FALSE(r.ok());
+  REQUIRE(r.errors.size() == 1);
+  CHECK(r.errors[0].keyword == "size");
+  CHECK(r.error_text().find("1.0 MB") != std::string::npos);
+  // The default bound admits it (the estimate is an upper bound of what is kept).
+  auto ok = compile_json_schema(big_schema(10000, 1));
+  REQUIRE(ok.ok());
+  CHECK(grammar_memory_bytes(*ok.grammar) < CompileOptions{}.max_grammar_bytes);
+  // Tool lists have the same bound.
+  ToolListOptions to;
+  to.schema.max_grammar_bytes = size_t(1) << 20;
+  auto t = compile_tool_list("[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":" + big_schema(10000, 2) + "}}]", to);
+  REQUIRE_FALSE(t.ok());
+  CHECK(t.errors[0].keyword == "size");
+}
