@@ -1246,6 +1246,11 @@ class SchemaCompiler {
     if (step_frac) {
       // Decimal steps (0.01, 0.25): each piece of the range language (integers, fraction
       // intervals) intersected with the exact step automaton.
+      // The remainder automaton has 3 + 2M(1 + S) states of 1 KB each: bounded before building.
+      if (f.step_m * 2 * (1 + f.step_s) > 100000) {
+        error(f.ptr, "multipleOf", "a fractional multipleOf with this many units of its last digit is not supported");
+        return r;
+      }
       const Dfa step = step_dfa(Step{true, f.step_m, f.step_s});
       auto emit = [&](const Dfa& piece) {
         Dfa both = dfa_intersect(piece, step);

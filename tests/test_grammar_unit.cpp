@@ -908,6 +908,7 @@ TEST_CASE("fractional multipleOf is exact in decimal", "[grammar]") {
   check(R"({"type":"number","multipleOf":1.5})", {"3", "4.5", "-1.5"}, {"1", "2.25"});
   CHECK(has_error(errors_of(R"({"type":"number","multipleOf":0.0000000000001})"), "/multipleOf", "multipleOf"));
   CHECK(has_error(errors_of(R"({"type":"number","multipleOf":1e-20})"), "/multipleOf", "multipleOf"));
+  CHECK(has_error(errors_of(R"({"type":"number","multipleOf":0.123457})"), "", "multipleOf"));
 }
 
 TEST_CASE("not of a type, const, enum or required set", "[grammar]") {
