@@ -50,7 +50,9 @@ struct RuleBuilder {
   // (see Grammar::memory_bytes) grows with every rule and alternative. Past the budget nothing
   // more is stored (new_rule hands out rule 0, add_alt drops), so one hostile schema cannot
   // allocate gigabytes; the compile then fails with an error naming the size.
-  static constexpr size_t kRuleBytes = 48, kAltBytes = 40, kElemBytes = 36;
+  // What Grammar::build keeps per rule (rule_alt_begin, min_rule_len), per alternative
+  // (alt_starts) and per element, End included (elems plus the per-position tables).
+  static constexpr size_t kRuleBytes = 12, kAltBytes = 4, kElemBytes = 28;
   size_t budget_bytes = SIZE_MAX;
   size_t used_bytes = 0;
   bool over_budget = false;
