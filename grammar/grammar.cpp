@@ -2,6 +2,7 @@
 #include "grammar/grammar.h"
 
 #include <functional>
+#include <iterator>
 #include <list>
 #include <mutex>
 #include <unordered_map>
@@ -26,10 +27,40 @@ std::string CompileResult::error_text() const {
 
 std::string grammar_to_text(const Grammar& grammar) { return grammar.dump(); }
 
+size_t grammar_memory_bytes(const Grammar& grammar) { return grammar.memory_bytes(); }
+
 namespace {
+template <class V>
+size_t vec_bytes(const V& v) {
+  return v.capacity() * sizeof(typename V::value_type);
+}
+}  // namespace
+
+size_t Grammar::memory_bytes() const {
+  size_t n = sizeof(Grammar) + vec_bytes(elems) + vec_bytes(rule_alt_begin) + vec_bytes(alt_starts) +
+             vec_bytes(classes) + vec_bytes(self_loop_class) + vec_bytes(loop_class_ids) + vec_bytes(strchar_run) +
+             vec_bytes(class_run) + vec_bytes(min_rule_len) + vec_bytes(min_suffix) + description.capacity();
+  std::lock_guard<std::mutex> lock(cache_mu);
+  // Per entry: the node, the key, the shared vector's control block and words.
+  n += mask_cache.bucket_count() * sizeof(void*);
+  for (const auto& [key, mask] : mask_cache) n += 64 + key.capacity() + (mask ? 48 + vec_bytes(*mask) : 0);
+  return n;
+}
+
+namespace {
+
+std::string mb_text(size_t bytes) {
+  return std::to_string(bytes >> 20) + "." + std::to_string(((bytes & ((size_t(1) << 20) - 1)) * 10) >> 20) + " MB";
+}
 
 CompileResult finish(RuleBuilder& rb, uint32_t root, std::vector<CompileError> errors, std::string desc) {
   CompileResult res;
+  if (rb.over_budget) {
+    // Reported alone: the other errors may be artifacts of the truncated rules.
+    res.errors.push_back({"", "size", "schema is too large: its grammar would take more than " + mb_text(rb.budget_bytes) +
+                                          " (max_grammar_bytes)"});
+    return res;
+  }
   if (!errors.empty()) {
     res.errors = std::move(errors);
     return res;
@@ -90,6 +121,7 @@ CompileResult compile_json_schema(std::string_view schema_json, const CompileOpt
     return r;
   }
   RuleBuilder rb;
+  rb.budget_bytes = opts.max_grammar_bytes;
   std::vector<CompileError> errors;
   uint32_t top = compile_schema_into(rb, root, opts, "", errors);
   return finish(rb, top, std::move(errors), "json-schema");
@@ -110,6 +142,7 @@ CompileResult compile_tool_list(std::string_view tools_json, const ToolListOptio
   CompileOptions so = opts.schema;
   so.additional_properties_default = false;
   RuleBuilder rb;
+  rb.budget_bytes = so.max_grammar_bytes;
   std::vector<CompileError> errors;
   JsonSpacing sp(rb, so);
   uint32_t call = rb.new_rule();
@@ -283,27 +316,61 @@ CompileResult compile_tool_list(std::string_view tools_json, const ToolListOptio
 // ---------------------------------------------------------------------------------------------
 
 struct GrammarCache::Impl {
-  size_t max_entries;
-  std::mutex mu;
-  std::list<std::string> order;  // oldest first
-  std::unordered_map<std::string, CompileResult> map;
+  size_t max_bytes = kDefaultMaxBytes;
+  mutable std::mutex mu;
+  struct Entry {
+    CompileResult result;
+    size_t bytes = 0;
+    std::list<std::string>::iterator pos;  // in lru
+  };
+  std::list<std::string> lru;  // least recently used first
+  std::unordered_map<std::string, Entry> map;
+  size_t total = 0;
+
+  static size_t entry_bytes(const std::string& key, const CompileResult& r) {
+    // Key stored twice (map and list) plus node overheads; errors are small.
+    size_t n = 2 * key.capacity() + 128;
+    if (r.grammar) n += r.grammar->memory_bytes();
+    for (const auto& e : r.errors) n += e.pointer.size() + e.keyword.size() + e.message.size() + 96;
+    return n;
+  }
+  // Caller holds mu.
+  void evict_to_fit() {
+    while (total > max_bytes && !lru.empty()) {
+      auto it = map.find(lru.front());
+      total -= it->second.bytes;
+      map.erase(it);
+      lru.pop_front();
+    }
+  }
 
   template <class F>
   CompileResult get(std::string key, F&& compile) {
     {
       std::lock_guard<std::mutex> lock(mu);
       auto it = map.find(key);
-      if (it != map.end()) return it->second;
-    }
-    CompileResult r = compile();  // outside the lock: compiles may run in parallel
-    std::lock_guard<std::mutex> lock(mu);
-    if (map.emplace(key, r).second) {
-      order.push_back(key);
-      while (map.size() > max_entries && !order.empty()) {
-        map.erase(order.front());
-        order.pop_front();
+      if (it != map.end()) {
+        Entry& e = it->second;
+        lru.splice(lru.end(), lru, e.pos);
+        // Its mask cache may have grown since it was measured.
+        const size_t now = entry_bytes(it->first, e.result);
+        total = total - e.bytes + now;
+        e.bytes = now;
+        CompileResult r = e.result;
+        evict_to_fit();
+        return r;
       }
     }
+    CompileResult r = compile();  // outside the lock: compiles may run in parallel
+    const size_t bytes = entry_bytes(key, r);
+    if (bytes > max_bytes) return r;  // larger than the whole cache: returned, not kept
+    std::lock_guard<std::mutex> lock(mu);
+    if (map.count(key)) return r;  // another thread compiled it meanwhile
+    lru.push_back(key);
+    Entry e{r, bytes, std::prev(lru.end())};
+    map.emplace(std::move(key), std::move(e));
+    total += bytes;
+    evict_to_fit();
     return r;
   }
 };
@@ -311,14 +378,23 @@ struct GrammarCache::Impl {
 namespace {
 std::string options_key(const CompileOptions& o) {
   return std::to_string(o.additional_properties_default) + "," + std::to_string(int(o.whitespace)) + "," +
-         std::to_string(o.max_whitespace_run) + "," + std::to_string(o.max_indent);
+         std::to_string(o.max_whitespace_run) + "," + std::to_string(o.max_indent) + "," +
+         std::to_string(o.max_grammar_bytes);
 }
 }  // namespace
 
-GrammarCache::GrammarCache(size_t max_entries) : impl_(std::make_unique<Impl>()) {
-  impl_->max_entries = max_entries == 0 ? 1 : max_entries;
-}
+GrammarCache::GrammarCache(size_t max_bytes) : impl_(std::make_unique<Impl>()) { impl_->max_bytes = max_bytes; }
 GrammarCache::~GrammarCache() = default;
+
+size_t GrammarCache::bytes() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->total;
+}
+size_t GrammarCache::entries() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->map.size();
+}
+size_t GrammarCache::max_bytes() const { return impl_->max_bytes; }
 
 CompileResult GrammarCache::schema(std::string_view schema_json, const CompileOptions& opts) {
   // The key is the full text plus options (not only a hash): a collision can never return the

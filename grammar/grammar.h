@@ -28,6 +28,9 @@ struct CompileOptions {
   Whitespace whitespace = Whitespace::Compact;
   int max_whitespace_run = 16;  // Flexible only: longest run of whitespace bytes accepted
   int max_indent = -1;          // Natural only: spaces allowed after a newline; -1 = no newlines
+  // Per-schema bound: a schema whose grammar would take more (estimated while compiling, see
+  // grammar_memory_bytes) is refused with an error naming the size, before it is allocated.
+  size_t max_grammar_bytes = size_t(32) << 20;
 };
 
 // One problem found while compiling; all problems of a schema are collected and reported together.
@@ -51,6 +54,10 @@ CompileResult compile_json_schema(std::string_view schema_json, const CompileOpt
 // The compiled rules as GBNF-like text (one rule per line), for debugging and the CLI.
 std::string grammar_to_text(const Grammar& grammar);
 
+// Bytes a compiled grammar holds now: its tables plus its mask cache (which grows with use, up to
+// ~5 MB with a 152k vocabulary).
+size_t grammar_memory_bytes(const Grammar& grammar);
+
 // How a tool call is written in the output.
 enum class ToolCallFormat {
   JsonObject,     // {"name":"f","arguments":{...}}   (or an array of them when parallel)
@@ -73,13 +80,20 @@ struct ToolListOptions {
 // tools_json: an OpenAI `tools` array ([{"type":"function","function":{"name","parameters"}}]).
 CompileResult compile_tool_list(std::string_view tools_json, const ToolListOptions& opts = {});
 
-// Compiled grammars cached by a hash of (schema text, options). Thread-safe.
+// Compiled grammars cached by (schema text, options), bounded by bytes: least recently used
+// entries are evicted while the total of grammar_memory_bytes (re-measured on every use, since mask
+// caches grow) plus the keys exceeds max_bytes. A grammar larger than the whole cache is still
+// returned to its caller but not kept. Thread-safe.
 class GrammarCache {
  public:
-  explicit GrammarCache(size_t max_entries = 64);
+  static constexpr size_t kDefaultMaxBytes = size_t(64) << 20;
+  explicit GrammarCache(size_t max_bytes = kDefaultMaxBytes);
   ~GrammarCache();
   CompileResult schema(std::string_view schema_json, const CompileOptions& opts = {});
   CompileResult tools(std::string_view tools_json, const ToolListOptions& opts = {});
+  size_t bytes() const;    // accounted bytes of the kept entries
+  size_t entries() const;  // kept entries
+  size_t max_bytes() const;
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;

@@ -46,12 +46,30 @@ struct RuleBuilder {
   std::vector<std::vector<std::vector<Elem>>> rules;  // [rule][alternative][element], no End
   std::vector<ByteSet> classes;
   std::map<ByteSet, uint32_t> class_ids;
+  // Size budget (CompileOptions::max_grammar_bytes): an estimate of the compiled grammar's bytes
+  // (see Grammar::memory_bytes) grows with every rule and alternative. Past the budget nothing
+  // more is stored (new_rule hands out rule 0, add_alt drops), so one hostile schema cannot
+  // allocate gigabytes; the compile then fails with an error naming the size.
+  // What Grammar::build keeps per rule (rule_alt_begin, min_rule_len), per alternative
+  // (alt_starts) and per element, End included (elems plus the per-position tables).
+  static constexpr size_t kRuleBytes = 12, kAltBytes = 4, kElemBytes = 28;
+  size_t budget_bytes = SIZE_MAX;
+  size_t used_bytes = 0;
+  bool over_budget = false;
 
   uint32_t new_rule() {
+    used_bytes += kRuleBytes;
+    if (used_bytes > budget_bytes) over_budget = true;
+    if (over_budget && !rules.empty()) return 0;
     rules.emplace_back();
     return uint32_t(rules.size() - 1);
   }
-  void add_alt(uint32_t r, std::vector<Elem> alt) { rules[r].push_back(std::move(alt)); }
+  void add_alt(uint32_t r, std::vector<Elem> alt) {
+    used_bytes += kAltBytes + kElemBytes * (alt.size() + 1);
+    if (used_bytes > budget_bytes) over_budget = true;
+    if (over_budget) return;
+    rules[r].push_back(std::move(alt));
+  }
   Elem cls(const ByteSet& s) {
     auto it = class_ids.find(s);
     if (it != class_ids.end()) return {ElemKind::Class, it->second};
@@ -155,6 +173,8 @@ class Grammar {
   // the root cannot produce any string.
   static std::shared_ptr<Grammar> build(detail::RuleBuilder& rb, uint32_t root, std::string& err);
   std::string dump() const;  // a GBNF-like text, for debugging
+  // Bytes held: the tables above plus the mask cache as it is now (it grows with use).
+  size_t memory_bytes() const;
 };
 
 }  // namespace picolm::grammar

@@ -46,9 +46,9 @@ const std::set<std::string, std::less<>>& annotation_keywords() {
 }
 const std::set<std::string, std::less<>>& unsupported_keywords() {
   static const std::set<std::string, std::less<>> s = {
-      "not", "if", "then", "else", "uniqueItems", "dependentRequired", "dependentSchemas",
-      "dependencies", "patternProperties", "propertyNames", "contains", "minContains", "maxContains",
-      "minProperties", "maxProperties", "unevaluatedProperties", "unevaluatedItems", "$dynamicRef",
+      "if", "then", "else", "uniqueItems", "dependentRequired", "dependentSchemas",
+      "dependencies", "patternProperties", "contains", "minContains", "maxContains",
+      "unevaluatedProperties", "unevaluatedItems", "$dynamicRef",
       "$dynamicAnchor", "$recursiveRef", "$recursiveAnchor"};
   return s;
 }
@@ -80,7 +80,9 @@ struct Flat {
   double lo = -kInf, hi = kInf;
   std::string lo_text, hi_text;  // source spelling of the bounds (exact decimal handling)
   bool lo_excl = false, hi_excl = false;
-  double multiple_of = 0;  // 0: none
+  double multiple_of = 0;  // 0: none; else the step is exactly step_m / 10^step_s
+  int64_t step_m = 0;
+  int step_s = 0;
   int64_t min_len = 0, max_len = -1;
   std::vector<std::string> patterns;
   std::vector<std::string> formats;
@@ -91,7 +93,28 @@ struct Flat {
   std::vector<std::string> required;
   bool additional_set = false;
   Sub additional;
+  int64_t min_props = 0, max_props = -1;
+  std::vector<const JValue*> property_names;  // propertyNames schemas (all must hold)
+  std::vector<const JValue*> not_values;      // `not` of a const/enum: values excluded
+  std::vector<std::vector<std::string>> not_required;  // `not` of a required set: not all present
+  bool not_true = false, not_false = false;           // set by compile_flat from not_values
 };
+
+// A positive decimal step m = M / 10^S (M not a multiple of 10 unless S = 0), from the number's
+// source spelling, so that 0.01 is exactly 1/100 and never the double 0.01000000000000000020816...
+struct Step {
+  bool ok = false;
+  int64_t m = 0;
+  int s = 0;
+};
+constexpr int64_t kMaxStepM = 1000000;
+constexpr int kMaxStepS = 12;
+
+int64_t pow10i(int e) {
+  int64_t p = 1;
+  while (e-- > 0) p *= 10;
+  return p;
+}
 
 std::string format_regex(std::string_view f) {
   const std::string date =
@@ -172,6 +195,37 @@ Decimal parse_decimal(const std::string& text) {
   if (d.ip == 0 && d.fp.empty()) d.neg = false;
   d.ok = true;
   return d;
+}
+
+Step parse_step(const std::string& text) {
+  Step st;
+  Decimal d = parse_decimal(text);
+  if (!d.ok || d.neg || d.fp.size() > size_t(kMaxStepS) || d.ip > kMaxStepM) return st;
+  int64_t m = d.ip;
+  for (char c : d.fp) {
+    m = m * 10 + (c - '0');
+    if (m > kMaxStepM * 1000) return st;
+  }
+  int s = int(d.fp.size());
+  if (m == 0) return st;
+  while (s > 0 && m % 10 == 0) { m /= 10; --s; }
+  if (m > kMaxStepM) return st;
+  st.ok = true;
+  st.m = m;
+  st.s = s;
+  return st;
+}
+
+// Whether the decimal `d` is an exact multiple of the step: d * 10^s is an integer divisible by m
+// (digit by digit, no floating point).
+bool decimal_multiple_of(const Decimal& d, const Step& st) {
+  if (d.fp.size() > size_t(st.s)) return false;
+  int64_t rem = d.ip % st.m;
+  for (int k = 0; k < st.s; ++k) {
+    int digit = k < int(d.fp.size()) ? d.fp[size_t(k)] - '0' : 0;
+    rem = (rem * 10 + digit) % st.m;
+  }
+  return rem == 0;
 }
 
 // Regex over fraction digit strings F (non-empty, last digit non-zero) with 0.F >= 0.D (or >),
@@ -302,8 +356,16 @@ class SchemaCompiler {
         if (!v.is_number() && !v.is_bool()) error(kp, k, "'" + k + "' must be a number");
       } else if (k == "multipleOf") {
         if (!v.is_number() || !(v.number > 0)) error(kp, k, "'multipleOf' must be a positive number");
-        else if (!v.is_integer_valued() || v.number > 1e6)
-          error(kp, k, "'multipleOf' is only supported with an integer value up to 1000000");
+        else if (!parse_step(v.str).ok)
+          error(kp, k, "'multipleOf' is only supported as a decimal with at most 12 fraction digits and at most "
+                       "1000000 units of its last digit (e.g. 5, 0.01, 0.25)");
+      } else if (k == "minProperties" || k == "maxProperties") {
+        if (!is_nonneg_int(v)) error(kp, k, "'" + k + "' must be a non-negative integer");
+        else if (v.number > 10000) error(kp, k, "'" + k + "' is larger than supported (10000)");
+      } else if (k == "propertyNames") {
+        scan_property_names(v, kp);
+      } else if (k == "not") {
+        scan_not(v, kp);
       } else if (k == "pattern") {
         if (!v.is_string()) {
           error(kp, k, "'pattern' must be a string");
@@ -330,6 +392,49 @@ class SchemaCompiler {
       }
       // Any other keyword is unknown to JSON Schema and therefore an annotation.
     }
+  }
+
+  // propertyNames: names are strings, so only string keywords can be compiled into the key
+  // automaton (type string, pattern, enum/const, minLength/maxLength).
+  void scan_property_names(const JValue& v, const std::string& kp) {
+    ptrs_[&v] = kp;
+    if (v.is_bool()) return;
+    if (!v.is_object()) {
+      error(kp, "propertyNames", "'propertyNames' must be a schema");
+      return;
+    }
+    for (const auto& [k, x] : v.obj) {
+      if (annotation_keywords().count(k)) continue;
+      if (k == "type" || k == "pattern" || k == "enum" || k == "const" || k == "minLength" || k == "maxLength") continue;
+      error(kp + "/" + pointer_escape(k), "propertyNames",
+            "'propertyNames' supports only type, pattern, enum, const, minLength and maxLength (found '" + k + "')");
+      return;
+    }
+    scan(v, kp);
+  }
+
+  // not: only a negated type, const, enum or required set (each compiles to removing
+  // alternatives, so the grammar stays a subset of the valid instances).
+  void scan_not(const JValue& v, const std::string& kp) {
+    ptrs_[&v] = kp;
+    const char* why = nullptr;
+    int n = 0;
+    if (!v.is_object()) why = "'not' is only supported on an object schema";
+    else
+      for (const auto& [k, x] : v.obj) {
+        if (annotation_keywords().count(k)) continue;
+        ++n;
+        if (k != "type" && k != "const" && k != "enum" && k != "required") {
+          why = "'not' is only supported when the negated schema is a single type, const, enum or required";
+          break;
+        }
+      }
+    if (!why && n != 1) why = "'not' is only supported when the negated schema is a single type, const, enum or required";
+    if (why) {
+      error(kp, "not", why);
+      return;
+    }
+    scan(v, kp);
   }
 
   const JValue* resolve(const std::string& ref, std::string& why) {
@@ -451,7 +556,48 @@ class SchemaCompiler {
     }
     if (const JValue* v = s.get("exclusiveMinimum"); v && v->is_bool() && v->boolean) f.lo_excl = true;  // draft 4
     if (const JValue* v = s.get("exclusiveMaximum"); v && v->is_bool() && v->boolean) f.hi_excl = true;
-    if (auto* v = num("multipleOf")) f.multiple_of = v->number;
+    if (auto* v = num("multipleOf")) {
+      Step st = parse_step(v->str);
+      if (st.ok) {
+        f.multiple_of = v->number;
+        f.step_m = st.m;
+        f.step_s = st.s;
+      }
+    }
+    if (auto* v = num("minProperties")) f.min_props = int64_t(v->number);
+    if (auto* v = num("maxProperties")) f.max_props = int64_t(v->number);
+    if (const JValue* v = s.get("propertyNames")) f.property_names.push_back(v);
+    if (const JValue* n = s.get("not"); n && n->is_object()) {
+      if (const JValue* t = n->get("type")) {
+        // not {type: T}: remove T's bits. "integer" removes integers only, so "number" minus
+        // "integer" leaves the non-integral numbers (kNumFrac alone).
+        auto bit = [](const std::string& x) -> uint8_t {
+          if (x == "null") return kNull;
+          if (x == "boolean") return kBool;
+          if (x == "object") return kObj;
+          if (x == "array") return kArr;
+          if (x == "string") return kStr;
+          if (x == "number") return kNumFrac | kInt;
+          if (x == "integer") return kInt;
+          return 0;
+        };
+        uint8_t bits = 0;
+        if (t->is_string()) bits = bit(t->str);
+        else
+          for (const auto& x : t->arr)
+            if (x.is_string()) bits |= bit(x.str);
+        f.types &= uint8_t(~bits);
+      }
+      if (const JValue* c = n->get("const")) f.not_values.push_back(c);
+      if (const JValue* e = n->get("enum"); e && e->is_array())
+        for (const auto& x : e->arr) f.not_values.push_back(&x);
+      if (const JValue* r = n->get("required"); r && r->is_array()) {
+        std::vector<std::string> set;
+        for (const auto& x : r->arr)
+          if (x.is_string()) set.push_back(x.str);
+        f.not_required.push_back(std::move(set));
+      }
+    }
     if (auto* v = num("minLength")) f.min_len = int64_t(v->number);
     if (auto* v = num("maxLength")) f.max_len = int64_t(v->number);
     if (const JValue* v = s.get("pattern"); v && v->is_string()) f.patterns.push_back(v->str);
@@ -507,15 +653,27 @@ class SchemaCompiler {
     if (b.hi < m.hi || (b.hi == m.hi && b.hi_excl)) { m.hi = b.hi; m.hi_text = b.hi_text; m.hi_excl = b.hi_excl; }
     if (b.multiple_of > 0) {
       if (m.multiple_of > 0) {
-        int64_t x = int64_t(m.multiple_of), y = int64_t(b.multiple_of);
-        int64_t l = x / std::gcd(x, y) * y;
-        if (l > 1000000) {
+        // lcm of M1/10^S1 and M2/10^S2 = lcm(M1*10^(S-S1), M2*10^(S-S2)) / 10^S, S = max(S1, S2).
+        int s = std::max(m.step_s, b.step_s);
+        int64_t x = m.step_m * pow10i(s - m.step_s), y = b.step_m * pow10i(s - b.step_s);
+        int64_t g = std::gcd(x, y);
+        if (x / g > kMaxStepM * pow10i(kMaxStepS) / y) {
           error(a.ptr, "multipleOf", "combined multipleOf too large");
           return false;
         }
-        m.multiple_of = double(l);
+        int64_t l = x / g * y;
+        while (s > 0 && l % 10 == 0) { l /= 10; --s; }
+        if (l > kMaxStepM) {
+          error(a.ptr, "multipleOf", "combined multipleOf too large");
+          return false;
+        }
+        m.step_m = l;
+        m.step_s = s;
+        m.multiple_of = double(l) / double(pow10i(s));
       } else {
         m.multiple_of = b.multiple_of;
+        m.step_m = b.step_m;
+        m.step_s = b.step_s;
       }
     }
     m.min_len = std::max(a.min_len, b.min_len);
@@ -549,6 +707,11 @@ class SchemaCompiler {
       if (std::find(m.required.begin(), m.required.end(), r) == m.required.end()) m.required.push_back(r);
     m.additional_set = a.additional_set || b.additional_set;
     m.additional = conj(a.additional, b.additional);
+    m.min_props = std::max(a.min_props, b.min_props);
+    m.max_props = a.max_props < 0 ? b.max_props : (b.max_props < 0 ? a.max_props : std::min(a.max_props, b.max_props));
+    m.property_names.insert(m.property_names.end(), b.property_names.begin(), b.property_names.end());
+    m.not_values.insert(m.not_values.end(), b.not_values.begin(), b.not_values.end());
+    m.not_required.insert(m.not_required.end(), b.not_required.begin(), b.not_required.end());
     return true;
   }
 
@@ -789,12 +952,16 @@ class SchemaCompiler {
       }
       case JValue::Kind::Number: {
         bool integral = v.is_integer_valued();
-        if (!(has(kNumFrac) || (integral && has(kInt)))) return Tri::No;
+        if (integral ? !has(kInt) : !has(kNumFrac)) return Tri::No;
         double x = v.number;
         if (x < f.lo || (f.lo_excl && x == f.lo) || x > f.hi || (f.hi_excl && x == f.hi)) return Tri::No;
         if (f.multiple_of > 0) {
-          if (!integral) return Tri::No;
-          if (std::fmod(std::fabs(x), f.multiple_of) != 0) return Tri::No;
+          Decimal d = parse_decimal(v.str);
+          if (!d.ok) return Tri::Unknown;
+          Step st;
+          st.m = f.step_m;
+          st.s = f.step_s;
+          if (!decimal_multiple_of(d, st)) return Tri::No;
         }
         return Tri::Yes;
       }
@@ -804,17 +971,48 @@ class SchemaCompiler {
         return Tri::Yes;
       case JValue::Kind::Object:
         if (!has(kObj)) return Tri::No;
-        if (!f.props.empty() || !f.required.empty() || !f.additional.conj.empty()) return Tri::Unknown;
+        if (!f.props.empty() || !f.required.empty() || !f.additional.conj.empty() || f.min_props > 0 ||
+            f.max_props >= 0 || !f.property_names.empty() || !f.not_required.empty())
+          return Tri::Unknown;
         if (!opts_.additional_properties_default && !f.additional_set && !v.obj.empty()) return Tri::No;
         return Tri::Yes;
     }
     return Tri::Unknown;
   }
 
-  uint32_t compile_flat(const Flat& f) {
+  bool excluded_by_not(const Flat& f, const JValue& v) {
+    for (const JValue* x : f.not_values)
+      if (json_equal(*x, v)) return true;
+    return false;
+  }
+
+  uint32_t compile_flat(const Flat& f_in) {
     uint32_t r = rb_.new_rule();
+    Flat f = f_in;
+    if (!f.has_enum && !f.not_values.empty()) {
+      // not {const/enum}: null and booleans drop their literal, strings take the excluded values
+      // out of their automaton (string_rule); numbers, arrays and objects have several spellings
+      // of one value, so excluding one exactly is refused unless the type excludes them anyway.
+      for (const JValue* x : f.not_values) {
+        switch (x->kind) {
+          case JValue::Kind::Null: f.types &= uint8_t(~kNull); break;
+          case JValue::Kind::Bool: (x->boolean ? f.not_true : f.not_false) = true; break;
+          case JValue::Kind::String: break;
+          case JValue::Kind::Number:
+            if (f.types & (kInt | kNumFrac)) error(f.ptr + "/not", "not", "'not' of a numeric const/enum value is not supported");
+            break;
+          case JValue::Kind::Array:
+            if (f.types & kArr) error(f.ptr + "/not", "not", "'not' of an array const/enum value is not supported");
+            break;
+          case JValue::Kind::Object:
+            if (f.types & kObj) error(f.ptr + "/not", "not", "'not' of an object const/enum value is not supported");
+            break;
+        }
+      }
+    }
     if (f.has_enum) {
       for (const JValue* v : f.enum_vals) {
+        if (excluded_by_not(f, *v)) continue;
         Tri t = value_ok(f, *v);
         if (t == Tri::Yes) rb_.add_alt(r, {RuleBuilder::ref(literal(*v))});
         if (t == Tri::Unknown)
@@ -824,8 +1022,8 @@ class SchemaCompiler {
     }
     if (f.types & kNull) rb_.add_alt(r, {RuleBuilder::ref(rb_.literal_rule("null"))});
     if (f.types & kBool) {
-      rb_.add_alt(r, {RuleBuilder::ref(rb_.literal_rule("true"))});
-      rb_.add_alt(r, {RuleBuilder::ref(rb_.literal_rule("false"))});
+      if (!f.not_true) rb_.add_alt(r, {RuleBuilder::ref(rb_.literal_rule("true"))});
+      if (!f.not_false) rb_.add_alt(r, {RuleBuilder::ref(rb_.literal_rule("false"))});
     }
     if (f.types & (kInt | kNumFrac)) {
       uint32_t n = number_rule(f);
@@ -922,23 +1120,169 @@ class SchemaCompiler {
     return out;
   }
 
+  // Numbers a client reads back as written (see docs/GRAMMAR.md "Numbers"): at most 15
+  // significant digits counted from the first digit (a lone leading "0" of "0.x" not counted), so
+  // every generated number converts to a double and back to the same decimal (DBL_DIG = 15), and
+  // exponents of at most two digits, so the value stays far inside the double range (no 1e+666
+  // parsing to Infinity). Integers of at most 15 digits are below 2^53: exact in JavaScript. The
+  // number regexes only write negative exponents: 9e50 is an integer no JavaScript client holds.
+  static const Dfa& readable_numbers() {
+    static const Dfa d = [] {
+      // States: 0 start, 1 after '-', 2 int "0", 3..17 int digits k=1..15 (3+k-1),
+      // 18..33 after '.' with k=0..15 digits so far (18+k), 34..48 fraction with k=1..15 (34+k-1),
+      // 49 after e, 50 after e sign, 51 one exponent digit, 52 two exponent digits.
+      Dfa m;
+      m.next.assign(53, {});
+      for (auto& row : m.next) row.fill(-1);
+      m.accept.assign(53, 0);
+      auto digits = [&](int from, int lo, int hi, int to) {
+        for (int c = lo; c <= hi; ++c) m.next[size_t(from)][size_t('0' + c)] = to;
+      };
+      auto exp_from = [&](int q) {
+        m.next[size_t(q)]['e'] = m.next[size_t(q)]['E'] = 49;
+      };
+      m.next[0]['-'] = 1;
+      for (int q : {0, 1}) {
+        m.next[size_t(q)]['0'] = 2;
+        digits(q, 1, 9, 3);
+      }
+      m.accept[2] = 1;
+      m.next[2]['.'] = 18;
+      exp_from(2);
+      for (int k = 1; k <= 15; ++k) {
+        int q = 3 + k - 1;
+        m.accept[size_t(q)] = 1;
+        if (k < 15) digits(q, 0, 9, q + 1);
+        m.next[size_t(q)]['.'] = 18 + k;
+        exp_from(q);
+      }
+      for (int k = 0; k <= 15; ++k)
+        if (k < 15) digits(18 + k, 0, 9, 34 + k);
+      for (int k = 1; k <= 15; ++k) {
+        int q = 34 + k - 1;
+        m.accept[size_t(q)] = 1;
+        if (k < 15) digits(q, 0, 9, q + 1);
+        exp_from(q);
+      }
+      m.next[49]['+'] = m.next[49]['-'] = 50;
+      digits(49, 0, 9, 51);
+      digits(50, 0, 9, 51);
+      digits(51, 0, 9, 52);
+      m.accept[51] = m.accept[52] = 1;
+      return m;
+    }();
+    return d;
+  }
+
+  // Strings "-"? int ("." frac)? (no exponent) whose value is a multiple of st = M / 10^S, with
+  // at most S fraction digits and no trailing fraction zero (the canonical spelling).
+  static Dfa step_dfa(const Step& st) {
+    const int64_t M = st.m;
+    const int S = st.s;
+    // 0 start, 1 '-', 2 int "0", 3+r int rem r, then after '.' D_r = 3+M+r, then fraction
+    // F(r, k, z) = 3+2M + ((r*S + (k-1))*2 + z), k = 1..S, z = last digit is zero.
+    const size_t n = size_t(3 + 2 * M + 2 * M * S);
+    Dfa d;
+    d.next.assign(n, {});
+    for (auto& row : d.next) row.fill(-1);
+    d.accept.assign(n, 0);
+    const int64_t scale = pow10i(S) % M;
+    auto I = [&](int64_t r) { return int32_t(3 + r); };
+    auto D = [&](int64_t r) { return int32_t(3 + M + r); };
+    auto F = [&](int64_t r, int k, int z) { return int32_t(3 + 2 * M + (r * S + (k - 1)) * 2 + z); };
+    d.next[0]['-'] = 1;
+    d.next[0]['0'] = d.next[1]['0'] = 2;
+    d.accept[2] = 1;  // 0 is a multiple of everything
+    if (S > 0) d.next[2]['.'] = D(0);
+    for (int c = 1; c <= 9; ++c) d.next[0][size_t('0' + c)] = d.next[1][size_t('0' + c)] = I(c % M);
+    for (int64_t r = 0; r < M; ++r) {
+      for (int c = 0; c <= 9; ++c) d.next[size_t(I(r))][size_t('0' + c)] = I((r * 10 + c) % M);
+      d.accept[size_t(I(r))] = (r * scale) % M == 0;
+      if (S > 0) {
+        d.next[size_t(I(r))]['.'] = D(r);
+        for (int c = 0; c <= 9; ++c) d.next[size_t(D(r))][size_t('0' + c)] = F((r * 10 + c) % M, 1, c == 0);
+      }
+      for (int k = 1; k <= S; ++k)
+        for (int z = 0; z < 2; ++z) {
+          const int32_t q = F(r, k, z);
+          d.accept[size_t(q)] = !z && (r * (pow10i(S - k) % M)) % M == 0;
+          if (k < S)
+            for (int c = 0; c <= 9; ++c) d.next[size_t(q)][size_t('0' + c)] = F((r * 10 + c) % M, k + 1, c == 0);
+        }
+    }
+    return d;
+  }
+
+  // A number rule from a full-match regex, narrowed to readable numbers (memoized per regex).
+  uint32_t num_regex_rule(const std::string& re) {
+    auto it = num_rules_.find(re);
+    if (it != num_rules_.end()) return it->second;
+    const Dfa* d = regex_cache(re, true);
+    uint32_t r = d ? num_dfa_rule(*d) : rb_.new_rule();
+    num_rules_[re] = r;
+    return r;
+  }
+  uint32_t num_dfa_rule(const Dfa& d) {
+    Dfa both = dfa_intersect(d, readable_numbers());
+    if (both.next.empty()) return dfa_raw_rules(d);  // too large to intersect: its own digits are capped
+    return dfa_raw_rules(both);
+  }
+
   uint32_t number_rule(const Flat& f) {
     bool bounded = f.lo > -kInf || f.hi < kInf;
+    const bool ints = (f.types & kInt) != 0;
+    const bool step_frac = f.multiple_of > 0 && f.step_s > 0;
     bool frac = (f.types & kNumFrac) && f.multiple_of == 0;
     // Without bounds the digits are still capped, so a small model cannot loop on digits until it
-    // runs out of tokens: integers up to 15 digits (below 2^53, exact in every JSON consumer,
-    // JavaScript and float64 decoders included), fractions up to 15 digits, exponents up to 3.
-    if (!bounded && f.multiple_of == 0)
-      return regex_rule(frac ? "-?(0|[1-9][0-9]{0,14})(\\.[0-9]{1,15})?([eE][+-]?[0-9]{1,3})?" : "(0|-?[1-9][0-9]{0,14})");
+    // runs out of tokens (and the client reads back what was written, see readable_numbers).
+    if (!bounded && f.multiple_of == 0) {
+      if (!ints) return num_regex_rule("-?(0|[1-9][0-9]{0,14})\\.[0-9]{0,14}[1-9]");
+      return num_regex_rule(frac ? "-?(0|[1-9][0-9]{0,14})(\\.[0-9]{1,15})?([eE]-[0-9]{1,2})?" : "(0|-?[1-9][0-9]{0,14})");
+    }
     IntBounds ib = int_bounds(f.lo, f.lo_excl, f.hi, f.hi_excl, f.ptr);
     if (!ib.ok) return rb_.new_rule();
     std::string ire = bounded ? int_regex(ib) : "(0|-?[1-9][0-9]{0,14})";
     uint32_t r = rb_.new_rule();
+    if (step_frac) {
+      // Decimal steps (0.01, 0.25): each piece of the range language (integers, fraction
+      // intervals) intersected with the exact step automaton.
+      // The remainder automaton has 3 + 2M(1 + S) states of 1 KB each: bounded before building.
+      if (f.step_m * 2 * (1 + f.step_s) > 100000) {
+        error(f.ptr, "multipleOf", "a fractional multipleOf with this many units of its last digit is not supported");
+        return r;
+      }
+      const Dfa step = step_dfa(Step{true, f.step_m, f.step_s});
+      auto emit = [&](const Dfa& piece) {
+        Dfa both = dfa_intersect(piece, step);
+        if (both.next.empty()) {
+          error(f.ptr, "multipleOf", "multipleOf with these bounds is too complex");
+          return;
+        }
+        if (!both.empty_language()) rb_.add_alt(r, {RuleBuilder::ref(num_dfa_rule(both))});
+      };
+      if (ints && !ire.empty())
+        if (const Dfa* d = regex_cache(ire, true)) emit(*d);
+      if (!(f.types & kNumFrac)) return r;
+      if (!bounded) {
+        if (const Dfa* d = regex_cache("-?(0|[1-9][0-9]{0,14})\\.[0-9]*[1-9]", true)) emit(*d);
+        return r;
+      }
+      Decimal L, H;
+      bool exact = true;
+      if (f.lo > -kInf) exact = exact && (L = parse_decimal(f.lo_text)).ok;
+      if (f.hi < kInf) exact = exact && (H = parse_decimal(f.hi_text)).ok;
+      if (!exact) {
+        error(f.ptr, "multipleOf", "a fractional multipleOf needs bounds written as plain decimals");
+        return r;
+      }
+      frac_pieces(f, L, H, emit);
+      return r;
+    }
     if (f.multiple_of > 0) {
-      if (ire.empty()) return r;
+      if (ire.empty() || !ints) return r;
       const Dfa* range = regex_cache(ire, true);
       if (!range) return r;
-      int64_t k = int64_t(f.multiple_of);
+      int64_t k = f.step_m;
       // States: 0 start, 1 after '-', 2 "0", 3 + rem: after a nonzero leading digit.
       Dfa m;
       m.next.assign(size_t(3 + k), {});
@@ -956,27 +1300,17 @@ class SchemaCompiler {
         error(f.ptr, "multipleOf", "multipleOf with these bounds is too complex");
         return r;
       }
-      if (!both.empty_language()) rb_.add_alt(r, {RuleBuilder::ref(dfa_raw_rules(both))});
+      if (!both.empty_language()) rb_.add_alt(r, {RuleBuilder::ref(num_dfa_rule(both))});
       return r;
     }
-    if (!ire.empty()) rb_.add_alt(r, {RuleBuilder::ref(regex_rule(ire))});
+    if (ints && !ire.empty()) rb_.add_alt(r, {RuleBuilder::ref(num_regex_rule(ire))});
     if (frac) {
       Decimal L, H;
       bool exact = true;
       if (f.lo > -kInf) exact = exact && (L = parse_decimal(f.lo_text)).ok;
       if (f.hi < kInf) exact = exact && (H = parse_decimal(f.hi_text)).ok;
       if (exact) {
-        // Non-integers are written I.F with F not ending in 0. Positive side: y = x; negative
-        // side: y = -x with the bounds negated and swapped. Exact (digit automata) at the bounds.
-        auto negate = [](Decimal d) {
-          if (d.ip != 0 || !d.fp.empty()) d.neg = !d.neg;
-          return d;
-        };
-        const Decimal* lp = f.lo > -kInf ? &L : nullptr;
-        const Decimal* hp = f.hi < kInf ? &H : nullptr;
-        Decimal nl = negate(H), nh = negate(L);
-        frac_side(r, lp, f.lo_excl, hp, f.hi_excl, "");
-        frac_side(r, hp ? &nl : nullptr, f.hi_excl, lp ? &nh : nullptr, f.lo_excl, "-");
+        frac_pieces(f, L, H, [&](const Dfa& d) { rb_.add_alt(r, {RuleBuilder::ref(num_dfa_rule(d))}); });
         return r;
       }
       // Fallback (bounds with huge exponents or long fractions): I < x < I+1 strictly (x > 0) or
@@ -1008,19 +1342,35 @@ class SchemaCompiler {
       const std::string fr = "\\.[0-9]*[1-9]";
       if (!(pos.has_hi && pos.hi < pos.lo)) {
         std::string p = nonneg_range_regex(pos.lo, pos.has_hi ? pos.hi : -1);
-        if (!p.empty()) rb_.add_alt(r, {RuleBuilder::ref(regex_rule("(" + p + ")" + fr))});
+        if (!p.empty()) rb_.add_alt(r, {RuleBuilder::ref(num_regex_rule("(" + p + ")" + fr))});
       }
       if (!(neg.has_hi && neg.hi < neg.lo)) {
         std::string p = nonneg_range_regex(neg.lo, neg.has_hi ? neg.hi : -1);
-        if (!p.empty()) rb_.add_alt(r, {RuleBuilder::ref(regex_rule("-(" + p + ")" + fr))});
+        if (!p.empty()) rb_.add_alt(r, {RuleBuilder::ref(num_regex_rule("-(" + p + ")" + fr))});
       }
     }
     return r;
   }
 
+  // Non-integers in the flat's bounds (exact decimals L, H), as automata handed to `emit`.
+  // Non-integers are written I.F with F not ending in 0. Positive side: y = x; negative side:
+  // y = -x with the bounds negated and swapped. Exact (digit automata) at the bounds.
+  void frac_pieces(const Flat& f, const Decimal& L, const Decimal& H, const std::function<void(const Dfa&)>& emit) {
+    auto negate = [](Decimal d) {
+      if (d.ip != 0 || !d.fp.empty()) d.neg = !d.neg;
+      return d;
+    };
+    const Decimal* lp = f.lo > -kInf ? &L : nullptr;
+    const Decimal* hp = f.hi < kInf ? &H : nullptr;
+    Decimal nl = negate(H), nh = negate(L);
+    frac_side(emit, lp, f.lo_excl, hp, f.hi_excl, "");
+    frac_side(emit, hp ? &nl : nullptr, f.hi_excl, lp ? &nh : nullptr, f.lo_excl, "-");
+  }
+
   // Fractions y = I.F > 0 (F not ending in 0) with L <= y <= H (exclusive flags), L/H may be null
-  // (unbounded) or on the other side of zero; adds alternatives to r, each prefixed by `sign`.
-  void frac_side(uint32_t r, const Decimal* L, bool Lex, const Decimal* H, bool Hex, const std::string& sign) {
+  // (unbounded) or on the other side of zero; emits automata, each prefixed by `sign`.
+  void frac_side(const std::function<void(const Dfa&)>& emit, const Decimal* L, bool Lex, const Decimal* H, bool Hex,
+                 const std::string& sign) {
     if (H && (H->neg || (H->ip == 0 && H->fp.empty()))) return;  // H <= 0 < y
     bool lpos = L && !L->neg;  // a negative lower bound does not constrain y > 0
     const std::string fr = "\\.[0-9]*[1-9]";
@@ -1029,7 +1379,8 @@ class SchemaCompiler {
     int64_t b = H ? H->ip - 1 : -1;
     if (!H || a <= b) {
       std::string p = nonneg_range_regex(a, H ? b : -1);
-      if (!p.empty()) rb_.add_alt(r, {RuleBuilder::ref(regex_rule(sign + "(" + p + ")" + fr))});
+      if (!p.empty())
+        if (const Dfa* d = regex_cache(sign + "(" + p + ")" + fr, true)) emit(*d);
     }
     // The unit intervals holding a fractional bound.
     std::vector<int64_t> special;
@@ -1046,10 +1397,11 @@ class SchemaCompiler {
         const Dfa* d2 = regex_cache(prefix + "(" + frac_le(H->fp, Hex) + ")", true);
         if (!d1 || !d2) continue;
         Dfa both = dfa_intersect(*d1, *d2);
-        if (!both.next.empty() && !both.empty_language()) rb_.add_alt(r, {RuleBuilder::ref(dfa_raw_rules(both))});
+        if (!both.next.empty() && !both.empty_language()) emit(both);
       } else {
         std::string body = at_l ? frac_ge(L->fp, Lex) : frac_le(H->fp, Hex);
-        if (!body.empty()) rb_.add_alt(r, {RuleBuilder::ref(regex_rule(prefix + "(" + body + ")"))});
+        if (!body.empty())
+          if (const Dfa* d = regex_cache(prefix + "(" + body + ")", true)) emit(*d);
       }
     }
   }
@@ -1209,7 +1561,11 @@ class SchemaCompiler {
 
   uint32_t string_rule(const Flat& f) {
     uint32_t r = rb_.new_rule();
-    if (f.patterns.empty() && f.formats.empty()) {
+    std::vector<std::string> excluded;  // not {const/enum} strings
+    if (!f.has_enum)
+      for (const JValue* x : f.not_values)
+        if (x->is_string()) excluded.push_back(x->str);
+    if (f.patterns.empty() && f.formats.empty() && excluded.empty()) {
       if (f.min_len == 0 && f.max_len < 0) return plain_string_rule(rb_);
       if (f.max_len >= 0 && f.max_len < f.min_len) return r;
       // Counted chain: body_i = chars so far i.
@@ -1244,6 +1600,16 @@ class SchemaCompiler {
       if (tmp2.next.empty()) { error(f.ptr, "format", "format and pattern too complex to intersect"); return r; }
       tmp = std::move(tmp2);
       acc = &tmp;
+    }
+    Dfa tmp3;
+    if (!excluded.empty()) {
+      // Strings other than the excluded ones; without a pattern, unescaped strings of any
+      // characters (a subset: no quotes, backslashes or controls).
+      if (!acc) acc = regex_cache("[^\"\\\\\\x00-\\x1f]*", true);
+      if (!acc) return r;
+      tmp3 = dfa_minus(*acc, dfa_literals(excluded));
+      if (tmp3.next.empty()) { error(f.ptr, "not", "'not' with these strings is too complex"); return r; }
+      acc = &tmp3;
     }
     if (acc->empty_language()) return r;
     rb_.add_alt(r, {rb_.byte('"'), RuleBuilder::ref(dfa_string_rules(*acc, f.min_len, f.max_len, f.ptr))});
@@ -1302,6 +1668,81 @@ class SchemaCompiler {
   }
 
   // ---- objects ----
+  // The key language of propertyNames (all of f.property_names): an automaton over the decoded
+  // name (null = any) and code-point bounds; none = no name at all is valid.
+  struct NameRule {
+    bool none = false;
+    std::shared_ptr<Dfa> dfa;
+    int64_t min_len = 0, max_len = -1;
+    bool ok(const std::string& name) const {
+      if (none) return false;
+      int64_t n = count_code_points(name);
+      if (n < min_len || (max_len >= 0 && n > max_len)) return false;
+      return !dfa || dfa_matches(*dfa, name);
+    }
+  };
+
+  NameRule name_rule(const Flat& f) {
+    NameRule nr;
+    auto narrow = [&](const Dfa& d) {
+      if (!nr.dfa) {
+        nr.dfa = std::make_shared<Dfa>(d);
+        return;
+      }
+      Dfa both = dfa_intersect(*nr.dfa, d);
+      if (both.next.empty()) {
+        error(f.ptr + "/propertyNames", "propertyNames", "propertyNames constraints too complex to intersect");
+        nr.none = true;
+        return;
+      }
+      *nr.dfa = std::move(both);
+    };
+    for (const JValue* s : f.property_names) {
+      if (s->is_bool()) {
+        if (!s->boolean) nr.none = true;
+        continue;
+      }
+      if (!s->is_object()) continue;
+      if (const JValue* t = s->get("type")) {
+        bool str = t->is_string() && t->str == "string";
+        if (t->is_array())
+          for (const auto& x : t->arr) str = str || (x.is_string() && x.str == "string");
+        if (!str) nr.none = true;
+      }
+      std::vector<std::string> lits;
+      bool has_lits = false;
+      if (const JValue* e = s->get("enum"); e && e->is_array()) {
+        has_lits = true;
+        for (const auto& x : e->arr)
+          if (x.is_string()) lits.push_back(x.str);
+      }
+      if (const JValue* c = s->get("const")) {
+        if (has_lits) {
+          std::vector<std::string> keep;
+          for (const auto& l : lits)
+            if (c->is_string() && c->str == l) keep.push_back(l);
+          lits = keep;
+        } else {
+          has_lits = true;
+          if (c->is_string()) lits.push_back(c->str);
+        }
+      }
+      if (has_lits) {
+        if (lits.empty()) nr.none = true;
+        else narrow(dfa_literals(lits));
+      }
+      if (const JValue* p = s->get("pattern"); p && p->is_string()) {
+        const Dfa* d = regex_cache(p->str, false);
+        if (!d) nr.none = true;  // error already reported by the scan
+        else narrow(*d);
+      }
+      if (const JValue* v = s->get("minLength"); v && v->is_number()) nr.min_len = std::max(nr.min_len, int64_t(v->number));
+      if (const JValue* v = s->get("maxLength"); v && v->is_number())
+        nr.max_len = nr.max_len < 0 ? int64_t(v->number) : std::min(nr.max_len, int64_t(v->number));
+    }
+    return nr;
+  }
+
   uint32_t object_rule(const Flat& f) {
     uint32_t r = rb_.new_rule();
     struct P {
@@ -1309,12 +1750,34 @@ class SchemaCompiler {
       bool required;
       uint32_t rule;
     };
+    const NameRule nr = name_rule(f);
+    // not {required: S}: one member of S is left out (one that is not required; none -> the
+    // object is unsatisfiable). Leaving out more than needed only narrows the grammar.
+    std::vector<std::string> forbidden;
+    for (const auto& set : f.not_required) {
+      bool done = false;
+      for (const auto& k : set)
+        if (std::find(forbidden.begin(), forbidden.end(), k) != forbidden.end()) done = true;
+      if (done) continue;
+      const std::string* pick = nullptr;  // the last one: earlier (usually more important) keys stay
+      for (const auto& k : set)
+        if (std::find(f.required.begin(), f.required.end(), k) == f.required.end()) pick = &k;
+      if (!pick) return r;
+      forbidden.push_back(*pick);
+    }
+    auto is_forbidden = [&](const std::string& k) {
+      return std::find(forbidden.begin(), forbidden.end(), k) != forbidden.end() || !nr.ok(k);
+    };
     std::vector<P> props;
-    std::vector<std::string> names;
+    std::vector<std::string> names;  // listed (or required) names: never written as extra keys
     for (const auto& [name, sub] : f.props) {
       bool req = std::find(f.required.begin(), f.required.end(), name) != f.required.end();
-      props.push_back({name, req, compile_sub(sub)});
       names.push_back(name);
+      if (is_forbidden(name)) {
+        if (req) return r;  // required but its name is invalid: unsatisfiable
+        continue;
+      }
+      props.push_back({name, req, compile_sub(sub)});
     }
     // Additional properties: explicit schema, or the default (true per spec, false for tools).
     bool add_allowed;
@@ -1330,42 +1793,58 @@ class SchemaCompiler {
     for (const auto& req : f.required) {
       if (std::find(names.begin(), names.end(), req) != names.end()) continue;
       // Required but not listed: governed by additionalProperties.
-      if (!add_allowed) return r;  // unsatisfiable
+      if (!add_allowed || is_forbidden(req)) return r;  // unsatisfiable
       props.push_back({req, true, compile_sub(add_sub)});
       names.push_back(req);
     }
+    if (nr.none) add_allowed = false;
     uint32_t add_key = 0, add_val = 0;
     if (add_allowed) {
       add_val = compile_sub(add_sub);
-      if (names.empty()) {
+      if (names.empty() && forbidden.empty() && f.property_names.empty()) {
         add_key = plain_string_rule(rb_);
       } else {
         // Extra keys: raw (unescaped) strings that differ from every listed name, so a duplicate
-        // of a listed key can never sneak in through an escape spelling.
+        // of a listed key can never sneak in through an escape spelling; within propertyNames.
         const Dfa* any = regex_cache("[^\"\\\\\\x00-\\x1f]*", true);
         std::vector<std::string> lits(names.begin(), names.end());
-        Dfa keys = dfa_minus(*any, dfa_literals(lits));
+        lits.insert(lits.end(), forbidden.begin(), forbidden.end());
+        Dfa keys = lits.empty() ? *any : dfa_minus(*any, dfa_literals(lits));
+        if (nr.dfa && !keys.next.empty()) keys = dfa_intersect(keys, *nr.dfa);
         add_key = rb_.new_rule();
         if (keys.next.empty() || keys.empty_language()) {
           add_allowed = false;
         } else {
-          rb_.add_alt(add_key, {rb_.byte('"'), RuleBuilder::ref(dfa_string_rules(keys, 0, -1, f.ptr))});
+          rb_.add_alt(add_key, {rb_.byte('"'), RuleBuilder::ref(dfa_string_rules(keys, nr.min_len, nr.max_len, f.ptr))});
         }
       }
     }
     size_t n = props.size();
-    // rest[i][first]: properties i.. remain; first = nothing written yet.
-    std::vector<std::array<uint32_t, 2>> rest(n + 1);
-    for (auto& x : rest) x = {rb_.new_rule(), rb_.new_rule()};
-    for (int first = 0; first < 2; ++first) {
-      uint32_t tail = rest[n][first];
-      std::vector<Elem> close;
-      if (!first) sp_.before_close(close);
-      close.push_back(rb_.byte('}'));
-      rb_.add_alt(tail, std::move(close));
-      if (add_allowed) {
+    // rest[i][c]: properties i.. remain, c written so far (c = 0: nothing yet, no comma). c counts
+    // up to C and saturates there when there is no maxProperties.
+    const int64_t maxp = f.max_props;
+    const int64_t C = maxp >= 0 ? maxp : std::max<int64_t>(1, f.min_props);
+    if (maxp >= 0 && maxp < f.min_props) return r;
+    if (double(n + 1) * double(C + 1) > 400000) {
+      error(f.ptr, f.max_props >= 0 ? "maxProperties" : "minProperties",
+            "minProperties/maxProperties with this many properties is too large to compile");
+      return r;
+    }
+    auto next_c = [&](int64_t c) { return std::min(c + 1, C); };
+    std::vector<std::vector<uint32_t>> rest(n + 1, std::vector<uint32_t>(size_t(C + 1)));
+    for (auto& row : rest)
+      for (auto& x : row) x = rb_.new_rule();
+    for (int64_t c = 0; c <= C; ++c) {
+      uint32_t tail = rest[n][size_t(c)];
+      if (c >= f.min_props) {
+        std::vector<Elem> close;
+        if (c > 0) sp_.before_close(close);
+        close.push_back(rb_.byte('}'));
+        rb_.add_alt(tail, std::move(close));
+      }
+      if (add_allowed && (maxp < 0 || c < maxp)) {
         std::vector<Elem> seq;
-        if (!first) {
+        if (c > 0) {
           seq.push_back(rb_.byte(','));
           sp_.after_comma(seq);
         }
@@ -1375,32 +1854,34 @@ class SchemaCompiler {
         sp_.after_colon(seq);
         seq.push_back(RuleBuilder::ref(add_val));
         sp_.after_value(seq);
-        seq.push_back(RuleBuilder::ref(rest[n][0]));
+        seq.push_back(RuleBuilder::ref(rest[n][size_t(next_c(c))]));
         rb_.add_alt(tail, std::move(seq));
       }
     }
     for (size_t i = n; i-- > 0;) {
-      for (int first = 0; first < 2; ++first) {
-        uint32_t ri = rest[i][first];
-        std::vector<Elem> seq;
-        if (!first) {
-          seq.push_back(rb_.byte(','));
-          sp_.after_comma(seq);
+      for (int64_t c = 0; c <= C; ++c) {
+        uint32_t ri = rest[i][size_t(c)];
+        if (maxp < 0 || c < maxp) {
+          std::vector<Elem> seq;
+          if (c > 0) {
+            seq.push_back(rb_.byte(','));
+            sp_.after_comma(seq);
+          }
+          rb_.lit(seq, json_quote(props[i].name));
+          sp_.after_value(seq);
+          seq.push_back(rb_.byte(':'));
+          sp_.after_colon(seq);
+          seq.push_back(RuleBuilder::ref(props[i].rule));
+          sp_.after_value(seq);
+          seq.push_back(RuleBuilder::ref(rest[i + 1][size_t(next_c(c))]));
+          rb_.add_alt(ri, std::move(seq));
         }
-        rb_.lit(seq, json_quote(props[i].name));
-        sp_.after_value(seq);
-        seq.push_back(rb_.byte(':'));
-        sp_.after_colon(seq);
-        seq.push_back(RuleBuilder::ref(props[i].rule));
-        sp_.after_value(seq);
-        seq.push_back(RuleBuilder::ref(rest[i + 1][0]));
-        rb_.add_alt(ri, std::move(seq));
-        if (!props[i].required) rb_.add_alt(ri, {RuleBuilder::ref(rest[i + 1][first])});
+        if (!props[i].required) rb_.add_alt(ri, {RuleBuilder::ref(rest[i + 1][size_t(c)])});
       }
     }
     std::vector<Elem> open{rb_.byte('{')};
     sp_.after_open(open);
-    open.push_back(RuleBuilder::ref(rest[0][1]));
+    open.push_back(RuleBuilder::ref(rest[0][0]));
     rb_.add_alt(r, std::move(open));
     return r;
   }
@@ -1414,7 +1895,7 @@ class SchemaCompiler {
     rb_.add_alt(v, {RuleBuilder::ref(rb_.literal_rule("null"))});
     rb_.add_alt(v, {RuleBuilder::ref(rb_.literal_rule("true"))});
     rb_.add_alt(v, {RuleBuilder::ref(rb_.literal_rule("false"))});
-    rb_.add_alt(v, {RuleBuilder::ref(regex_rule("-?(0|[1-9][0-9]*)(\\.[0-9]+)?([eE][+-]?[0-9]+)?"))});
+    rb_.add_alt(v, {RuleBuilder::ref(num_regex_rule("-?(0|[1-9][0-9]{0,14})(\\.[0-9]{1,15})?([eE]-[0-9]{1,2})?"))});
     rb_.add_alt(v, {RuleBuilder::ref(str)});
     // array
     uint32_t arr = rb_.new_rule(), arr_rest = rb_.new_rule();
@@ -1486,6 +1967,7 @@ class SchemaCompiler {
   std::map<std::string, std::shared_ptr<Dfa>> dfas_;
   std::map<std::string, std::string> regex_errors_;
   std::map<std::string, uint32_t> regex_rules_;
+  std::map<std::string, uint32_t> num_rules_;
   std::map<ByteSet, uint32_t> escape_rules_;
   std::optional<uint32_t> any_rule_;
   JsonSpacing sp_{rb_, opts_};

@@ -74,7 +74,7 @@ struct Engine::Impl {
   std::unique_ptr<Session> session;  // the one KV slot; worker thread only
   std::unique_ptr<PromptCacheStore> cache;  // null when both tiers are off
   std::shared_ptr<const grammar::Vocabulary> vocab;
-  grammar::GrammarCache grammars{128};
+  grammar::GrammarCache grammars{opts.grammar_cache_mb << 20};  // opts is initialized first
   TemplateFamily family = TemplateFamily::ChatML;
   std::string bos_text, eos_text;
   std::string model_id;

@@ -45,6 +45,7 @@ struct EngineOptions {
   std::string cache_dir;       // prompt cache on disk ("" = off)
   size_t cache_max_mb = 1024;
   size_t cache_ram_mb = 256;
+  size_t grammar_cache_mb = 64;  // compiled grammars kept (bytes incl. their mask caches)
   ReasoningMode reasoning = ReasoningMode::Auto;  // --reasoning: thinking when a request does not say
 };
 

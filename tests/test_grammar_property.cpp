@@ -17,6 +17,7 @@
 #include <simdjson.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -159,6 +160,46 @@ std::vector<WalkCase> tool_cases() {
   return cases;
 }
 
+// Schemas with the keywords zod 4 and MCP tool lists emit (issue 21): propertyNames, min/max
+// Properties, decimal multipleOf, not. Fractional multipleOf is validated in exact decimal.
+constexpr int kKeywordSeeds = 3;  // x 12 schemas x 2 vocabularies x 2 (free, closing) = 144 walks
+std::vector<WalkCase> keyword_cases() {
+  const char* schemas[] = {
+      // z.record(z.string(), z.number())
+      R"({"type":"object","propertyNames":{"type":"string"},"additionalProperties":{"type":"number"}})",
+      R"({"type":"object","propertyNames":{"type":"string","pattern":"^[a-z_]+$","maxLength":8},"additionalProperties":{"type":"integer"},"minProperties":1})",
+      R"({"type":"object","propertyNames":{"enum":["red","green","blue"]},"additionalProperties":{"type":"boolean"}})",
+      R"({"type":"object","properties":{"id":{"type":"string"},"tags":{"type":"array","items":{"type":"string"}}},"required":["id"],"additionalProperties":{"type":"null"},"minProperties":2,"maxProperties":3})",
+      // z.number().multipleOf(0.01)
+      R"({"type":"number","multipleOf":0.01})",
+      R"({"type":"object","properties":{"price":{"type":"number","multipleOf":0.01,"minimum":0,"maximum":1000},"qty":{"type":"number","multipleOf":0.25,"exclusiveMinimum":-2.5,"maximum":3.3}},"required":["price","qty"],"additionalProperties":false})",
+      R"({"type":"array","items":{"type":"integer","multipleOf":0.5,"minimum":-40}})",
+      R"({"not":{"type":["object","array"]}})",
+      R"({"type":"object","properties":{"mode":{"type":"string","not":{"enum":["auto","off"]}},"x":{"type":"number","not":{"type":"integer"}}},"required":["mode","x"],"additionalProperties":false})",
+      R"({"type":"object","properties":{"path":{"type":"string"},"url":{"type":"string"},"force":{"type":"boolean","not":{"const":true}}},"not":{"required":["path","url"]},"additionalProperties":false})",
+      R"({"type":"object","properties":{"a":{"type":"string"}},"propertyNames":{"minLength":1,"maxLength":4},"additionalProperties":{"enum":[1,2]},"maxProperties":2})",
+      R"({"type":"object","properties":{"m":{"type":"object","propertyNames":{"type":"string"},"additionalProperties":{"type":"number","multipleOf":0.01}}},"required":["m"]})",
+  };
+  std::vector<WalkCase> cases;
+  int i = 0;
+  for (const char* schema : schemas) {
+    grammar::CompileOptions opts;
+    opts.whitespace = i % 3 == 0 ? grammar::Whitespace::Compact
+                      : i % 3 == 1 ? grammar::Whitespace::Flexible
+                                   : grammar::Whitespace::Natural;
+    opts.max_indent = 4;
+    auto r = grammar::compile_json_schema(schema, opts);
+    INFO(schema << ": " << r.error_text());
+    REQUIRE(r.ok());
+    const bool decimal = std::string(schema).find("\"multipleOf\":0.") != std::string::npos;
+    cases.push_back({"keywords/" + std::to_string(i),
+                     std::string("{\"kind\":\"schema\",") + (decimal ? "\"decimal\":true," : "") + "\"schema\":" + schema + "}",
+                     r.grammar});
+    ++i;
+  }
+  return cases;
+}
+
 // Replays the tokenizer's own tokenization of `text` (what a model trained on it would emit)
 // through a fresh matcher: each token must be in the mask and accepted, then end-of-generation.
 // Skipped (true, not counted) when the tokens do not spell `text` exactly: SentencePiece adds a
@@ -220,6 +261,7 @@ TEST_CASE("random walks under the mask produce valid instances", "[grammar]") {
   std::vector<std::pair<WalkCase, int>> plan;  // case, seeds
   for (auto& c : suite_cases()) plan.emplace_back(std::move(c), 1);
   for (auto& c : tool_cases()) plan.emplace_back(std::move(c), kToolSeeds);
+  for (auto& c : keyword_cases()) plan.emplace_back(std::move(c), kKeywordSeeds);
 
   const auto bytes = tools::byte_vocabulary();
   std::vector<Outcome> outcomes;
@@ -511,4 +553,142 @@ TEST_CASE("natural whitespace: native call formats accepted token by token, runs
               n_replayed, n_walks, longest_seen);
   CHECK(n_replayed == 3 * 11);
   CHECK(longest_seen >= 2);  // the walks did use the newline + indentation of the pretty-printed case
+}
+
+// Issue 21, "numbers clients can read": 1,000 numbers sampled by random walks (Qwen2.5 vocabulary,
+// multi-digit tokens) under number/integer schemas with and without bounds and multipleOf must
+// parse in Python (json: int/float) and JavaScript (JSON.parse) to finite values that round-trip
+// to the written decimal, integers to safe integers, and validate: jsonschema in Python (exact
+// decimals when multipleOf is fractional, since jsonschema divides floats), and the bounds and
+// multipleOf checked again on the JavaScript number. One python and one node process in all.
+TEST_CASE("generated numbers read back exactly in Python and JavaScript", "[grammar]") {
+  const bool have_node = std::system("node --version > /dev/null 2>&1") == 0;
+  if (!have_node) WARN("node not found: JavaScript half skipped");
+  auto v = tools::load_vocab_bundle(std::string(PICOLM_SHARED_DIR) + "/models/qwen2-bpe-q4km.gguf");
+  REQUIRE(v.ok());
+  tools::WalkVocabulary wv(v->vocab);
+  const char* schemas[] = {
+      R"({"type":"number"})",
+      R"({"type":"integer"})",
+      R"({"type":"integer","minimum":1})",
+      R"({"type":"integer","maximum":-5})",
+      R"({"type":"number","minimum":-1e300})",
+      R"({"type":"number","exclusiveMinimum":0,"exclusiveMaximum":1})",
+      R"({"type":"number","minimum":-273.15,"maximum":1e6})",
+      R"({"type":"integer","multipleOf":7,"minimum":-100000})",
+      R"({"type":"number","multipleOf":0.01})",
+      R"({"type":"number","multipleOf":0.25,"minimum":-3.5,"exclusiveMaximum":1000000})",
+      R"({"type":"number","multipleOf":0.001,"exclusiveMinimum":0})",
+      R"({"type":"integer","multipleOf":0.5})",
+  };
+  constexpr int kPerSchema = 84;  // 12 x 84 = 1008 numbers
+  std::ostringstream lines;
+  int n = 0, longest = 0;
+  uint64_t seed = 1000;
+  for (const char* schema : schemas) {
+    auto r = grammar::compile_json_schema(schema);
+    INFO(schema << ": " << r.error_text());
+    REQUIRE(r.ok());
+    for (int k = 0; k < kPerSchema; ++k) {
+      tools::WalkOptions wo;
+      wo.seed = seed++;
+      wo.soft_len_min = 1;
+      wo.soft_len_max = 12;
+      wo.max_tokens = 64;
+      const tools::WalkResult w = tools::random_walk(r.grammar, wv, wo);
+      INFO(schema << " seed " << wo.seed << ": " << w.detail << " text " << w.text);
+      REQUIRE(w.status == tools::WalkStatus::Finished);
+      longest = std::max<int>(longest, int(w.text.size()));
+      lines << "{\"schema\":" << schema << ",\"text\":\"" << w.text << "\"}\n";
+      ++n;
+    }
+  }
+  REQUIRE(n >= 1000);
+  const auto dir = std::filesystem::temp_directory_path();
+  const std::string base = (dir / ("picolm_numbers_" + std::to_string(getpid()))).string();
+  const std::string in = base + ".jsonl", py = base + ".py", js = base + ".js", out_py = base + ".py.out",
+                    out_js = base + ".js.out";
+  struct RemoveOnExit {
+    std::vector<std::string> files;
+    ~RemoveOnExit() {
+      std::error_code ec;
+      for (const auto& f : files) std::filesystem::remove(f, ec);
+    }
+  } cleanup{{in, py, js, out_py, out_js}};
+  {
+    std::ofstream(in, std::ios::binary) << lines.str();
+    std::ofstream(py) << R"PY(
+import json, math, sys
+from decimal import Decimal
+from jsonschema import Draft202012Validator
+bad = 0
+for line in open(sys.argv[1]):
+    rec = json.loads(line)
+    text, schema = rec["text"], rec["schema"]
+    val = json.loads(text)
+    why = None
+    if isinstance(val, float) and not math.isfinite(val): why = "not finite"
+    elif isinstance(val, float) and Decimal(repr(val)) != Decimal(text): why = "float does not round-trip: " + repr(val)
+    elif schema["type"] == "integer" and not isinstance(val, int): why = "not an int"
+    elif isinstance(val, int) and abs(val) > 2**53 - 1: why = "beyond 2^53"
+    else:
+        step = schema.get("multipleOf")
+        if isinstance(step, float):  # fractional: jsonschema's float division drifts, use decimals
+            dschema = json.loads(json.dumps(schema), parse_float=Decimal)
+            errs = list(Draft202012Validator(dschema).iter_errors(json.loads(text, parse_float=Decimal)))
+        else:
+            errs = list(Draft202012Validator(schema).iter_errors(val))
+        if errs: why = errs[0].message
+    if why:
+        bad += 1
+        print("%s under %s: %s" % (text, json.dumps(schema), why))
+print("checked", sum(1 for _ in open(sys.argv[1])), "bad", bad)
+)PY";
+    std::ofstream(js) << R"JS(
+const fs = require("fs");
+let bad = 0, n = 0;
+// Decimal places of a number's shortest round-trip spelling (1e-7 style included).
+function places(x) {
+  const s = String(Math.abs(x));
+  const m = s.match(/^(\d+)(?:\.(\d+))?(?:e([+-]\d+))?$/);
+  return Math.max(0, (m[2] || "").length - Number(m[3] || 0));
+}
+for (const line of fs.readFileSync(process.argv[2], "utf8").split("\n")) {
+  if (!line) continue;
+  n++;
+  const { schema, text } = JSON.parse(line);
+  const v = JSON.parse(text);
+  let why = null;
+  if (typeof v !== "number" || !Number.isFinite(v)) why = "not a finite number";
+  else if (schema.type === "integer" && !Number.isSafeInteger(v)) why = "not a safe integer";
+  else if (Number.isInteger(v) && !Number.isSafeInteger(v)) why = "integer beyond 2^53";
+  else if (schema.minimum !== undefined && !(v >= schema.minimum)) why = "below minimum";
+  else if (schema.maximum !== undefined && !(v <= schema.maximum)) why = "above maximum";
+  else if (schema.exclusiveMinimum !== undefined && !(v > schema.exclusiveMinimum)) why = "not above exclusiveMinimum";
+  else if (schema.exclusiveMaximum !== undefined && !(v < schema.exclusiveMaximum)) why = "not below exclusiveMaximum";
+  else if (schema.multipleOf !== undefined) {
+    // As zod does: scale both to integers by the larger number of decimal places.
+    const d = Math.max(places(v), places(schema.multipleOf));
+    const a = Math.round(v * 10 ** d), b = Math.round(schema.multipleOf * 10 ** d);
+    if (!Number.isSafeInteger(a) || a % b !== 0) why = "not a multiple of " + schema.multipleOf;
+  }
+  if (why) { bad++; console.log(text + " under " + JSON.stringify(schema) + ": " + why); }
+}
+console.log("checked " + n + " bad " + bad);
+)JS";
+  }
+  const std::string py_cmd = "/usr/bin/python3 '" + py + "' '" + in + "' > '" + out_py + "' 2>&1";
+  REQUIRE(std::system(py_cmd.c_str()) == 0);
+  const std::string py_out = read_file(out_py);
+  INFO("python:\n" << py_out);
+  CHECK(py_out.find("checked " + std::to_string(n) + " bad 0") != std::string::npos);
+  if (have_node) {
+    const std::string js_cmd = "node '" + js + "' '" + in + "' > '" + out_js + "' 2>&1";
+    REQUIRE(std::system(js_cmd.c_str()) == 0);
+    const std::string js_out = read_file(out_js);
+    INFO("node:\n" << js_out);
+    CHECK(js_out.find("checked " + std::to_string(n) + " bad 0") != std::string::npos);
+  }
+  INFO("longest number written: " << longest << " bytes");
+  CHECK(longest <= 40);
 }

@@ -68,7 +68,7 @@ TEST_CASE("primitive types", "[grammar]") {
   check(R"({"type":"null"})", {"null"}, {"nul", "nulll", "0", "\"null\""});
   check(R"({"type":"boolean"})", {"true", "false"}, {"tru", "1", "null"});
   check(R"({"type":["integer","null"]})", {"0", "-5", "123", "null"}, {"1.5", "01", "-0", "true", ""});
-  check(R"({"type":"number"})", {"0", "-1.5", "1e10", "2.5E-3", "10"}, {"01", "1.", ".5", "--1", "1e"});
+  check(R"({"type":"number"})", {"0", "-1.5", "1e-10", "2.5E-3", "10"}, {"01", "1.", ".5", "--1", "1e", "1e10"});
   check(R"({})", {"1", "\"x\"", "{\"a\":[1,{}]}", "null", "[]"}, {"", "{", "[1,]", "{\"a\"}"});
   check(R"(true)", {"1", "[true]"}, {"tru"});
 }
@@ -134,7 +134,9 @@ TEST_CASE("integer bounds are exact", "[grammar]") {
   for (int v = -20; v <= 30; ++v) CHECK(matches(g2, std::to_string(v)) == (v >= 1 && v <= 10));
   auto g3 = compile_ok(R"({"type":"integer","minimum":1})");
   CHECK(matches(g3, "1"));
-  CHECK(matches(g3, "99999999999999999999"));
+  // No upper bound: generation stays within 15 digits (below 2^53, exact in JavaScript).
+  CHECK(matches(g3, "999999999999999"));
+  CHECK_FALSE(matches(g3, "99999999999999999999"));
   CHECK_FALSE(matches(g3, "0"));
   CHECK_FALSE(matches(g3, "-1"));
   auto g4 = compile_ok(R"({"type":"integer","multipleOf":3,"minimum":-10,"maximum":20})");
@@ -221,7 +223,7 @@ TEST_CASE("anyOf, allOf, oneOf, $ref", "[grammar]") {
 }
 
 TEST_CASE("unsupported keywords: every one is named with its pointer", "[grammar]") {
-  auto errs = errors_of(R"({"type":"object","properties":{"a":{"not":{"type":"string"}},
+  auto errs = errors_of(R"({"type":"object","properties":{"a":{"not":{"minLength":3}},
       "b":{"type":"array","uniqueItems":true}},"patternProperties":{"x":{}},"if":{},"then":{}})");
   CHECK(has_error(errs, "/properties/a/not", "not"));
   CHECK(has_error(errs, "/properties/b/uniqueItems", "uniqueItems"));
@@ -229,10 +231,10 @@ TEST_CASE("unsupported keywords: every one is named with its pointer", "[grammar
   CHECK(has_error(errs, "/if", "if"));
   CHECK(has_error(errs, "/then", "then"));
   CHECK(errs.size() == 5);
-  auto r = compile_json_schema(R"({"properties":{"a/b":{"minProperties":1}}})");
+  auto r = compile_json_schema(R"({"properties":{"a/b":{"dependentRequired":{}}}})");
   REQUIRE_FALSE(r.ok());
-  CHECK(r.errors[0].pointer == "/properties/a~1b/minProperties");
-  CHECK(r.error_text().find("minProperties") != std::string::npos);
+  CHECK(r.errors[0].pointer == "/properties/a~1b/dependentRequired");
+  CHECK(r.error_text().find("dependentRequired") != std::string::npos);
   CHECK(has_error(errors_of(R"({"$ref":"http://example.com/s.json"})"), "/$ref", "$ref"));
   CHECK(has_error(errors_of(R"({"type":"string","format":"color"})"), "/format", "format"));
   CHECK(has_error(errors_of(R"({"type":"string","pattern":"(a)\\1"})"), "/pattern", "pattern"));
@@ -541,7 +543,7 @@ TEST_CASE("random integer and number bounds: exact for integers, never out of ra
 }
 
 TEST_CASE("grammar cache returns the same grammar for the same text and options", "[grammar]") {
-  GrammarCache cache(2);
+  GrammarCache cache;
   auto a = cache.schema(R"({"type":"integer"})");
   auto b = cache.schema(R"({"type":"integer"})");
   REQUIRE(a.ok());
@@ -575,8 +577,11 @@ TEST_CASE("grammar text dump names the rules", "[grammar]") {
 TEST_CASE("unbounded numbers have capped digit runs (a small model cannot loop on digits)", "[grammar]") {
   check(R"({"type":"integer"})", {"0", "-7", "999999999999999", "-999999999999999"},
         {"1000000000000000", "-1000000000000000", "01"});
-  check(R"({"type":"number"})", {"1.5", "-0.125", "123456789012345.123456789012345", "1e308", "2.5E-7"},
-        {"1234567890123456", "1.1234567890123456", "1e1000"});
+  // Numbers a client reads back as written: at most 15 significant digits; exponents negative
+  // with at most two digits (a positive one writes an integer: 9e50 is beyond 2^53 in JavaScript).
+  check(R"({"type":"number"})", {"1.5", "-0.125", "12345678.1234567", "0.123456789012345", "1e-99", "2.5E-7", "-9.5e-99"},
+        {"1234567890123456", "1.1234567890123456", "123456789012345.123456789012345", "1e99", "1e308", "1e1000",
+         "1e+666", "0.1234567890123456", "1e-100"});
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -816,4 +821,206 @@ TEST_CASE("closing mode: rollback and a deviating token recompute the completion
   n = 0;
   for (size_t id = 0; id < vocab->size(); ++id) n += (mask[id / 32] >> (id % 32)) & 1u;
   CHECK(n == 2);  // with room: '"' alone is allowed too
+}
+
+// ---------------------------------------------------------------------------------------------
+// Keywords zod 4 and MCP tool lists emit: propertyNames, min/maxProperties, decimal multipleOf, not
+
+TEST_CASE("propertyNames: zod records and string constraints on keys", "[grammar]") {
+  // z.record(z.string(), z.number())
+  check(R"({"type":"object","propertyNames":{"type":"string"},"additionalProperties":{"type":"number"}})",
+        {"{}", "{\"a\":1}", "{\"a\":1,\"b c\":2.5}"}, {"{\"a\":\"x\"}", "[]", "{\"a\":1,}"});
+  check(R"({"type":"object","propertyNames":{"pattern":"^[a-z]+$"},"additionalProperties":{"type":"integer"}})",
+        {"{\"ab\":1}", "{\"ab\":1,\"c\":2}"}, {"{\"Ab\":1}", "{\"\":1}", "{\"a1\":1}"});
+  check(R"({"type":"object","propertyNames":{"enum":["x","y"]}})", {"{}", "{\"x\":1,\"y\":null}"},
+        {"{\"z\":1}", "{\"xy\":1}"});
+  check(R"({"type":"object","propertyNames":{"const":"k"}})", {"{\"k\":[]}"}, {"{\"j\":1}"});
+  check(R"({"type":"object","propertyNames":{"minLength":2,"maxLength":3}})", {"{\"ab\":1}", "{\"abc\":1}", "{\"\u00e9\u00e9\":1}"},
+        {"{\"a\":1}", "{\"abcd\":1}"});
+  // Listed properties whose name fails propertyNames cannot appear.
+  check(R"({"type":"object","properties":{"ok":{"type":"integer"},"BAD":{"type":"integer"}},
+           "propertyNames":{"pattern":"^[a-z]+$"},"additionalProperties":false})",
+        {"{\"ok\":1}", "{}"}, {"{\"BAD\":1}", "{\"ok\":1,\"BAD\":1}"});
+  // ...and when required, the schema has no instance at all.
+  CHECK_FALSE(compile_json_schema(R"({"type":"object","properties":{"BAD":{}},"required":["BAD"],
+                                     "propertyNames":{"pattern":"^[a-z]+$"}})").ok());
+  check(R"({"type":"object","propertyNames":false})", {"{}"}, {"{\"a\":1}"});
+  check(R"({"type":"object","propertyNames":{"type":"integer"}})", {"{}"}, {"{\"1\":1}"});
+  auto errs = errors_of(R"({"type":"object","propertyNames":{"format":"email"}})");
+  CHECK(has_error(errs, "/propertyNames/format", "propertyNames"));
+}
+
+TEST_CASE("minProperties / maxProperties count listed and extra properties", "[grammar]") {
+  check(R"({"type":"object","minProperties":1,"maxProperties":2})", {"{\"a\":1}", "{\"a\":1,\"b\":2}"},
+        {"{}", "{\"a\":1,\"b\":2,\"c\":3}"});
+  check(R"({"type":"object","properties":{"a":{},"b":{},"c":{}},"additionalProperties":false,"minProperties":2})",
+        {"{\"a\":1,\"b\":2}", "{\"a\":1,\"c\":2}", "{\"a\":1,\"b\":2,\"c\":3}"}, {"{\"a\":1}", "{}"});
+  check(R"({"type":"object","properties":{"a":{}},"required":["a"],"maxProperties":1})", {"{\"a\":1}"},
+        {"{\"a\":1,\"b\":2}", "{}"});
+  check(R"({"type":"object","maxProperties":0})", {"{}"}, {"{\"a\":1}"});
+  CHECK_FALSE(compile_json_schema(R"({"type":"object","minProperties":3,"maxProperties":2})").ok());
+  CHECK_FALSE(compile_json_schema(R"({"type":"object","properties":{"a":{},"b":{}},"required":["a","b"],"maxProperties":1})").ok());
+  CHECK(has_error(errors_of(R"({"minProperties":-1})"), "/minProperties", "minProperties"));
+}
+
+namespace {
+// n / 10^scale written canonically (no trailing fraction zeros, no "-0").
+std::string decimal_text(long n, int scale) {
+  std::string sign = n < 0 ? "-" : "";
+  long a = std::labs(n), p = 1;
+  for (int i = 0; i < scale; ++i) p *= 10;
+  std::string s = sign + std::to_string(a / p);
+  std::string f = std::to_string(a % p);
+  f = std::string(size_t(scale) - f.size(), '0') + f;
+  while (!f.empty() && f.back() == '0') f.pop_back();
+  if (!f.empty()) s += "." + f;
+  return s;
+}
+}  // namespace
+
+TEST_CASE("fractional multipleOf is exact in decimal", "[grammar]") {
+  // z.number().multipleOf(0.01): every x/1000 in [-3, 3], exact oracle on the integers.
+  auto g = compile_ok(R"({"type":"number","multipleOf":0.01})");
+  for (long n = -3000; n <= 3000; ++n) {
+    const std::string t = decimal_text(n, 3);
+    INFO(t);
+    CHECK(matches(g, t) == (n % 10 == 0));
+  }
+  CHECK(matches(g, "123456.78"));
+  CHECK_FALSE(matches(g, "1.50"));  // a subset: canonical spellings only
+  CHECK_FALSE(matches(g, "1e-2"));
+  auto g2 = compile_ok(R"({"type":"number","multipleOf":0.25,"minimum":-1.3,"exclusiveMaximum":2.5})");
+  for (long n = -400; n <= 400; ++n) {
+    const std::string t = decimal_text(n, 2);
+    INFO(t);
+    CHECK(matches(g2, t) == (n % 25 == 0 && n >= -130 && n < 250));
+  }
+  auto g3 = compile_ok(R"({"type":"number","multipleOf":0.001,"exclusiveMinimum":0.005,"maximum":0.0125})");
+  for (long n = 0; n <= 200; ++n) {
+    const std::string t = decimal_text(n, 4);
+    INFO(t);
+    CHECK(matches(g3, t) == (n % 10 == 0 && n > 50 && n <= 125));
+  }
+  check(R"({"type":"integer","multipleOf":0.5})", {"3", "-4", "0"}, {"3.5", "0.5"});
+  check(R"({"allOf":[{"multipleOf":0.25},{"multipleOf":0.1}],"type":"number"})", {"1.5", "0.5", "2"},
+        {"0.25", "0.1", "0.75"});
+  check(R"({"enum":[0.3,0.35,1,"x"],"multipleOf":0.1})", {"0.3", "1", "\"x\""}, {"0.35"});
+  check(R"({"type":"number","multipleOf":1.5})", {"3", "4.5", "-1.5"}, {"1", "2.25"});
+  CHECK(has_error(errors_of(R"({"type":"number","multipleOf":0.0000000000001})"), "/multipleOf", "multipleOf"));
+  CHECK(has_error(errors_of(R"({"type":"number","multipleOf":1e-20})"), "/multipleOf", "multipleOf"));
+  CHECK(has_error(errors_of(R"({"type":"number","multipleOf":0.123457})"), "", "multipleOf"));
+}
+
+TEST_CASE("not of a type, const, enum or required set", "[grammar]") {
+  check(R"({"not":{"type":"string"}})", {"1", "null", "{}", "[true]"}, {"\"a\""});
+  check(R"({"type":"number","not":{"type":"integer"}})", {"1.5", "-0.25"}, {"1", "0", "2e3"});
+  check(R"({"not":{"type":["object","array","string","number"]}})", {"null", "true"}, {"1", "\"a\"", "[]", "{}"});
+  check(R"({"type":"string","not":{"enum":["a","b"]}})", {"\"c\"", "\"ab\"", "\"\""}, {"\"a\"", "\"b\""});
+  check(R"({"type":"string","pattern":"^[ab]$","not":{"const":"a"}})", {"\"b\""}, {"\"a\"", "\"c\""});
+  check(R"({"enum":["a","b","c"],"not":{"const":"b"}})", {"\"a\"", "\"c\""}, {"\"b\""});
+  check(R"({"type":["boolean","null"],"not":{"const":true}})", {"false", "null"}, {"true"});
+  check(R"({"type":["boolean","null"],"not":{"enum":[null,false]}})", {"true"}, {"false", "null"});
+  check(R"({"type":"object","properties":{"a":{},"b":{}},"not":{"required":["a","b"]}})",
+        {"{\"a\":1}", "{}"}, {"{\"a\":1,\"b\":2}"});
+  check(R"({"type":"object","properties":{"a":{},"b":{}},"required":["a"],"not":{"required":["a","b"]}})",
+        {"{\"a\":1}"}, {"{\"a\":1,\"b\":2}", "{\"b\":2}"});
+  CHECK_FALSE(compile_json_schema(R"({"type":"object","required":["a"],"not":{"required":["a"]}})").ok());
+  CHECK(has_error(errors_of(R"({"not":{"type":"string","minLength":2}})"), "/not", "not"));
+  CHECK(has_error(errors_of(R"({"not":{"minimum":2}})"), "/not", "not"));
+  CHECK(has_error(errors_of(R"({"type":"number","not":{"const":1}})"), "/not", "not"));
+  // A numeric const is fine when the type already excludes numbers.
+  check(R"({"type":"string","not":{"enum":[1,"z"]}})", {"\"y\""}, {"\"z\""});
+}
+
+// ---------------------------------------------------------------------------------------------
+// Memory bounds (issue 15 item 2)
+
+namespace {
+// A distinct object schema with n properties of mixed types (seed makes the names unique).
+std::string big_schema(int n, int seed) {
+  std::string s = R"({"type":"object","properties":{)";
+  for (int i = 0; i < n; ++i) {
+    if (i) s += ',';
+    s += "\"p" + std::to_string(seed) + "_" + std::to_string(i) + "\":";
+    s += i % 3 == 0 ? R"({"type":"string","maxLength":8})" : i % 3 == 1 ? R"({"type":"integer","minimum":0})" : R"({"type":"boolean"})";
+  }
+  return s + "}}";
+}
+}  // namespace
+
+TEST_CASE("the grammar cache is bounded by bytes, not entries", "[grammar]") {
+  // 320 distinct 2,000-property schemas through a 16 MB cache: each is served, the accounted
+  // bytes never exceed the bound, and what was evicted is recompiled on demand.
+  constexpr size_t kMax = size_t(16) << 20;
+  GrammarCache cache(kMax);
+  REQUIRE(cache.max_bytes() == kMax);
+  size_t one = 0, peak = 0;
+  for (int i = 0; i < 320; ++i) {
+    auto r = cache.schema(big_schema(2000, i));
+    INFO(i << ": " << r.error_text());
+    REQUIRE(r.ok());
+    if (i == 0) one = grammar_memory_bytes(*r.grammar);
+    peak = std::max(peak, cache.bytes());
+    REQUIRE(cache.bytes() <= kMax);
+  }
+  INFO("one grammar " << one << " bytes, peak " << peak << ", entries " << cache.entries());
+  CHECK(one > 100000);                        // the accounting sees the tables
+  CHECK(cache.entries() >= kMax / one / 2);   // and the cache is not needlessly empty
+  CHECK(cache.entries() < 320);
+  CHECK(peak > kMax / 2);
+  // The most recent one is a hit (same grammar object), the first one was evicted and comes back.
+  auto last = cache.schema(big_schema(2000, 319));
+  CHECK(cache.schema(big_schema(2000, 319)).grammar == last.grammar);
+  auto first = cache.schema(big_schema(2000, 0));
+  REQUIRE(first.ok());
+  CHECK(cache.bytes() <= kMax);
+}
+
+TEST_CASE("a grammar larger than the cache is returned but not kept; mask growth is counted", "[grammar]") {
+  GrammarCache tiny(64 << 10);
+  auto r = tiny.schema(big_schema(2000, 7));
+  REQUIRE(r.ok());
+  CHECK(grammar_memory_bytes(*r.grammar) > (64u << 10));
+  CHECK(tiny.entries() == 0);
+  CHECK(tiny.bytes() == 0);
+  CHECK(tiny.schema(big_schema(2000, 7)).grammar != r.grammar);  // compiled again
+
+  GrammarCache cache;
+  auto g = cache.schema(R"({"type":"object","properties":{"a":{"type":"string"},"b":{"type":"integer"}}})");
+  REQUIRE(g.ok());
+  const size_t before = cache.bytes();
+  const size_t gbefore = grammar_memory_bytes(*g.grammar);
+  {
+    auto vocab = byte_vocab();
+    Matcher m(g.grammar, vocab);
+    std::vector<uint32_t> mask((vocab->size() + 31) / 32);
+    for (char c : std::string(R"({"a":"xyz","b":12})")) {
+      m.fill_mask(mask.data());
+      REQUIRE(m.accept_bytes(std::string(1, c)));
+    }
+  }
+  CHECK(grammar_memory_bytes(*g.grammar) > gbefore);  // masks cached in the grammar
+  CHECK(cache.schema(R"({"type":"object","properties":{"a":{"type":"string"},"b":{"type":"integer"}}})").grammar ==
+        g.grammar);
+  CHECK(cache.bytes() > before);  // re-measured on use
+}
+
+TEST_CASE("a schema whose grammar would exceed max_grammar_bytes is refused naming the size", "[grammar]") {
+  CompileOptions o;
+  o.max_grammar_bytes = size_t(1) << 20;
+  auto r = compile_json_schema(big_schema(10000, 1), o);
+  REQUIRE_FALSE(r.ok());
+  REQUIRE(r.errors.size() == 1);
+  CHECK(r.errors[0].keyword == "size");
+  CHECK(r.error_text().find("1.0 MB") != std::string::npos);
+  // The default bound admits it (the estimate is an upper bound of what is kept).
+  auto ok = compile_json_schema(big_schema(10000, 1));
+  REQUIRE(ok.ok());
+  CHECK(grammar_memory_bytes(*ok.grammar) < CompileOptions{}.max_grammar_bytes);
+  // Tool lists have the same bound.
+  ToolListOptions to;
+  to.schema.max_grammar_bytes = size_t(1) << 20;
+  auto t = compile_tool_list("[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":" + big_schema(10000, 2) + "}}]", to);
+  REQUIRE_FALSE(t.ok());
+  CHECK(t.errors[0].keyword == "size");
 }

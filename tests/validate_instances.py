@@ -5,6 +5,7 @@ Reads a JSON-lines file; each record is one generated instance:
   {"id": 7, "kind": "schema", "schema": {...}, "text_hex": "7b7d"}
   {"id": 8, "kind": "tools", "tools": [...], "format": "object|array|hermes|envelope",
    "parallel": false, "allow_text": false, "text_hex": "..."}
+("decimal": true parses the numbers of schema and instance as exact decimals)
 and prints one JSON line per record: {"id": 7, "ok": true} or {"id": 7, "ok": false, "error": "..."}.
 
 The instance must be valid UTF-8, parse as JSON with no duplicate object keys and nothing after
@@ -16,6 +17,7 @@ Usage: validate_instances.py IN.jsonl > OUT.jsonl
 import json
 import re
 import sys
+from decimal import Decimal
 
 from jsonschema import Draft202012Validator
 
@@ -36,9 +38,10 @@ def refuse_constant(name):
     raise Invalid("non-JSON number %s" % name)
 
 
-def parse_json(text):
+def parse_json(text, decimal=False):
     try:
-        return json.loads(text, object_pairs_hook=no_duplicates, parse_constant=refuse_constant)
+        return json.loads(text, object_pairs_hook=no_duplicates, parse_constant=refuse_constant,
+                          parse_float=Decimal if decimal else float)
     except json.JSONDecodeError as e:
         raise Invalid("not JSON: %s" % e)
 
@@ -125,7 +128,7 @@ def check(rec):
     except UnicodeDecodeError as e:
         raise Invalid("not UTF-8: %s" % e)
     if rec["kind"] == "schema":
-        validate(rec["schema"], parse_json(text), "instance")
+        validate(rec["schema"], parse_json(text, rec.get("decimal", False)), "instance")
     else:
         check_tools(rec, text)
 
@@ -138,6 +141,10 @@ def main():
             if not line.strip():
                 continue
             rec = json.loads(line)
+            # "decimal": numbers of schema and instance as exact decimals (a fractional multipleOf
+            # is exact in decimal; jsonschema divides floats: 0.07 / 0.01 = 7.000000000000001).
+            if rec.get("decimal"):
+                rec = json.loads(line, parse_float=Decimal)
             out = {"id": rec["id"], "ok": True}
             try:
                 check(rec)

@@ -33,6 +33,9 @@ using Clock = std::chrono::steady_clock;
 
 constexpr const char* kUsage =
     "usage: picolm-grammar <compile|check|sample|bench> (--schema S.json | --tools T.json) [options]\n"
+    "       picolm-grammar cache-stress [--schemas N] [--props P] [--cache-mb M]\n"
+    "         N distinct P-property schemas through a GrammarCache of M MB (defaults 320, 10000,\n"
+    "         64): prints the cache's accounted bytes and the process RSS (issue 15)\n"
     "  --format object|array|hermes|envelope   tool-call format (with --tools; default object)\n"
     "  --parallel                               allow several tool calls\n"
     "  --dump                                   compile: print the rules\n"
@@ -63,6 +66,7 @@ struct Args {
   int walks = 20;
   int close_after = -1, closing_slack = 0;
   int compile_reps = 20;
+  int n_schemas = 320, n_props = 10000, cache_mb = 64;  // cache-stress
 };
 
 [[noreturn]] void usage_error(const std::string& msg) {
@@ -86,7 +90,8 @@ Args parse_args(int argc, char** argv) {
     std::fputs(kUsage, stdout);
     std::exit(0);
   }
-  if (a.command != "compile" && a.command != "check" && a.command != "sample" && a.command != "bench")
+  if (a.command != "compile" && a.command != "check" && a.command != "sample" && a.command != "bench" &&
+      a.command != "cache-stress")
     usage_error("unknown command '" + a.command + "'");
   for (int i = 2; i < argc; ++i) {
     const std::string f = argv[i];
@@ -114,11 +119,15 @@ Args parse_args(int argc, char** argv) {
     else if (f == "--close-after") a.close_after = static_cast<int>(parse_int(f, value(), 0, 1 << 20));
     else if (f == "--closing-slack") a.closing_slack = static_cast<int>(parse_int(f, value(), 0, 1 << 20));
     else if (f == "--compile-reps") a.compile_reps = static_cast<int>(parse_int(f, value(), 1, 100000));
+    else if (f == "--schemas") a.n_schemas = static_cast<int>(parse_int(f, value(), 1, 100000));
+    else if (f == "--props") a.n_props = static_cast<int>(parse_int(f, value(), 1, 1000000));
+    else if (f == "--cache-mb") a.cache_mb = static_cast<int>(parse_int(f, value(), 0, 1 << 20));
     else if (f == "-h" || f == "--help") {
       std::fputs(kUsage, stdout);
       std::exit(0);
     } else usage_error("unknown option '" + f + "'");
   }
+  if (a.command == "cache-stress") return a;
   if (a.schema_path.empty() == a.tools_path.empty()) usage_error("give exactly one of --schema and --tools");
   if (a.format != "object" && a.format != "array" && a.format != "hermes" && a.format != "envelope")
     usage_error("--format must be object, array, hermes or envelope");
@@ -396,8 +405,54 @@ int cmd_bench(const Args& a) {
 
 }  // namespace
 
+// VmRSS and VmHWM (peak) of this process in MB, from /proc (0 where unavailable).
+std::pair<double, double> rss_mb() {
+  std::ifstream f("/proc/self/status");
+  std::string line;
+  double rss = 0, hwm = 0;
+  while (std::getline(f, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) rss = std::atof(line.c_str() + 6) / 1024.0;
+    if (line.rfind("VmHWM:", 0) == 0) hwm = std::atof(line.c_str() + 6) / 1024.0;
+  }
+  return {rss, hwm};
+}
+
+int cmd_cache_stress(const Args& a) {
+  picolm::grammar::GrammarCache cache(size_t(a.cache_mb) << 20);
+  const auto r0 = rss_mb();
+  std::printf("before: rss %.1f MB\n", r0.first);
+  const auto t0 = Clock::now();
+  size_t largest = 0;
+  for (int i = 0; i < a.n_schemas; ++i) {
+    std::string s = R"({"type":"object","properties":{)";
+    for (int k = 0; k < a.n_props; ++k) {
+      if (k) s += ',';
+      s += "\"p" + std::to_string(i) + "_" + std::to_string(k) + "\":";
+      s += k % 3 == 0 ? R"({"type":"string","maxLength":8})" : k % 3 == 1 ? R"({"type":"integer","minimum":0})" : R"({"type":"boolean"})";
+    }
+    s += "}}";
+    const auto r = cache.schema(s);
+    if (!r.ok()) {
+      std::fprintf(stderr, "schema %d refused: %s", i, r.error_text().c_str());
+      return 2;
+    }
+    largest = std::max(largest, picolm::grammar::grammar_memory_bytes(*r.grammar));
+    if ((i + 1) % 40 == 0 || i + 1 == a.n_schemas) {
+      const auto r1 = rss_mb();
+      std::printf("%4d schemas: cache %.1f MB in %zu entries, rss %.1f MB (peak %.1f MB)\n", i + 1,
+                  double(cache.bytes()) / (1 << 20), cache.entries(), r1.first, r1.second);
+      std::fflush(stdout);
+    }
+  }
+  const double sec = std::chrono::duration<double>(Clock::now() - t0).count();
+  std::printf("largest grammar %.2f MB; %.1f s (%.0f ms per schema)\n", double(largest) / (1 << 20), sec,
+              1000 * sec / a.n_schemas);
+  return 0;
+}
+
 int main(int argc, char** argv) {
   const Args a = parse_args(argc, argv);
+  if (a.command == "cache-stress") return cmd_cache_stress(a);
   if (a.command == "compile") return cmd_compile(a);
   if (a.command == "check") return cmd_check(a);
   if (a.command == "sample") return cmd_sample(a);

@@ -49,6 +49,7 @@ void usage(FILE* out) {
       "                          'none' keeps the cache in RAM only)\n"
       "  --cache-max-mb N        disk budget of the prompt cache (default 1024)\n"
       "  --cache-ram-mb N        RAM budget of the prompt cache (default 256)\n"
+      "  --grammar-cache-mb N    compiled JSON-schema/tool grammars kept in RAM (default 64)\n"
       "  --warm FILE             a chat request (JSON) whose prompt is prefilled at start-up\n"
       "  --model-id NAME         the id /v1/models reports (default: the file name)\n"
       "  --version               print version, git commit and the CPU features in use, and exit\n"
@@ -134,6 +135,7 @@ int main(int argc, char** argv) {
     }
     else if (k == "--cache-max-mb") o.engine.cache_max_mb = static_cast<size_t>(num(0, 1 << 24));
     else if (k == "--cache-ram-mb") o.engine.cache_ram_mb = static_cast<size_t>(num(0, 1 << 24));
+    else if (k == "--grammar-cache-mb") o.engine.grammar_cache_mb = static_cast<size_t>(num(0, 1 << 20));
     else if (k == "--warm") o.warm_file = val();
     else if (k == "--model-id") o.engine.model_id = val();
     else {
