@@ -35,19 +35,15 @@ Status read_hparams(const GgufFile& f, HParams& hp) {
   return Ok{};
 }
 
+// The pre-norm decoder's tensors, plus the norms gemma3 applies to each sublayer's output.
 void load_weights(WeightLoader& L, Model::Impl& m) {
   const HParams& hp = m.hp;
-  load_embeddings_and_output(L, m);
-  m.layers.resize(size_t(hp.n_layer));
+  load_prenorm_decoder(L, m, {.qkv_bias = Presence::Absent, .qk_norm = Presence::Required});
   for (int l = 0; l < hp.n_layer; ++l) {
     LayerWeights& w = m.layers[size_t(l)];
     const std::string p = "blk." + std::to_string(l) + ".";
-    w.attn_norm = L.vec(p + "attn_norm.weight", hp.n_embd);
     w.attn_post_norm = L.vec(p + "post_attention_norm.weight", hp.n_embd);
-    w.ffn_norm = L.vec(p + "ffn_norm.weight", hp.n_embd);
     w.ffn_post_norm = L.vec(p + "post_ffw_norm.weight", hp.n_embd);
-    load_attention(L, hp, l, {.qkv_bias = Presence::Absent, .qk_norm = Presence::Required}, w.attn);
-    load_ffn(L, hp, l, w.ffn);
   }
 }
 
