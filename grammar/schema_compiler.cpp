@@ -37,6 +37,26 @@ enum TypeBit : uint8_t {
   kNull = 1, kBool = 2, kObj = 4, kArr = 8, kStr = 16, kNumFrac = 32, kInt = 64, kAllTypes = 127
 };
 
+// The TypeBits of a "type" value (a name or a list of names; unknown names give none). "number"
+// is both bit kinds of numbers, "integer" only the integral one.
+uint8_t type_bits(const JValue& t) {
+  auto bit = [](const std::string& n) -> uint8_t {
+    if (n == "null") return kNull;
+    if (n == "boolean") return kBool;
+    if (n == "object") return kObj;
+    if (n == "array") return kArr;
+    if (n == "string") return kStr;
+    if (n == "number") return kNumFrac | kInt;
+    if (n == "integer") return kInt;
+    return 0;
+  };
+  if (t.is_string()) return bit(t.str);
+  uint8_t bits = 0;
+  for (const auto& x : t.arr)
+    if (x.is_string()) bits |= bit(x.str);
+  return bits;
+}
+
 const std::set<std::string, std::less<>>& annotation_keywords() {
   static const std::set<std::string, std::less<>> s = {
       "description", "title", "default", "examples", "$comment", "deprecated", "readOnly",
@@ -509,24 +529,7 @@ class SchemaCompiler {
   Flat from_keywords(const JValue& s, const std::string& ptr) {
     Flat f;
     f.ptr = ptr;
-    if (const JValue* t = s.get("type")) {
-      auto bit = [](const std::string& n) -> uint8_t {
-        if (n == "null") return kNull;
-        if (n == "boolean") return kBool;
-        if (n == "object") return kObj;
-        if (n == "array") return kArr;
-        if (n == "string") return kStr;
-        if (n == "number") return kNumFrac | kInt;
-        if (n == "integer") return kInt;
-        return 0;
-      };
-      uint8_t bits = 0;
-      if (t->is_string()) bits = bit(t->str);
-      else
-        for (const auto& x : t->arr)
-          if (x.is_string()) bits |= bit(x.str);
-      f.types = bits;
-    }
+    if (const JValue* t = s.get("type")) f.types = type_bits(*t);
     if (const JValue* e = s.get("enum")) {
       f.has_enum = true;
       for (const auto& x : e->arr) f.enum_vals.push_back(&x);
@@ -571,22 +574,7 @@ class SchemaCompiler {
       if (const JValue* t = n->get("type")) {
         // not {type: T}: remove T's bits. "integer" removes integers only, so "number" minus
         // "integer" leaves the non-integral numbers (kNumFrac alone).
-        auto bit = [](const std::string& x) -> uint8_t {
-          if (x == "null") return kNull;
-          if (x == "boolean") return kBool;
-          if (x == "object") return kObj;
-          if (x == "array") return kArr;
-          if (x == "string") return kStr;
-          if (x == "number") return kNumFrac | kInt;
-          if (x == "integer") return kInt;
-          return 0;
-        };
-        uint8_t bits = 0;
-        if (t->is_string()) bits = bit(t->str);
-        else
-          for (const auto& x : t->arr)
-            if (x.is_string()) bits |= bit(x.str);
-        f.types &= uint8_t(~bits);
+        f.types &= uint8_t(~type_bits(*t));
       }
       if (const JValue* c = n->get("const")) f.not_values.push_back(c);
       if (const JValue* e = n->get("enum"); e && e->is_array())
