@@ -359,6 +359,19 @@ size_t Session::memory_bytes() const {
          b(S.gate) + b(S.logits) + b(S.tokens) + b(S.attn_work);
 }
 
+Status eval_batch(std::span<const SeqBatch> items) {
+  // Reference behaviour: one eval per sequence (the batched forward pass replaces this loop).
+  for (const SeqBatch& it : items) {
+    if (!it.session) return Error{"eval_batch: no session"};
+    if (it.session->n_past() + int64_t(it.tokens.size()) > it.session->n_ctx())
+      return Error{"context is full: " + std::to_string(it.session->n_past()) + " + " +
+                   std::to_string(it.tokens.size()) + " tokens exceed n_ctx " + std::to_string(it.session->n_ctx())};
+  }
+  for (const SeqBatch& it : items)
+    if (Status st = it.session->eval(it.tokens, it.all_logits); !st) return st;
+  return Ok{};
+}
+
 const Model& Session::model() const { return *impl_->model; }
 
 }  // namespace picolm

@@ -116,6 +116,15 @@ struct SessionOptions {
   bool ring_kv = true;
 };
 
+class Session;
+
+// One sequence's part of a multi-sequence batch (eval_batch).
+struct SeqBatch {
+  Session* session = nullptr;
+  std::span<const int32_t> tokens;  // evaluated at positions [session->n_past(), + tokens.size())
+  bool all_logits = false;          // as Session::eval
+};
+
 class Session {
  public:
   Session(std::shared_ptr<const Model> model, ThreadPool& pool, const SessionOptions& opts = {});
@@ -161,5 +170,12 @@ class Session {
  private:
   std::unique_ptr<Impl> impl_;
 };
+
+// Evaluates several sequences together (parallel slots): every item's tokens at its session's next
+// positions. Afterwards each session's logits()/logits_at()/n_past() are as after its own eval().
+// The sessions must be distinct and share one model and one thread pool. Batch invariance: a
+// sequence's logits do not depend on what else is in the batch (see ARCHITECTURE.md, Numerics).
+// On error no session has advanced.
+Status eval_batch(std::span<const SeqBatch> items);
 
 }  // namespace picolm
