@@ -1,6 +1,7 @@
 #include "metrics.h"
 
 #include <cstdio>
+#include <vector>
 
 namespace picolm {
 
@@ -17,6 +18,29 @@ void Metrics::set_queue_depth_source(std::function<size_t()> fn) {
 void Metrics::set_prompt_cache_source(std::function<PromptCacheFigures()> fn) {
   std::lock_guard<std::mutex> lock(mu_);
   prompt_cache_ = std::move(fn);
+}
+
+void Metrics::set_slots(int n) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (n <= n_slots_) return;  // a restarted engine keeps the counters of its slots
+  auto fresh = std::make_unique<std::atomic<int64_t>[]>(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) fresh[i] = i < n_slots_ ? slot_tokens_[i].load() : 0;
+  slot_tokens_ = std::move(fresh);
+  n_slots_ = n;
+}
+
+void Metrics::add_slot_tokens(int slot, int64_t n) {
+  // The worker only calls this for slots set_slots created; the array is never replaced while
+  // the engine runs (set_slots runs before its worker starts).
+  if (slot >= 0 && slot < n_slots_) slot_tokens_[slot] += n;
+}
+
+void Metrics::observe_batch(int64_t sequences) {
+  static constexpr int64_t kBounds[kBatchBuckets - 1] = {1, 2, 4, 8, 16};
+  for (int b = 0; b < kBatchBuckets; ++b)
+    if (b == kBatchBuckets - 1 || sequences <= kBounds[b]) ++batch_buckets_[b];
+  batch_sum_ += sequences;
+  ++batch_count_;
 }
 
 namespace {
@@ -79,7 +103,28 @@ std::string Metrics::render() const {
             f.ram_evictions);
   }
   gauge(out, "picolm_queue_depth", "Jobs waiting for the engine.", depth ? static_cast<int64_t>(depth()) : 0);
-  gauge(out, "picolm_engine_busy", "1 while a generation runs.", busy_ ? 1 : 0);
+  const int busy = slots_busy_;
+  gauge(out, "picolm_engine_busy", "1 while a generation runs.", busy > 0 ? 1 : 0);
+  int n_slots = 0;
+  std::vector<int64_t> per_slot;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    n_slots = n_slots_;
+    for (int i = 0; i < n_slots_; ++i) per_slot.push_back(slot_tokens_[i]);
+  }
+  gauge(out, "picolm_slots_total", "Parallel slots (sequences that can generate at once).", n_slots);
+  gauge(out, "picolm_slots_busy", "Slots holding a request (prefilling or generating).", busy);
+  out += "# HELP picolm_batch_sequences Sequences evaluated together per engine step.\n";
+  out += "# TYPE picolm_batch_sequences histogram\n";
+  static constexpr const char* kLe[] = {"1", "2", "4", "8", "16", "+Inf"};
+  for (int b = 0; b < kBatchBuckets; ++b)
+    out += std::string("picolm_batch_sequences_bucket{le=\"") + kLe[b] + "\"} " + std::to_string(batch_buckets_[b]) + "\n";
+  out += "picolm_batch_sequences_sum " + std::to_string(batch_sum_) + "\n";
+  out += "picolm_batch_sequences_count " + std::to_string(batch_count_) + "\n";
+  out += "# HELP picolm_slot_completion_tokens_total Tokens generated, per slot.\n";
+  out += "# TYPE picolm_slot_completion_tokens_total counter\n";
+  for (size_t i = 0; i < per_slot.size(); ++i)
+    out += "picolm_slot_completion_tokens_total{slot=\"" + std::to_string(i) + "\"} " + std::to_string(per_slot[i]) + "\n";
   return out;
 }
 

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <string_view>
@@ -33,7 +34,12 @@ class Metrics {
   void count_prompt_cache(bool hit) { ++(hit ? cache_hits_ : cache_misses_); }
   void set_queue_depth_source(std::function<size_t()> fn);
   void set_prompt_cache_source(std::function<PromptCacheFigures()> fn);
-  void set_busy(bool busy) { busy_ = busy; }
+  // Parallel slots: their number (once, when the engine is created), how many are busy, the
+  // sequences of each evaluation step, and tokens generated per slot.
+  void set_slots(int n);
+  void set_slots_busy(int busy) { slots_busy_ = busy; }
+  void observe_batch(int64_t sequences);
+  void add_slot_tokens(int slot, int64_t n);
 
   int64_t cancelled() const { return cancelled_; }
   int64_t completion_tokens() const { return completion_tokens_; }
@@ -45,7 +51,15 @@ class Metrics {
   std::atomic<int64_t> prefill_us_{0}, decode_us_{0};
   std::atomic<int64_t> cancelled_{0}, timeouts_{0}, rejected_{0};
   std::atomic<int64_t> kv_hits_{0}, kv_misses_{0}, cache_hits_{0}, cache_misses_{0};
-  std::atomic<bool> busy_{false};
+  std::atomic<int> slots_busy_{0};
+  // Sequences per evaluation step: cumulative histogram buckets (le 1, 2, 4, 8, 16, +Inf), sum.
+  static constexpr int kBatchBuckets = 6;
+  std::atomic<int64_t> batch_buckets_[kBatchBuckets] = {};
+  std::atomic<int64_t> batch_sum_{0}, batch_count_{0};
+  // [slot] generated tokens; allocated once by set_slots before the engine's worker starts, read
+  // under mu_ (n_slots_ says how many exist).
+  std::unique_ptr<std::atomic<int64_t>[]> slot_tokens_;
+  int n_slots_ = 0;
   mutable std::mutex mu_;
   std::map<std::pair<std::string, int>, int64_t> requests_;  // (endpoint, status) -> count
   std::function<size_t()> queue_depth_;

@@ -488,6 +488,12 @@ void write_timings(JsonWriter& w, const Timings& t) {
   w.end_object();
 }
 
+// Provider extensions, only when there is something to say (clients ignore unknown fields).
+void write_picolm(JsonWriter& w, const Completion& c) {
+  if (c.dropped_messages <= 0) return;
+  w.key("picolm").begin_object().key("dropped_messages").value(c.dropped_messages).end_object();
+}
+
 void write_head(JsonWriter& w, const ResponseIds& ids, const char* object) {
   w.key("id").value(ids.id);
   w.key("object").value(object);
@@ -527,6 +533,7 @@ std::string chat_completion_json(const ResponseIds& ids, const Completion& c) {
   w.end_object().end_array();
   write_usage(w, c);
   write_timings(w, c.timings);
+  write_picolm(w, c);
   w.end_object();
   return w.take();
 }
@@ -592,6 +599,7 @@ std::string chunk_usage_json(const ResponseIds& ids, const Completion& c) {
   w.key("choices").begin_array().end_array();
   write_usage(w, c);
   write_timings(w, c.timings);
+  write_picolm(w, c);
   w.end_object();
   return w.take();
 }

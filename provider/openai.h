@@ -92,6 +92,7 @@ struct Completion {
   int64_t completion_tokens = 0;
   int64_t reasoning_tokens = 0;  // of completion_tokens: the think block's (open and close tags included)
   int64_t cached_tokens = 0;
+  int64_t dropped_messages = 0;  // oldest messages left out to fit the context ("picolm" extension field)
   Timings timings;
 };
 

@@ -1,10 +1,14 @@
 #include "scheduler.h"
 
 #include <spdlog/spdlog.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <filesystem>
+#include <optional>
 #include <random>
+#include <span>
 #include <thread>
 
 #include "grammar/grammar.h"
@@ -64,72 +68,11 @@ void Job::finish(Completion c, std::string error) {
   cv_.notify_all();
 }
 
-// ---------------------------------------------------------------- Engine::Impl
-
-struct Engine::Impl {
-  EngineOptions opts;
-  Metrics& metrics;
-  std::shared_ptr<Model> model;
-  std::unique_ptr<ThreadPool> pool;
-  std::unique_ptr<Session> session;  // the one KV slot; worker thread only
-  std::unique_ptr<PromptCacheStore> cache;  // null when both tiers are off
-  std::shared_ptr<const grammar::Vocabulary> vocab;
-  grammar::GrammarCache grammars{opts.grammar_cache_mb << 20};  // opts is initialized first
-  TemplateFamily family = TemplateFamily::ChatML;
-  std::string bos_text, eos_text;
-  std::string model_id;
-  int32_t n_vocab = 0;  // logits per position
-  int32_t n_ctx = 0;    // the session's context (immutable; read by HTTP threads)
-
-  mutable std::mutex mu;
-  std::condition_variable cv;
-  std::deque<std::shared_ptr<Job>> queue;
-  bool paused = false;
-  bool stopping = false;
-  std::shared_ptr<Job> running;  // guarded by mu
-  std::thread worker;
-  std::mt19937_64 id_rng{std::random_device{}()};  // worker thread only
-
-  Impl(const EngineOptions& o, Metrics& m) : opts(o), metrics(m) {}
-
-  void worker_loop();
-  void run(Job& job);
-  std::string new_call_id();
-};
-
-std::string Engine::Impl::new_call_id() {
-  static constexpr char kAlphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
-  std::string id = "call_";
-  for (int i = 0; i < 24; ++i) id.push_back(kAlphabet[id_rng() % (sizeof(kAlphabet) - 1)]);
-  return id;
-}
-
-void Engine::Impl::worker_loop() {
-  for (;;) {
-    std::shared_ptr<Job> job;
-    {
-      std::unique_lock<std::mutex> lock(mu);
-      cv.wait(lock, [&] { return stopping || (!paused && !queue.empty()); });
-      if (stopping) return;
-      job = std::move(queue.front());
-      queue.pop_front();
-      running = job;
-    }
-    metrics.set_busy(true);
-    try {
-      run(*job);
-    } catch (const std::exception& e) {
-      // Tier 2/3 failures must not kill the worker: report them to this request only.
-      spdlog::error("generation failed: {}", e.what());
-      job->finish(Completion{}, std::string("internal error: ") + e.what());
-    }
-    metrics.set_busy(false);
-    std::lock_guard<std::mutex> lock(mu);
-    running.reset();
-  }
-}
-
 namespace {
+
+// Prompt tokens per evaluation while no stream is running: small enough that a cancel or a timeout
+// is noticed during a long prefill, large enough to amortize the weight reads.
+constexpr size_t kPrefillSlice = 128;
 
 // Length of the longest suffix of `text` that is a proper prefix of one of `needles`.
 size_t partial_suffix(std::string_view text, const std::vector<std::string>& needles) {
@@ -269,311 +212,685 @@ int64_t thinking_close_cost(const ThinkingPlan& plan, const Tokenizer& tok) {
 
 }  // namespace
 
-void Engine::Impl::run(Job& job) {
-  const Tokenizer& tok = model->tokenizer();
-  Completion out;
-  const auto started = Clock::now();
-  out.timings.queue_ms = ms_between(job.arrived, started);
-  out.prompt_tokens = static_cast<int64_t>(job.prompt.size());
+// ---------------------------------------------------------------- Engine::Impl
 
-  // ---- prefill, reusing the longest prefix we have: the KV slot's own, or the prompt cache's ----
-  const auto& have = session->tokens();
+class Generation;
+
+// One KV slot: a Session and the request generating in it (null: free). The Session keeps its KV
+// after a request, so the next request of the same chat admitted into it reuses that prefix.
+struct Slot {
+  int index = 0;
+  std::unique_ptr<Session> session;
+  std::unique_ptr<Generation> gen;
+  uint64_t admitted = 0;   // admission order: older slots get the prefill budget first
+  int32_t next_token = 0;  // the decode token of this step (the batch item points at it)
+};
+
+struct Engine::Impl {
+  EngineOptions opts;
+  Metrics& metrics;
+  std::shared_ptr<Model> model;
+  std::unique_ptr<ThreadPool> pool;
+  std::vector<Slot> slots;  // worker thread only (their count is fixed at create)
+  std::unique_ptr<PromptCacheStore> cache;  // null when both tiers are off; shared by the slots
+  std::shared_ptr<const grammar::Vocabulary> vocab;
+  grammar::GrammarCache grammars{opts.grammar_cache_mb << 20};  // opts is initialized first
+  TemplateFamily family = TemplateFamily::ChatML;
+  std::string bos_text, eos_text;
+  std::string model_id;
+  int32_t n_vocab = 0;  // logits per position
+  int32_t n_ctx = 0;    // each slot's context (immutable; read by HTTP threads)
+
+  mutable std::mutex mu;
+  std::condition_variable cv;
+  std::deque<std::shared_ptr<Job>> queue;
+  bool paused = false;
+  bool stopping = false;
+  std::vector<std::shared_ptr<Job>> running;  // [slot]; guarded by mu (shutdown cancels them)
+  std::thread worker;
+  std::mt19937_64 id_rng{std::random_device{}()};  // worker thread only
+  uint64_t admissions = 0;                          // worker thread only
+
+  Impl(const EngineOptions& o, Metrics& m) : opts(o), metrics(m) {}
+  ~Impl();
+
+  // The worker: admit, then one batch step, until shutdown.
+  void worker_loop();
+  bool admit();
+  void step();
+  void release(Slot& slot);
+  std::string new_call_id();
+};
+
+std::string Engine::Impl::new_call_id() {
+  static constexpr char kAlphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+  std::string id = "call_";
+  for (int i = 0; i < 24; ++i) id.push_back(kAlphabet[id_rng() % (sizeof(kAlphabet) - 1)]);
+  return id;
+}
+
+// ---------------------------------------------------------------- Generation
+//
+// One request in one slot, from admission to its Completion: the state Engine::Impl::run held in
+// local variables when the engine ran one job at a time (sampler, grammar matcher, budget and
+// closing state, thinking driver, stream decoder, stop-string and trigger scanning). The worker
+// steps every slot's Generation once per batch: prefill_chunk() / prefill_evaluated() while the
+// prompt is evaluated, then choose_token() / token_evaluated() for each generated token; the
+// evaluation in between runs for all slots together (eval_batch).
+
+class Generation {
+ public:
+  Generation(Engine::Impl& engine, Slot& slot, std::shared_ptr<Job> job);
+  Generation(const Generation&) = delete;
+  Generation& operator=(const Generation&) = delete;
+
+  bool prefilling() const { return phase_ == Phase::Prefill; }
+  bool done() const { return phase_ == Phase::Done; }
+
+  // Up to max_n prompt tokens to evaluate in this step (empty: the prefill ended here, by cancel
+  // or timeout, and the reply starts).
+  std::span<const int32_t> prefill_chunk(size_t max_n);
+  void prefill_evaluated(size_t n);
+  // The next token to evaluate, or nullopt when the reply is finished (done() is then true).
+  std::optional<int32_t> choose_token();
+  void token_evaluated();
+  // The evaluation of this step's tokens failed: the request fails, the slot's KV is dropped.
+  void eval_failed(const std::string& what);
+
+ private:
+  enum class Phase { Prefill, Decode, Done };
+  void end_prefill();
+  void start_answer_grammar();
+  void emit_safe(bool final);
+  void fail(const std::string& error);
+  void finalize();
+
+  Engine::Impl& e_;
+  Slot& slot_;
+  Session& session_;
+  std::shared_ptr<Job> job_ptr_;
+  Job& job_;
+  const Tokenizer& tok_;
+  Phase phase_ = Phase::Prefill;
+  Completion out_;
+  Clock::time_point started_, prefilled_, last_progress_log_;
+
+  // ---- prefill ----
+  size_t common_ = 0;    // prompt tokens the slot already held (its own KV or the prompt cache)
+  size_t pos_ = 0;       // next prompt token to evaluate
+  size_t store_at_ = 0;  // sliding-window models: store the stable prefix when the prefill reaches it
+  bool cancelled_ = false, timed_out_ = false;
+
+  // ---- decode ----
+  std::optional<Sampler> sampler_;
+  std::optional<StreamDecoder> decoder_;
+  std::unique_ptr<grammar::Matcher> matcher_;
+  std::optional<ThinkingDriver> thinking_;
+  std::optional<TriggerGuard> guard_;
+  AnswerBudget budget_;
+  bool answer_grammar_pending_ = false;
+  std::vector<uint32_t> mask_;
+  std::vector<float> logits_;
+  // Stop strings (and, in ToolsTagged, the trigger) must never be streamed, not even in part:
+  // text that could be the start of one is held back until it is decided.
+  std::vector<std::string> holds_;
+  bool streams_content_ = false;
+  std::string text_;       // all generated text (Plain/Json/Tagged: the content part)
+  std::string call_text_;  // ToolsTagged: from the trigger on
+  size_t emitted_ = 0;     // bytes of text_ sent as deltas
+  bool in_call_ = false;
+  std::string finish_ = "length";
+  int64_t generated_ = 0;
+  int64_t limit_ = 0;      // max_tokens; a call under tool_choice auto may lower it (call_max_tokens)
+  std::string raw_piece_;  // the text of the token being evaluated
+};
+
+Generation::Generation(Engine::Impl& engine, Slot& slot, std::shared_ptr<Job> job)
+    : e_(engine), slot_(slot), session_(*slot.session), job_ptr_(std::move(job)), job_(*job_ptr_),
+      tok_(engine.model->tokenizer()) {
+  started_ = last_progress_log_ = Clock::now();
+  out_.timings.queue_ms = ms_between(job_.arrived, started_);
+  out_.prompt_tokens = static_cast<int64_t>(job_.prompt.size());
+  out_.dropped_messages = job_.dropped_messages;
+  if (job_.cancelled()) {
+    // Gone while queued: nothing was evaluated, so nothing is counted as prefill (issue 15 item 9).
+    cancelled_ = true;
+    end_prefill();
+    return;
+  }
+
+  // ---- reuse the longest prefix we have: the slot's own KV, or the shared prompt cache's ----
+  const auto& have = session_.tokens();
   size_t live = 0;
-  while (live < have.size() && live < job.prompt.size() && have[live] == job.prompt[live]) ++live;
-  metrics.count_kv_reuse(live > 0);
-  size_t common = 0;
-  if (cache) {
-    common = cache->restore(*session, job.prompt);
-    if (common > live) metrics.count_prompt_cache(true);
-    else if (common == 0) metrics.count_prompt_cache(false);
+  while (live < have.size() && live < job_.prompt.size() && have[live] == job_.prompt[live]) ++live;
+  e_.metrics.count_kv_reuse(live > 0);
+  if (e_.cache) {
+    common_ = e_.cache->restore(session_, job_.prompt);
+    if (common_ > live) e_.metrics.count_prompt_cache(true);
+    else if (common_ == 0) e_.metrics.count_prompt_cache(false);
   } else {
-    common = live;
-    if (common == job.prompt.size()) --common;  // re-evaluate the last token: we need its logits
-    session->truncate(static_cast<int32_t>(common));
+    common_ = live;
+    if (common_ == job_.prompt.size()) --common_;  // re-evaluate the last token: we need its logits
+    session_.truncate(static_cast<int32_t>(common_));
     // A sliding-window layer's ring reaches back only about n_batch positions: truncating past
     // that drops the whole sequence (Session::truncate), so continue from what is really there.
-    common = static_cast<size_t>(session->n_past());
+    common_ = static_cast<size_t>(session_.n_past());
   }
-  out.cached_tokens = static_cast<int64_t>(common);
-  out.timings.cached_n = out.cached_tokens;
+  out_.cached_tokens = static_cast<int64_t>(common_);
+  out_.timings.cached_n = out_.cached_tokens;
+  pos_ = common_;
 
-  bool cancelled = false, timed_out = false;
-  // Slices so that a cancel or a timeout is noticed during a long prefill.
-  constexpr size_t kSlice = 128;
-  auto last_progress_log = started;
   // Sliding-window layers (Gemma 3) keep only their last window: the stable prefix must be stored
   // while their rings still hold it, so the prefill stops at the stored length (a cache block
   // boundary), stores, and goes on, as prefill_with_cache does. Other models store after the reply.
-  size_t store_at = 0;
-  if (cache && job.stable_len > 0) {
+  if (e_.cache && job_.stable_len > 0) {
     bool windows = false;
-    for (int32_t l = 0; l < model->hparams().n_layer; ++l) windows = windows || session->kv_window(l) > 0;
-    const size_t B = static_cast<size_t>(cache->options().block_tokens);
-    const size_t at = std::min(job.stable_len, job.prompt.size()) / B * B;
-    if (windows && at >= common + 2 && at + 2 <= job.prompt.size()) store_at = at;
+    for (int32_t l = 0; l < e_.model->hparams().n_layer; ++l) windows = windows || session_.kv_window(l) > 0;
+    const size_t B = static_cast<size_t>(e_.cache->options().block_tokens);
+    const size_t at = std::min(job_.stable_len, job_.prompt.size()) / B * B;
+    if (windows && at >= common_ + 2 && at + 2 <= job_.prompt.size()) store_at_ = at;
   }
-  for (size_t pos = common, n = 0; pos < job.prompt.size(); pos += n) {
-    if (job.cancelled()) { cancelled = true; break; }
-    if (Clock::now() > job.deadline) { timed_out = true; break; }
-    n = std::min(kSlice, job.prompt.size() - pos);
-    if (pos < store_at && pos + n > store_at) n = store_at - pos;
-    Status st = session->eval(std::span<const int32_t>(job.prompt.data() + pos, n));
-    if (!st.ok()) {
-      session->truncate(0);
-      job.finish(out, "prefill failed: " + st.error());
-      return;
-    }
-    if (pos + n == store_at) cache->store(*session, store_at);
-    // A prompt that takes minutes on a small board shows its progress in the log (rate, ETA).
-    if (const auto now = Clock::now(); ms_between(last_progress_log, now) >= 5000 && pos + n < job.prompt.size()) {
-      last_progress_log = now;
-      const double done = double(pos + n - common), todo = double(job.prompt.size() - common);
-      const double rate = done * 1000.0 / std::max(ms_between(started, now), 1.0);
-      spdlog::info("prefill {:.0f}/{:.0f} tokens ({:.0f}%), {:.1f} t/s, ETA {:.0f} s", done, todo, 100.0 * done / todo,
-                   rate, (todo - done) / std::max(rate, 1e-9));
-    }
-  }
-  const auto prefilled = Clock::now();
-  out.timings.prompt_n = static_cast<int64_t>(job.prompt.size() - common);
-  out.timings.prompt_ms = ms_between(started, prefilled);
-  metrics.add_prompt_tokens(out.timings.prompt_n, out.cached_tokens);
-  metrics.add_prefill_ms(out.timings.prompt_ms);
+  if (pos_ >= job_.prompt.size()) end_prefill();
+}
 
-  // ---- decode ----
-  Sampler sampler(job.sampling);
-  for (int32_t t : job.prompt) sampler.accept(t);
-  StreamDecoder decoder(tok, false);
-  std::unique_ptr<grammar::Matcher> matcher;
+std::span<const int32_t> Generation::prefill_chunk(size_t max_n) {
+  if (job_.cancelled()) cancelled_ = true;
+  else if (Clock::now() > job_.deadline) timed_out_ = true;
+  if (cancelled_ || timed_out_) {
+    end_prefill();
+    return {};
+  }
+  const size_t left = job_.prompt.size() - pos_;
+  size_t n = std::min(max_n, left);
+  if (n == 0) return {};
+  // No one-token tail chunk: with weights that are not repacked a one-token evaluation takes the
+  // decode kernels, whose float rounding differs from the prefill GEMM's (ARCHITECTURE.md, Numerics).
+  if (left - n == 1) n = n > 1 ? n - 1 : n + 1;
+  if (pos_ < store_at_ && pos_ + n > store_at_) n = store_at_ - pos_;
+  return std::span<const int32_t>(job_.prompt.data() + pos_, n);
+}
+
+void Generation::prefill_evaluated(size_t n) {
+  pos_ += n;
+  if (pos_ == store_at_) e_.cache->store(session_, store_at_);
+  // A prompt that takes minutes on a small board shows its progress in the log (rate, ETA).
+  if (const auto now = Clock::now(); ms_between(last_progress_log_, now) >= 5000 && pos_ < job_.prompt.size()) {
+    last_progress_log_ = now;
+    const double done = double(pos_ - common_), todo = double(job_.prompt.size() - common_);
+    const double rate = done * 1000.0 / std::max(ms_between(started_, now), 1.0);
+    spdlog::info("slot {}: prefill {:.0f}/{:.0f} tokens ({:.0f}%), {:.1f} t/s, ETA {:.0f} s", slot_.index, done, todo,
+                 100.0 * done / todo, rate, (todo - done) / std::max(rate, 1e-9));
+  }
+  if (pos_ >= job_.prompt.size()) end_prefill();
+}
+
+void Generation::end_prefill() {
+  prefilled_ = Clock::now();
+  // Only what was really evaluated: a request cancelled or timed out in the queue or in the middle
+  // of its prefill counts the part it evaluated (issue 15 item 9).
+  out_.timings.prompt_n = static_cast<int64_t>(pos_ > common_ ? pos_ - common_ : 0);
+  out_.timings.prompt_ms = ms_between(started_, prefilled_);
+  e_.metrics.add_prompt_tokens(out_.timings.prompt_n, out_.cached_tokens);
+  e_.metrics.add_prefill_ms(out_.timings.prompt_ms);
+  phase_ = Phase::Decode;
+
+  sampler_.emplace(job_.sampling);
+  for (int32_t t : job_.prompt) sampler_->accept(t);
+  decoder_.emplace(tok_, false);
   const bool constrained_from_start =
-      job.mode == OutputMode::Json || job.mode == OutputMode::ToolsForced || job.mode == OutputMode::Envelope;
+      job_.mode == OutputMode::Json || job_.mode == OutputMode::ToolsForced || job_.mode == OutputMode::Envelope;
   // Thinking first (if any), then the answer: a constrained answer's grammar starts after </think>.
   // Sized only when there is thinking to size (the reserve compiles a matcher and tokenizes).
   const int64_t think_limit =
-      job.thinking.split && job.thinking.budget > 0
-          ? std::min<int64_t>(job.thinking.budget, job.max_tokens - thinking_close_cost(job.thinking, tok) -
-                                                       answer_reserve_tokens(job, vocab))
+      job_.thinking.split && job_.thinking.budget > 0
+          ? std::min<int64_t>(job_.thinking.budget, job_.max_tokens - thinking_close_cost(job_.thinking, tok_) -
+                                                        answer_reserve_tokens(job_, e_.vocab))
           : 0;
-  ThinkingDriver thinking(job.thinking, tok, constrained_from_start, std::max<int64_t>(think_limit, 0));
-  bool answer_grammar_pending = constrained_from_start;
-  auto start_answer_grammar = [&] {
-    if (answer_grammar_pending && thinking.answer_started()) {
-      matcher = std::make_unique<grammar::Matcher>(job.grammar, vocab);
-      answer_grammar_pending = false;
-    }
-  };
+  thinking_.emplace(job_.thinking, tok_, constrained_from_start, std::max<int64_t>(think_limit, 0));
+  answer_grammar_pending_ = constrained_from_start;
   start_answer_grammar();
-  std::vector<uint32_t> mask((static_cast<size_t>(n_vocab) + 31) / 32);
-  std::vector<float> logits(static_cast<size_t>(n_vocab));
+  mask_.assign((static_cast<size_t>(e_.n_vocab) + 31) / 32, 0u);
+  logits_.assign(static_cast<size_t>(e_.n_vocab), 0.0f);
+  holds_ = job_.stop;
+  if (job_.mode == OutputMode::ToolsTagged) holds_.push_back(job_.trigger);
+  streams_content_ = job_.mode == OutputMode::Plain || job_.mode == OutputMode::Json ||
+                     job_.mode == OutputMode::ToolsTagged;
+  limit_ = job_.max_tokens;
+  guard_.emplace(job_.mode == OutputMode::ToolsTagged ? job_.trigger : std::string(), job_.trigger_at_start,
+                 job_.grammar, e_.vocab);
+}
 
-  // Stop strings (and, in ToolsTagged, the trigger) must never be streamed, not even in part:
-  // text that could be the start of one is held back until it is decided.
-  std::vector<std::string> holds = job.stop;
-  if (job.mode == OutputMode::ToolsTagged) holds.push_back(job.trigger);
-  const bool streams_content = job.mode == OutputMode::Plain || job.mode == OutputMode::Json ||
-                               job.mode == OutputMode::ToolsTagged;
+void Generation::start_answer_grammar() {
+  if (answer_grammar_pending_ && thinking_->answer_started()) {
+    matcher_ = std::make_unique<grammar::Matcher>(job_.grammar, e_.vocab);
+    answer_grammar_pending_ = false;
+  }
+}
 
-  std::string text;         // all generated text (Plain/Json/Tagged: the content part)
-  std::string call_text;    // ToolsTagged: from the trigger on
-  size_t emitted = 0;       // bytes of `text` sent as deltas
-  bool in_call = false;
-  std::string finish = "length";
-  int64_t generated = 0;
+void Generation::emit_safe(bool final) {
+  if (!streams_content_ || emitted_ >= text_.size()) return;
+  size_t safe = final ? text_.size() : text_.size() - partial_suffix(text_, holds_);
+  // ToolsTagged: whitespace before a call is not content, so hold text back until it has
+  // something else in it (the final answer's content then equals what was streamed).
+  if (job_.mode == OutputMode::ToolsTagged && all_space(std::string_view(text_).substr(0, safe))) return;
+  if (safe > emitted_) {
+    job_.push_delta(text_.substr(emitted_, safe - emitted_));
+    emitted_ = safe;
+  }
+}
 
-  auto emit_safe = [&](bool final) {
-    if (!streams_content || emitted >= text.size()) return;
-    size_t safe = final ? text.size() : text.size() - partial_suffix(text, holds);
-    // ToolsTagged: whitespace before a call is not content, so hold text back until it has
-    // something else in it (the final answer's content then equals what was streamed).
-    if (job.mode == OutputMode::ToolsTagged && all_space(std::string_view(text).substr(0, safe))) return;
-    if (safe > emitted) {
-      job.push_delta(text.substr(emitted, safe - emitted));
-      emitted = safe;
-    }
-  };
+void Generation::fail(const std::string& error) {
+  job_.finish(out_, error);
+  session_.truncate(0);
+  phase_ = Phase::Done;
+}
 
-  int64_t limit = job.max_tokens;  // a call under tool_choice auto may lower it (call_max_tokens)
-  AnswerBudget budget;
-  const TriggerGuard guard(job.mode == OutputMode::ToolsTagged ? job.trigger : std::string(), job.trigger_at_start,
-                           job.grammar, vocab);
+void Generation::eval_failed(const std::string& what) {
+  fail((phase_ == Phase::Prefill ? "prefill failed: " : "decode failed: ") + what);
+}
 
-  while (true) {
-    if (generated >= limit || cancelled) break;
-    if (job.cancelled()) { cancelled = true; break; }
-    if (!timed_out && Clock::now() > job.deadline) {
-      timed_out = true;
+std::optional<int32_t> Generation::choose_token() {
+  for (;;) {
+    if (generated_ >= limit_ || cancelled_) break;
+    if (job_.cancelled()) { cancelled_ = true; break; }
+    if (!timed_out_ && Clock::now() > job_.deadline) {
+      timed_out_ = true;
       // A constrained answer is finished along its shortest path rather than cut off.
-      if (matcher) budget.force_closing();
+      if (matcher_) budget_.force_closing();
     }
-    if (timed_out && !matcher) break;
-    if (session->n_past() >= session->n_ctx()) break;
-    const int64_t left = limit - generated;
+    if (timed_out_ && !matcher_) break;
+    if (session_.n_past() >= session_.n_ctx()) break;
+    const int64_t left = limit_ - generated_;
 
     int32_t id = -1;
-    if (thinking.has_forced()) {
-      id = thinking.take_forced();  // the provider writes <think> / </think> itself (no grammar is active then)
+    if (thinking_->has_forced()) {
+      id = thinking_->take_forced();  // the provider writes <think> / </think> itself (no grammar is active then)
     } else {
-      auto l = session->logits();
-      std::copy(l.begin(), l.end(), logits.begin());
+      auto l = session_.logits();
+      std::copy(l.begin(), l.end(), logits_.begin());
       const uint32_t* m = nullptr;
-      if (matcher) {
-        budget.fill_mask(*matcher, left, mask.data());
-        m = mask.data();
-      } else if (thinking.answer_started() && guard.fill_mask(text, left, mask.data(), mask.size())) {
-        m = mask.data();  // the trigger guard watches the answer only: a <tool_call> inside <think> opens nothing
+      if (matcher_) {
+        budget_.fill_mask(*matcher_, left, mask_.data());
+        m = mask_.data();
+      } else if (thinking_->answer_started() && guard_->fill_mask(text_, left, mask_.data(), mask_.size())) {
+        m = mask_.data();  // the trigger guard watches the answer only: a <tool_call> inside <think> opens nothing
       }
-      id = sampler.sample(logits, m);
-      if (id < 0) { finish = "stop"; break; }  // the grammar allows nothing: treat as the end
-      if (matcher && !matcher->accept_token(id)) {
-        job.finish(out, "internal error: the grammar rejected a token it allowed");
-        session->truncate(0);
-        return;
+      id = sampler_->sample(logits_, m);
+      if (id < 0) { finish_ = "stop"; break; }  // the grammar allows nothing: treat as the end
+      if (matcher_ && !matcher_->accept_token(id)) {
+        fail("internal error: the grammar rejected a token it allowed");
+        return std::nullopt;
       }
-      if (matcher && !tok.is_eog(id) && budget.overshoots(*matcher, left - 1)) {
+      if (matcher_ && !tok_.is_eog(id) && budget_.overshoots(*matcher_, left - 1)) {
         // The answer could not be finished after this token: take it back, redo the step closing.
-        matcher->rollback(1);
-        std::copy(l.begin(), l.end(), logits.begin());
-        budget.fill_mask(*matcher, left, mask.data());
-        id = sampler.sample(logits, mask.data());
-        if (id < 0) { finish = "stop"; break; }
-        if (!matcher->accept_token(id)) {
-          job.finish(out, "internal error: the grammar rejected a token it allowed");
-          session->truncate(0);
+        matcher_->rollback(1);
+        std::copy(l.begin(), l.end(), logits_.begin());
+        budget_.fill_mask(*matcher_, left, mask_.data());
+        id = sampler_->sample(logits_, mask_.data());
+        if (id < 0) { finish_ = "stop"; break; }
+        if (!matcher_->accept_token(id)) {
+          fail("internal error: the grammar rejected a token it allowed");
+          return std::nullopt;
+        }
+      }
+      if (tok_.is_eog(id) && thinking_->close_instead_of_eog()) continue;  // the forced close comes next
+    }
+    sampler_->accept(id);
+    if (tok_.is_eog(id)) { finish_ = "stop"; break; }
+    ++generated_;
+    e_.metrics.add_slot_tokens(slot_.index, 1);
+    raw_piece_ = decoder_->push(id);
+    return id;
+  }
+  finalize();
+  return std::nullopt;
+}
+
+void Generation::token_evaluated() {
+  // Reasoning goes its own way; only the answer's text goes on to stops, triggers and grammar.
+  ReasoningPiece split = thinking_->split(raw_piece_);
+  job_.push_reasoning_delta(std::move(split.reasoning));
+  std::string piece = std::move(split.content);
+  if (answer_grammar_pending_) {
+    start_answer_grammar();
+    // Answer text in the same piece as the model's own close: the new grammar must take it, or
+    // it is dropped (the grammar then writes the answer from its start).
+    if (!answer_grammar_pending_ && !piece.empty() && !matcher_->accept_bytes(piece)) {
+      matcher_ = std::make_unique<grammar::Matcher>(job_.grammar, e_.vocab);
+      piece.clear();
+    }
+  }
+
+  if (in_call_) {
+    call_text_ += piece;
+  } else {
+    const size_t old = text_.size();
+    text_ += piece;
+    if (job_.mode == OutputMode::Plain || job_.mode == OutputMode::ToolsTagged) {
+      // Look for a stop string (or the trigger) that ends inside the new piece.
+      size_t longest = 0;
+      for (const auto& s : holds_) longest = std::max(longest, s.size());
+      size_t from = old > longest ? old - longest : 0;
+      size_t stop_at = std::string::npos;
+      bool is_trigger = false;
+      for (const auto& s : holds_) {
+        if (s.empty()) continue;
+        size_t p = text_.find(s, from);
+        const bool trig = job_.mode == OutputMode::ToolsTagged && s == job_.trigger;
+        // A bare-JSON call (Llama 3.x) is the whole reply: '{' opens a call only before any text.
+        if (trig && job_.trigger_at_start && p != std::string::npos && !all_space(std::string_view(text_).substr(0, p)))
+          continue;
+        if (p != std::string::npos && p < stop_at) {
+          stop_at = p;
+          is_trigger = trig;
+        }
+      }
+      if (stop_at != std::string::npos) {
+        if (!is_trigger) {
+          text_.resize(stop_at);
+          finish_ = "stop";
+          finalize();
           return;
         }
-      }
-      if (tok.is_eog(id) && thinking.close_instead_of_eog()) continue;  // the forced close comes next
-    }
-    sampler.accept(id);
-    if (tok.is_eog(id)) { finish = "stop"; break; }
-    ++generated;
-    std::string raw_piece = decoder.push(id);
-    Status st = session->eval(std::span<const int32_t>(&id, 1));
-    if (!st.ok()) {
-      job.finish(out, "decode failed: " + st.error());
-      session->truncate(0);
-      return;
-    }
-    // Reasoning goes its own way; only the answer's text goes on to stops, triggers and grammar.
-    ReasoningPiece split = thinking.split(raw_piece);
-    job.push_reasoning_delta(std::move(split.reasoning));
-    std::string piece = std::move(split.content);
-    if (answer_grammar_pending) {
-      start_answer_grammar();
-      // Answer text in the same piece as the model's own close: the new grammar must take it, or
-      // it is dropped (the grammar then writes the answer from its start).
-      if (!answer_grammar_pending && !piece.empty() && !matcher->accept_bytes(piece)) {
-        matcher = std::make_unique<grammar::Matcher>(job.grammar, vocab);
-        piece.clear();
+        call_text_ = text_.substr(stop_at);
+        text_.resize(stop_at);
+        in_call_ = true;
+        if (job_.call_max_tokens > 0) limit_ = std::min(limit_, generated_ + job_.call_max_tokens);
+        matcher_ = std::make_unique<grammar::Matcher>(job_.grammar, e_.vocab);
+        // The call grammar starts with the trigger itself; feed it what was generated so far.
+        if (!matcher_->accept_bytes(call_text_)) {
+          matcher_ = std::make_unique<grammar::Matcher>(job_.grammar, e_.vocab);
+          (void)matcher_->accept_bytes(job_.trigger);
+          call_text_ = job_.trigger;
+        }
       }
     }
+    emit_safe(false);
+  }
+  if (matcher_ && matcher_->is_terminated()) {
+    finish_ = "stop";
+    finalize();
+  }
+}
 
-    if (in_call) {
-      call_text += piece;
-    } else {
-      const size_t old = text.size();
-      text += piece;
-      if (job.mode == OutputMode::Plain || job.mode == OutputMode::ToolsTagged) {
-        // Look for a stop string (or the trigger) that ends inside the new piece.
-        size_t longest = 0;
-        for (const auto& s : holds) longest = std::max(longest, s.size());
-        size_t from = old > longest ? old - longest : 0;
-        size_t stop_at = std::string::npos;
-        bool is_trigger = false;
-        for (const auto& s : holds) {
-          if (s.empty()) continue;
-          size_t p = text.find(s, from);
-          const bool trig = job.mode == OutputMode::ToolsTagged && s == job.trigger;
-          // A bare-JSON call (Llama 3.x) is the whole reply: '{' opens a call only before any text.
-          if (trig && job.trigger_at_start && p != std::string::npos && !all_space(std::string_view(text).substr(0, p)))
-            continue;
-          if (p != std::string::npos && p < stop_at) {
-            stop_at = p;
-            is_trigger = trig;
-          }
-        }
-        if (stop_at != std::string::npos) {
-          if (!is_trigger) {
-            text.resize(stop_at);
-            finish = "stop";
-            break;
-          }
-          call_text = text.substr(stop_at);
-          text.resize(stop_at);
-          in_call = true;
-          if (job.call_max_tokens > 0) limit = std::min(limit, generated + job.call_max_tokens);
-          matcher = std::make_unique<grammar::Matcher>(job.grammar, vocab);
-          // The call grammar starts with the trigger itself; feed it what was generated so far.
-          if (!matcher->accept_bytes(call_text)) {
-            matcher = std::make_unique<grammar::Matcher>(job.grammar, vocab);
-            (void)matcher->accept_bytes(job.trigger);
-            call_text = job.trigger;
-          }
-        }
-      }
-      emit_safe(false);
-    }
-    if (matcher && matcher->is_terminated()) { finish = "stop"; break; }
-  }
+void Generation::finalize() {
+  phase_ = Phase::Done;
   // A complete answer that used up its budget ended as the client asked: not cut off.
-  if (finish == "length" && matcher && matcher->is_complete()) finish = "stop";
-  if (!in_call) {
-    ReasoningPiece last = thinking.split(decoder.flush());
-    ReasoningPiece rest = thinking.finish();
-    job.push_reasoning_delta(last.reasoning + rest.reasoning);
-    text += last.content + rest.content;
+  if (finish_ == "length" && matcher_ && matcher_->is_complete()) finish_ = "stop";
+  if (!in_call_) {
+    ReasoningPiece last = thinking_->split(decoder_->flush());
+    ReasoningPiece rest = thinking_->finish();
+    job_.push_reasoning_delta(last.reasoning + rest.reasoning);
+    text_ += last.content + rest.content;
   }
-  if (!thinking.reasoning().empty()) out.reasoning_content = thinking.reasoning();
-  out.reasoning_tokens = thinking.reasoning_tokens();
+  if (!thinking_->reasoning().empty()) out_.reasoning_content = thinking_->reasoning();
+  out_.reasoning_tokens = thinking_->reasoning_tokens();
   // The prompt's KV is final; snapshot its stable part (block-aligned) for later requests.
-  if (cache && !cancelled && job.stable_len > 0) cache->store(*session, job.stable_len);
+  if (e_.cache && !cancelled_ && job_.stable_len > 0) e_.cache->store(session_, job_.stable_len);
   const auto decoded = Clock::now();
-  out.completion_tokens = generated;
-  out.timings.predicted_n = generated;
-  out.timings.predicted_ms = ms_between(prefilled, decoded);
-  metrics.add_completion_tokens(generated);
-  metrics.add_decode_ms(out.timings.predicted_ms);
-  if (timed_out) metrics.count_timeout();
-  if (cancelled) metrics.count_cancelled();
+  out_.completion_tokens = generated_;
+  out_.timings.predicted_n = generated_;
+  out_.timings.predicted_ms = ms_between(prefilled_, decoded);
+  e_.metrics.add_completion_tokens(generated_);
+  e_.metrics.add_decode_ms(out_.timings.predicted_ms);
+  if (timed_out_) e_.metrics.count_timeout();
+  if (cancelled_) e_.metrics.count_cancelled();
 
   // ---- read the reply back ----
-  spdlog::debug("raw output: {}{}", text, call_text);
-  switch (job.mode) {
+  spdlog::debug("raw output: {}{}", text_, call_text_);
+  switch (job_.mode) {
     case OutputMode::Plain:
     case OutputMode::Json:
-      out.content = text;
+      out_.content = text_;
       break;
     case OutputMode::ToolsTagged:
-      out.tool_calls = job.trigger_at_start ? parse_bare_tool_calls(call_text)
-                                            : parse_tagged_tool_calls(call_text, job.trigger, job.close_tag);
-      if (!out.tool_calls.empty() && all_space(text)) out.content.reset();
-      else out.content = text;
+      out_.tool_calls = job_.trigger_at_start ? parse_bare_tool_calls(call_text_)
+                                              : parse_tagged_tool_calls(call_text_, job_.trigger, job_.close_tag);
+      if (!out_.tool_calls.empty() && all_space(text_)) out_.content.reset();
+      else out_.content = text_;
       break;
     case OutputMode::ToolsForced:
-      out.tool_calls = job.trigger_at_start ? parse_bare_tool_calls(text)
-                                            : parse_tagged_tool_calls(text, job.trigger, job.close_tag);
+      out_.tool_calls = job_.trigger_at_start ? parse_bare_tool_calls(text_)
+                                              : parse_tagged_tool_calls(text_, job_.trigger, job_.close_tag);
       break;
     case OutputMode::Envelope: {
       std::optional<std::string> content;
-      (void)parse_envelope(text, out.tool_calls, content);  // cut off: keeps the complete calls
-      out.content = content;
+      (void)parse_envelope(text_, out_.tool_calls, content);  // cut off: keeps the complete calls
+      out_.content = content;
       break;
     }
   }
-  for (auto& c : out.tool_calls) c.id = new_call_id();
-  if (finish == "stop" && !out.tool_calls.empty()) finish = "tool_calls";
-  out.finish_reason = finish;
+  for (auto& c : out_.tool_calls) c.id = e_.new_call_id();
+  if (finish_ == "stop" && !out_.tool_calls.empty()) finish_ = "tool_calls";
+  out_.finish_reason = finish_;
   // Whatever was not streamed yet (the whole content for the modes that parse at the end).
-  if (out.content && out.content->size() > emitted) job.push_delta(out.content->substr(emitted));
+  if (out_.content && out_.content->size() > emitted_) job_.push_delta(out_.content->substr(emitted_));
 
-  spdlog::info("{} prompt={} cached={} gen={} prefill={:.1f}ms ({:.1f} t/s) decode={:.1f}ms ({:.1f} t/s) "
-               "queue={:.1f}ms calls={} finish={}{}{}",
-               job.endpoint, out.prompt_tokens, out.cached_tokens, generated, out.timings.prompt_ms,
-               out.timings.prompt_ms > 0 ? 1000.0 * double(out.timings.prompt_n) / out.timings.prompt_ms : 0.0,
-               out.timings.predicted_ms,
-               out.timings.predicted_ms > 0 ? 1000.0 * double(generated) / out.timings.predicted_ms : 0.0,
-               out.timings.queue_ms, out.tool_calls.size(), finish, cancelled ? " (client gone)" : "",
-               timed_out ? " (timeout)" : "");
-  job.finish(std::move(out));
+  const Timings& t = out_.timings;
+  spdlog::info("{} slot={} prompt={} cached={} gen={} prefill={:.1f}ms ({:.1f} t/s) decode={:.1f}ms ({:.1f} t/s) "
+               "queue={:.1f}ms calls={} finish={}{}{}{}",
+               job_.endpoint, slot_.index, out_.prompt_tokens, out_.cached_tokens, generated_, t.prompt_ms,
+               t.prompt_ms > 0 && t.prompt_n > 0 ? 1000.0 * double(t.prompt_n) / t.prompt_ms : 0.0, t.predicted_ms,
+               t.predicted_ms > 0 && generated_ > 0 ? 1000.0 * double(generated_) / t.predicted_ms : 0.0, t.queue_ms,
+               out_.tool_calls.size(), finish_, cancelled_ ? " (client gone)" : "", timed_out_ ? " (timeout)" : "",
+               job_.dropped_messages > 0 ? fmt::format(" dropped={}", job_.dropped_messages) : std::string());
+  job_.finish(std::move(out_));
+}
+
+// ---------------------------------------------------------------- the worker's steps
+
+Engine::Impl::~Impl() = default;
+
+void Engine::Impl::worker_loop() {
+  while (admit()) step();
+}
+
+// Queued jobs into free slots (oldest first), each into the free slot whose KV shares the longest
+// prefix with its prompt (the next turn of a chat finds its own history there). Waits while
+// nothing runs and nothing can be admitted. False once the engine stops and no slot is busy.
+bool Engine::Impl::admit() {
+  std::vector<std::pair<Slot*, std::shared_ptr<Job>>> admitted;
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    const auto busy = [&] {
+      return std::any_of(slots.begin(), slots.end(), [](const Slot& s) { return s.gen != nullptr; });
+    };
+    if (!busy()) cv.wait(lock, [&] { return stopping || (!paused && !queue.empty()); });
+    if (stopping) return busy();  // running jobs were cancelled: step them to their end
+    while (!paused && !queue.empty()) {
+      std::shared_ptr<Job>& job = queue.front();
+      Slot* best = nullptr;
+      size_t best_common = 0;
+      for (Slot& s : slots) {
+        if (s.gen || std::any_of(admitted.begin(), admitted.end(), [&](const auto& a) { return a.first == &s; }))
+          continue;
+        const auto& have = s.session->tokens();
+        size_t common = 0;
+        while (common < have.size() && common < job->prompt.size() && have[common] == job->prompt[common]) ++common;
+        // Ties go to the slot holding less: its KV is the cheaper to lose.
+        if (!best || common > best_common || (common == best_common && have.size() < best->session->tokens().size())) {
+          best = &s;
+          best_common = common;
+        }
+      }
+      if (!best) break;
+      running[static_cast<size_t>(best->index)] = job;
+      admitted.emplace_back(best, std::move(job));
+      queue.pop_front();
+    }
+  }
+  for (auto& [slot, job] : admitted) {
+    slot->admitted = ++admissions;
+    try {
+      slot->gen = std::make_unique<Generation>(*this, *slot, job);
+    } catch (const std::exception& e) {
+      spdlog::error("admission failed: {}", e.what());
+      job->finish(Completion{}, std::string("internal error: ") + e.what());
+      slot->session->truncate(0);
+      release(*slot);
+    }
+    if (slot->gen && slot->gen->done()) release(*slot);
+  }
+  int busy = 0;
+  for (const Slot& s : slots) busy += s.gen ? 1 : 0;
+  metrics.set_slots_busy(busy);
+  return true;
+}
+
+void Engine::Impl::release(Slot& slot) {
+  slot.gen.reset();
+  std::lock_guard<std::mutex> lock(mu);
+  running[static_cast<size_t>(slot.index)].reset();
+}
+
+// One evaluation for every busy slot: the next token of each generating slot, and prefill chunks of
+// admitted ones within a per-step budget (oldest admission first), so that a long new prompt does
+// not stall the running streams for the whole of its prefill.
+void Engine::Impl::step() {
+  std::vector<Slot*> order;
+  for (Slot& s : slots)
+    if (s.gen) order.push_back(&s);
+  std::sort(order.begin(), order.end(), [](const Slot* a, const Slot* b) { return a->admitted < b->admitted; });
+  const bool decoding = std::any_of(order.begin(), order.end(), [](const Slot* s) { return !s->gen->prefilling(); });
+  // Alone, a prefill goes in slices (a cancel or timeout is noticed during a long prompt); beside
+  // running streams, in chunks small enough that their token rate stays steady.
+  size_t prefill_budget = decoding ? static_cast<size_t>(std::max(opts.prefill_chunk, 2)) : kPrefillSlice;
+
+  std::vector<SeqBatch> items;
+  std::vector<Slot*> item_slots;
+  for (Slot* s : order) {
+    Generation& g = *s->gen;
+    try {
+      if (g.prefilling()) {
+        // With no budget left this only notices a cancel or timeout (the prefill then ends).
+        std::span<const int32_t> chunk = g.prefill_chunk(prefill_budget);
+        if (!chunk.empty()) {
+          prefill_budget -= std::min(prefill_budget, chunk.size());
+          items.push_back(SeqBatch{s->session.get(), chunk, false});
+          item_slots.push_back(s);
+          continue;
+        }
+        if (g.prefilling()) continue;  // no budget left for it in this step
+      }
+      if (g.done()) continue;
+      std::optional<int32_t> id = g.choose_token();
+      if (!id) continue;
+      s->next_token = *id;
+      items.push_back(SeqBatch{s->session.get(), std::span<const int32_t>(&s->next_token, 1), false});
+      item_slots.push_back(s);
+    } catch (const std::exception& e) {
+      // Tier 2/3 failures must not kill the worker: report them to this request only.
+      spdlog::error("generation failed: {}", e.what());
+      if (!g.done()) g.eval_failed(std::string("internal error: ") + e.what());
+    }
+  }
+
+  if (!items.empty()) {
+    metrics.observe_batch(static_cast<int64_t>(items.size()));
+    Status st = eval_batch(items);
+    std::vector<std::string> errors(items.size());
+    if (!st.ok()) {
+      // Nothing advanced: find which item fails by evaluating them one at a time.
+      for (size_t i = 0; i < items.size(); ++i) {
+        Status one = items.size() == 1 ? st : eval_batch(std::span<const SeqBatch>(&items[i], 1));
+        if (!one.ok()) errors[i] = one.error();
+      }
+    }
+    for (size_t i = 0; i < items.size(); ++i) {
+      Generation& g = *item_slots[i]->gen;
+      try {
+        if (!errors[i].empty()) g.eval_failed(errors[i]);
+        else if (g.prefilling()) g.prefill_evaluated(items[i].tokens.size());
+        else g.token_evaluated();
+      } catch (const std::exception& e) {
+        spdlog::error("generation failed: {}", e.what());
+        if (!g.done()) g.eval_failed(std::string("internal error: ") + e.what());
+      }
+    }
+  }
+  int busy = 0;
+  for (Slot* s : order) {
+    if (s->gen->done()) release(*s);
+    else ++busy;
+  }
+  metrics.set_slots_busy(busy);
+}
+
+// ---------------------------------------------------------------- context overflow
+
+namespace {
+
+// Reply tokens kept free when old turns are dropped and the request has no max_tokens (never more
+// than half the context).
+constexpr int64_t kOverflowReplyReserve = 512;
+
+// Where the oldest turns of a conversation may be cut: the leading system (developer) messages are
+// kept; a turn is a user message and everything up to the next one (the replies, tool calls and
+// tool results), so a call and its results go together and the roles still alternate; the last
+// user turn is never dropped. Dropping up to cuts[k] leaves messages [0, first) + [cuts[k], end).
+struct TurnCuts {
+  size_t first = 0;
+  std::vector<size_t> cuts;  // ascending; empty: nothing can be dropped
+};
+
+TurnCuts turn_cuts(const std::vector<ChatMessage>& m) {
+  TurnCuts t;
+  while (t.first < m.size() && (m[t.first].role == "system" || m[t.first].role == "developer")) ++t.first;
+  size_t last_user = m.size();
+  for (size_t i = m.size(); i-- > t.first;)
+    if (m[i].role == "user") {
+      last_user = i;
+      break;
+    }
+  if (last_user == m.size()) return t;
+  for (size_t i = t.first + 1; i <= last_user; ++i)
+    if (m[i].role == "user") t.cuts.push_back(i);
+  return t;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- slot count
+
+namespace {
+
+struct SlotMemory {
+  uint64_t kv = 0;     // the KV cache
+  uint64_t total = 0;  // KV + scratch (Session::memory_bytes)
+};
+
+SlotMemory slot_memory(const Session& s) {
+  SlotMemory m;
+  const int32_t n_layer = s.model().hparams().n_layer;
+  for (int32_t l = 0; l < n_layer; ++l) {
+    const int32_t positions = s.kv_ring(l) > 0 ? s.kv_ring(l) : s.n_ctx();
+    m.kv += 2ull * s.kv_bytes_per_position_per_layer() * static_cast<uint64_t>(positions);  // K and V
+  }
+  m.total = s.memory_bytes();
+  return m;
+}
+
+// MemAvailable (what can be allocated without swapping), else the free pages; 0: unknown.
+uint64_t available_memory_bytes() {
+  if (FILE* f = std::fopen("/proc/meminfo", "r")) {
+    char line[256];
+    unsigned long long kb = 0;
+    bool found = false;
+    while (!found && std::fgets(line, sizeof line, f)) found = std::sscanf(line, "MemAvailable: %llu kB", &kb) == 1;
+    std::fclose(f);
+    if (found) return uint64_t(kb) << 10;
+  }
+  const long pages = sysconf(_SC_AVPHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  return pages > 0 && page > 0 ? uint64_t(pages) * uint64_t(page) : 0;
+}
+
+}  // namespace
+
+int default_slot_count(uint64_t available_bytes, uint64_t reserved_bytes, uint64_t bytes_per_slot) {
+  if (available_bytes == 0 || bytes_per_slot == 0) return 1;
+  const uint64_t usable = (available_bytes - std::min(available_bytes, reserved_bytes)) / 2;
+  const uint64_t fit = usable / bytes_per_slot;
+  return static_cast<int>(std::clamp<uint64_t>(fit, 1, kMaxDefaultSlots));
 }
 
 // ---------------------------------------------------------------- Engine
@@ -593,7 +910,8 @@ void Engine::shutdown() {
     std::lock_guard<std::mutex> lock(impl_->mu);
     impl_->stopping = true;
     left.swap(impl_->queue);
-    if (impl_->running) impl_->running->cancel();
+    for (auto& job : impl_->running)
+      if (job) job->cancel();
   }
   impl_->cv.notify_all();
   for (auto& j : left) j->finish(Completion{}, "server shutting down");
@@ -647,10 +965,30 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineOptions& opts, Metric
   }
   impl->vocab = grammar::Vocabulary::create(std::move(pieces), tok.eog_ids());
 
+  // ---- slots: one Session (KV cache) each, all of the same context ----
   SessionOptions so;
   so.n_ctx = opts.n_ctx;
-  impl->session = std::make_unique<Session>(impl->model, *impl->pool, so);
-  impl->n_ctx = impl->session->n_ctx();
+  auto first = std::make_unique<Session>(impl->model, *impl->pool, so);
+  impl->n_ctx = first->n_ctx();
+  const SlotMemory mem = slot_memory(*first);
+  int n_slots = opts.parallel;
+  std::string why = "--parallel";
+  if (n_slots <= 0) {
+    const uint64_t avail = available_memory_bytes();
+    const uint64_t cache_ram = uint64_t(opts.cache_ram_mb) << 20;
+    n_slots = default_slot_count(avail, cache_ram, mem.total);
+    why = avail ? fmt::format("auto: {} MiB available", avail >> 20) : std::string("auto: available memory unknown");
+  }
+  spdlog::info("slots: {} x {} tokens of context, {:.1f} MiB per slot (KV {:.1f} MiB) ({})", n_slots, impl->n_ctx,
+               double(mem.total) / (1 << 20), double(mem.kv) / (1 << 20), why);
+  impl->slots.resize(static_cast<size_t>(n_slots));
+  for (int i = 0; i < n_slots; ++i) {
+    Slot& slot = impl->slots[static_cast<size_t>(i)];
+    slot.index = i;
+    slot.session = i == 0 ? std::move(first) : std::make_unique<Session>(impl->model, *impl->pool, so);
+  }
+  impl->running.resize(static_cast<size_t>(n_slots));
+  metrics.set_slots(n_slots);
   if (!opts.cache_dir.empty() || opts.cache_ram_mb > 0) {
     PromptCacheOptions co;
     co.dir = opts.cache_dir;
@@ -710,45 +1048,74 @@ std::shared_ptr<Job> Engine::prepare(const ChatRequest& req, ApiError& err) {
   }
 
   // ---- prompt ----
-  RenderOptions ro;
-  ro.bos_token = s.bos_text;
-  ro.eos_token = s.eos_text;
   // Content is text: control-token text in it is marked, so that only the template's own control
   // tokens are parsed as such (content_marks.h).
   const Tokenizer& tok = s.model->tokenizer();
   const ControlTextFinder find_control = [&tok](std::string_view t) { return tok.find_control_text(t); };
-  std::vector<ChatMessage> messages = mark_control_text(req.messages, s.family, find_control);
+  const std::vector<ChatMessage> marked = mark_control_text(req.messages, s.family, find_control);
   const std::string tools_json = mark_control_text_json(req.tools_json, find_control);
-  if (tools_active && native && !family_needs_tool_lowering(s.family)) {
-    ro.tools_json = tools_json;
-  } else if (family_needs_tool_lowering(s.family)) {
-    // Tool list (if active) and tool history rewritten into plain turns asking for the envelope,
-    // or for <tool_call> JSON where the model was trained on it (SmolLM3, whose shipped template
-    // drops the tools).
-    LoweredConversation low = lower_tool_conversation(s.family, messages, tools_active ? tools_json : "",
-                                                      native ? LoweredToolSyntax::Tagged : LoweredToolSyntax::Envelope);
-    if (!low.ok) {
-      err = ApiError{400, low.error, "invalid_request_error", "messages", ""};
-      return nullptr;
+  RenderOptions ro;
+  std::vector<ChatMessage> messages;  // as rendered (tool history lowered where the family needs it)
+  // Renders `kept` (the request's messages, or the ones left after dropping old turns) into
+  // job->prompt; sets `messages`, `ro` and the thinking plan to what was rendered.
+  auto render_prompt = [&](std::vector<ChatMessage> kept) -> bool {
+    ro = RenderOptions{};
+    ro.bos_token = s.bos_text;
+    ro.eos_token = s.eos_text;
+    messages = std::move(kept);
+    if (tools_active && native && !family_needs_tool_lowering(s.family)) {
+      ro.tools_json = tools_json;
+    } else if (family_needs_tool_lowering(s.family)) {
+      // Tool list (if active) and tool history rewritten into plain turns asking for the envelope,
+      // or for <tool_call> JSON where the model was trained on it (SmolLM3, whose shipped template
+      // drops the tools).
+      LoweredConversation low = lower_tool_conversation(s.family, messages, tools_active ? tools_json : "",
+                                                        native ? LoweredToolSyntax::Tagged : LoweredToolSyntax::Envelope);
+      if (!low.ok) {
+        err = ApiError{400, low.error, "invalid_request_error", "messages", ""};
+        return false;
+      }
+      messages = std::move(low.messages);
+    } else if (tools_active) {
+      ro.tools_json = tools_json;  // the template shows the tools; the envelope grammar still applies
     }
-    messages = std::move(low.messages);
-  } else if (tools_active) {
-    ro.tools_json = tools_json;  // the template shows the tools; the envelope grammar still applies
-  }
-  // Thinking: what the request, the --reasoning default and the template decide together.
-  job->thinking = plan_thinking(s.family, messages, req.enable_thinking, req.reasoning_effort, s.opts.reasoning,
-                                ro.enable_thinking);
-  ChatRenderResult rendered = render_chat(s.family, messages, ro);
-  if (!rendered.ok) {
-    err = ApiError{400, "the conversation cannot be rendered with the " + std::string(family_name(s.family)) +
-                            " chat template: " + rendered.error,
-                   "invalid_request_error", "messages", ""};
-    return nullptr;
-  }
-  const UnmarkedPrompt prompt = unmark_control_text(rendered.text);
-  job->prompt = tok.encode(prompt.text, false, prompt.plain);
-  if (tok.add_bos() && tok.bos_id() >= 0 && (job->prompt.empty() || job->prompt[0] != tok.bos_id())) {
-    job->prompt.insert(job->prompt.begin(), tok.bos_id());
+    // Thinking: what the request, the --reasoning default and the template decide together.
+    job->thinking = plan_thinking(s.family, messages, req.enable_thinking, req.reasoning_effort, s.opts.reasoning,
+                                  ro.enable_thinking);
+    ChatRenderResult rendered = render_chat(s.family, messages, ro);
+    if (!rendered.ok) {
+      err = ApiError{400, "the conversation cannot be rendered with the " + std::string(family_name(s.family)) +
+                              " chat template: " + rendered.error,
+                     "invalid_request_error", "messages", ""};
+      return false;
+    }
+    const UnmarkedPrompt prompt = unmark_control_text(rendered.text);
+    job->prompt = tok.encode(prompt.text, false, prompt.plain);
+    if (tok.add_bos() && tok.bos_id() >= 0 && (job->prompt.empty() || job->prompt[0] != tok.bos_id())) {
+      job->prompt.insert(job->prompt.begin(), tok.bos_id());
+    }
+    return true;
+  };
+  if (!render_prompt(marked)) return nullptr;
+  if (s.opts.context_overflow == ContextOverflow::DropOldest) {
+    // Drop the fewest oldest turns that make the prompt and the reply's budget fit (all of them
+    // before the last user turn at most: the reply then gets what room there is).
+    const int64_t reserve = std::min<int64_t>(req.max_tokens.value_or(kOverflowReplyReserve), s.n_ctx / 2);
+    const auto fits = [&] { return static_cast<int64_t>(job->prompt.size()) + reserve <= s.n_ctx; };
+    if (!fits()) {
+      const TurnCuts cuts = turn_cuts(marked);
+      for (size_t k = 0; k < cuts.cuts.size(); ++k) {
+        std::vector<ChatMessage> kept(marked.begin(), marked.begin() + static_cast<std::ptrdiff_t>(cuts.first));
+        kept.insert(kept.end(), marked.begin() + static_cast<std::ptrdiff_t>(cuts.cuts[k]), marked.end());
+        if (!render_prompt(std::move(kept))) {
+          if (k + 1 == cuts.cuts.size()) return nullptr;  // err says why
+          err = ApiError{};
+          continue;  // e.g. a template that wants a turn this cut removed: cut further
+        }
+        job->dropped_messages = static_cast<int64_t>(cuts.cuts[k] - cuts.first);
+        if (fits()) break;
+      }
+    }
   }
   job->stable_len = job->prompt.size();
   size_t last_user = messages.size();
@@ -904,6 +1271,13 @@ Status Engine::warm(const ChatRequest& req) {
 
 const std::string& Engine::model_id() const { return impl_->model_id; }
 int Engine::n_ctx() const { return impl_->n_ctx; }
+int Engine::slots() const { return static_cast<int>(impl_->slots.size()); }
+
+std::optional<ContextOverflow> parse_context_overflow(std::string_view s) {
+  if (s == "drop-oldest") return ContextOverflow::DropOldest;
+  if (s == "error") return ContextOverflow::Error;
+  return std::nullopt;
+}
 TemplateFamily Engine::family() const { return impl_->family; }
 std::string Engine::description() const { return impl_->model->description(); }
 

@@ -1,9 +1,12 @@
-// The engine side of the provider: one loaded model, one KV slot (Session), a bounded queue of
-// generation jobs and one worker thread that runs them one at a time.
+// The engine side of the provider: one loaded model, N parallel slots (one Session, i.e. one KV
+// cache, each), a bounded queue of generation jobs and one worker thread that runs them together.
 //
 // HTTP threads call Engine::prepare (render the chat template, tokenize, compile the grammar: all
-// pure work on immutable shared state) and Engine::submit; the worker owns the Session, the thread
-// pool and the prompt cache. Results come back through the Job: a stream of content deltas and a
+// pure work on immutable shared state) and Engine::submit; the worker owns the slots, the thread
+// pool and the prompt cache. The worker loop is continuous batching: admit queued jobs into free
+// slots (restoring the longest cached prefix), build one batch (the next token of every generating
+// slot plus bounded prefill chunks of admitted ones), evaluate it (eval_batch), then per slot sample
+// under its grammar and emit. Results come back through the Job: a stream of content deltas and a
 // final Completion.
 //
 // Thread-safety: Engine's public methods may be called from any thread. A Job's inputs are
@@ -16,7 +19,9 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "chat_template.h"
@@ -31,6 +36,23 @@ namespace picolm {
 namespace grammar { class Grammar; }
 class Metrics;
 
+// What prepare() does with a conversation that does not fit in a slot's context with its reply.
+enum class ContextOverflow {
+  // Keep the system prompt and the last user turn, drop the oldest turns (a user message and
+  // everything up to the next one: replies, tool calls and their results go together) until the
+  // prompt and the reply's budget fit. The default: a chat bot resends its whole history, and a
+  // 400 there is a dead end for its user; the response says how many messages were dropped.
+  DropOldest,
+  Error,  // nothing dropped: 400 context_length_exceeded when the prompt alone does not fit
+};
+std::optional<ContextOverflow> parse_context_overflow(std::string_view s);  // "drop-oldest" | "error"
+
+// --parallel 0 (auto): as many slots as fit in half of the available memory (less `reserved`, the
+// prompt cache's RAM tier), at least 1 and at most kMaxDefaultSlots: with 2-4 cores, more
+// concurrent streams than that gain little aggregate speed and divide each stream's rate.
+constexpr int kMaxDefaultSlots = 4;
+int default_slot_count(uint64_t available_bytes, uint64_t reserved_bytes, uint64_t bytes_per_slot);
+
 struct EngineOptions {
   std::string model_path;
   std::string model_id;        // "" = file name without .gguf
@@ -38,7 +60,13 @@ struct EngineOptions {
   Repack repack = Repack::Auto;  // weights repacked at load (ModelOptions::repack)
   int n_ctx = 0;               // 0 = min(training context, 4096)
   std::string chat_template;   // "" = detect from the GGUF; else a family name (family_from_name)
-  size_t max_queue = 16;       // jobs waiting (not counting the running one)
+  int parallel = 0;            // slots (sequences generating at once); 0 = default_slot_count
+  // Prompt tokens per step for admitted requests while other slots stream: the streams' step time
+  // grows by about this many tokens of prefill, a new request's first token waits for
+  // prompt / prefill_chunk steps.
+  int prefill_chunk = 32;
+  ContextOverflow context_overflow = ContextOverflow::DropOldest;
+  size_t max_queue = 16;       // jobs waiting for a free slot (not counting the running ones)
   // Per request, from arrival (queue wait included); then finish_reason "length". Below PicoClaw's
   // 120 s client timeout, so a slow generation still returns an answer.
   double timeout_sec = 110.0;
@@ -88,6 +116,7 @@ class Job {
   ThinkingPlan thinking;   // <think> handling (reasoning.h); the modes above apply to the answer after it
   std::chrono::steady_clock::time_point arrived, deadline;
   std::string endpoint;    // for the log line
+  int64_t dropped_messages = 0;  // oldest messages left out to fit the context (ContextOverflow)
 
   // ---- control ----
   void cancel() { cancelled_.store(true); }
@@ -128,7 +157,7 @@ class Engine {
   // Queues the job; false when the queue is full.
   bool submit(std::shared_ptr<Job> job);
   size_t queue_depth() const;
-  // Holds the worker before it takes the next job (tests; draining). Running jobs continue.
+  // Holds admission: queued jobs stay queued (tests; draining). Running jobs continue.
   void set_paused(bool paused);
   // Refuses new jobs, fails the queued ones and cancels the running one (HTTP threads waiting on
   // them return promptly). Idempotent; the destructor calls it.
@@ -139,7 +168,8 @@ class Engine {
   Status warm(const ChatRequest& req);
 
   const std::string& model_id() const;
-  int n_ctx() const;
+  int n_ctx() const;  // of each slot
+  int slots() const;
   TemplateFamily family() const;
   std::string description() const;
 

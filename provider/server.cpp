@@ -222,6 +222,9 @@ void Server::Impl::handle_generation(const httplib::Request& req, httplib::Respo
                                     "queue_full"});
   }
   ResponseIds ids{new_completion_id(), static_cast<int64_t>(std::time(nullptr)), eng->model_id()};
+  // Old turns left out to fit the context (--context-overflow drop-oldest): known before the reply,
+  // so streams get it too.
+  if (job->dropped_messages > 0) res.set_header("X-Picolm-Dropped-Messages", std::to_string(job->dropped_messages));
   auto watch = std::make_shared<ConnectionWatch>(req);
 
   if (r.stream) {

@@ -32,7 +32,15 @@ void usage(FILE* out) {
       "  --host ADDR             listen address (default 127.0.0.1)\n"
       "  --port N                port (default 8080; 0 = any free port)\n"
       "  -j, --threads N         engine threads (default: physical cores)\n"
-      "  -c, --ctx-size N        context size (default: min(training context, 4096))\n"
+      "  -c, --ctx-size N        context size of each slot (default: min(training context, 4096))\n"
+      "  -np, --parallel N       slots: requests generating at once, each with its own KV cache of\n"
+      "                          --ctx-size tokens, evaluated together in one batch per step (default 0 =\n"
+      "                          as many as fit in half the available RAM, at most 4; printed at start)\n"
+      "  --prefill-chunk N       prompt tokens per step for a new request while others stream (default 32)\n"
+      "  --context-overflow drop-oldest|error\n"
+      "                          a conversation whose prompt and reply do not fit the context: drop its\n"
+      "                          oldest turns, keeping the system prompt and the last user turn, and say\n"
+      "                          so in the response (default drop-oldest), or answer 400\n"
       "  --repack auto|on|off    repack the weights at load for the fast kernels (default auto: on where\n"
       "                          the CPU has them and the model is under half the RAM)\n"
       "  --api-key KEY           require Authorization: Bearer KEY\n"
@@ -42,7 +50,7 @@ void usage(FILE* out) {
       "  --reasoning auto|on|off thinking when a request does not say (reasoning_effort or\n"
       "                          chat_template_kwargs.enable_thinking); auto = the template's default\n"
       "                          (Qwen3, SmolLM3 think). Reasoning is returned in reasoning_content\n"
-      "  --max-queue N           requests waiting for the engine before 429 (default 16)\n"
+      "  --max-queue N           requests waiting for a free slot before 429 (default 16)\n"
       "  --timeout SEC           per-request limit incl. queue wait, then finish_reason length (default 110)\n"
       "  --max-body-mb N         largest request body (default 8)\n"
       "  --cache-dir DIR         prompt cache on disk (default $XDG_CACHE_HOME/picolm or ~/.cache/picolm;\n"
@@ -106,6 +114,17 @@ int main(int argc, char** argv) {
     else if (k == "--port") o.port = static_cast<int>(num(0, 65535));
     else if (k == "-j" || k == "--threads") o.engine.threads = static_cast<int>(num(1, 1024));
     else if (k == "-c" || k == "--ctx-size") o.engine.n_ctx = static_cast<int>(num(0, 1 << 24));
+    else if (k == "-np" || k == "--parallel") o.engine.parallel = static_cast<int>(num(0, 256));
+    else if (k == "--prefill-chunk") o.engine.prefill_chunk = static_cast<int>(num(2, 1 << 16));
+    else if (k == "--context-overflow") {
+      const char* v = val();
+      const auto c = parse_context_overflow(v);
+      if (!c) {
+        std::fprintf(stderr, "picolm-provider: --context-overflow takes drop-oldest or error, not '%s'\n", v);
+        return 2;
+      }
+      o.engine.context_overflow = *c;
+    }
     else if (k == "--repack") {
       const char* v = val();
       const auto r = parse_repack(v);

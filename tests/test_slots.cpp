@@ -1,0 +1,544 @@
+// Parallel slots (issue 14, provider half), black-box over loopback: concurrent requests give the
+// bytes they give alone (temperature 0), tool calls from concurrent slots validate (python3-
+// jsonschema, not the grammar that made them), a slot freed by a disconnect is reused by a queued
+// request while another keeps generating, a request cancelled in the queue counts no prefill (issue
+// 15 item 9), and a conversation longer than the context drops its oldest whole turns.
+#include <signal.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <httplib.h>
+#include <simdjson.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "server.h"
+
+using namespace picolm;
+namespace dom = simdjson::dom;
+namespace fs = std::filesystem;
+
+namespace {
+
+const std::string kShared = PICOLM_SHARED_DIR;
+const std::string kStories = kShared + "/models/stories260K.gguf";
+const std::string kQwen = kShared + "/models/qwen2-bpe-q4km.gguf";
+
+// Finite arguments (enums, booleans, bounded integers, short strings): a random-weight model
+// completes a call in a few dozen tokens.
+const std::string kTools = R"([
+ {"type":"function","function":{"name":"set_light","description":"Switch a light","parameters":{"type":"object","properties":{"room":{"type":"string","enum":["kitchen","bedroom","hall"]},"on":{"type":"boolean"}},"required":["room","on"]}}},
+ {"type":"function","function":{"name":"set_volume","description":"Set the volume","parameters":{"type":"object","properties":{"level":{"type":"integer","minimum":0,"maximum":10}},"required":["level"]}}},
+ {"type":"function","function":{"name":"note","parameters":{"type":"object","properties":{"tag":{"type":"string","maxLength":3,"pattern":"^[a-z]*$"}},"required":["tag"],"additionalProperties":false}}}
+])";
+
+struct Started {
+  std::unique_ptr<Server> server;
+  int port = 0;
+  std::shared_ptr<Engine> engine;
+};
+
+Started start_server(const std::string& model, int n_ctx, int parallel,
+                     ContextOverflow overflow = ContextOverflow::DropOldest) {
+  REQUIRE(fs::exists(model));  // a missing input file fails the test
+  ServerOptions o;
+  o.engine.model_path = model;
+  o.engine.threads = 1;
+  o.engine.n_ctx = n_ctx;
+  o.engine.parallel = parallel;
+  o.engine.max_queue = 16;
+  o.engine.cache_ram_mb = 64;
+  o.engine.timeout_sec = 300.0;
+  o.engine.context_overflow = overflow;
+  o.host = "127.0.0.1";
+  o.port = 0;
+  Started s;
+  s.server = std::make_unique<Server>(o);
+  auto port = s.server->start();
+  REQUIRE(port.ok());
+  s.port = port.value();
+  Status st = s.server->wait_loaded(std::chrono::seconds(120));
+  INFO((st.ok() ? std::string() : st.error()));
+  REQUIRE(st.ok());
+  s.engine = s.server->engine();
+  REQUIRE(s.engine);
+  REQUIRE(s.engine->slots() == parallel);
+  return s;
+}
+
+std::unique_ptr<httplib::Client> client(int port) {
+  auto c = std::make_unique<httplib::Client>("127.0.0.1", port);
+  c->set_read_timeout(120, 0);
+  c->set_write_timeout(30, 0);
+  return c;
+}
+
+struct Json {
+  dom::parser parser;
+  dom::element root;
+  explicit Json(const std::string& text) {
+    auto err = parser.parse(text).get(root);
+    INFO(text);
+    REQUIRE(!err);
+  }
+};
+
+std::string str(dom::element e) { return std::string(std::string_view(e)); }
+
+std::string chat_body(const std::string& extra, const std::string& user) {
+  return R"({"model":"x","messages":[{"role":"system","content":"You control a house."},{"role":"user","content":")" +
+         user + R"("}])" + (extra.empty() ? "" : "," + extra) + "}";
+}
+
+std::string metrics_text(int port) {
+  auto res = client(port)->Get("/metrics");
+  REQUIRE(res);
+  return res->body;
+}
+
+// The value of the metric line that starts with `name` followed by a space ("" when absent).
+std::string metric_line(const std::string& text, const std::string& name) {
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind(name + " ", 0) == 0) return line.substr(name.size() + 1);
+  return "";
+}
+
+double metric(int port, const std::string& name) {
+  const std::string v = metric_line(metrics_text(port), name);
+  return v.empty() ? -1.0 : std::stod(v);
+}
+
+struct CallSeen {
+  std::string name, arguments;
+  bool operator==(const CallSeen& o) const { return name == o.name && arguments == o.arguments; }
+};
+
+// An SSE stream reassembled: content, tool calls, finish reason.
+struct StreamResult {
+  int status = 0;
+  std::string content;
+  std::vector<CallSeen> calls;
+  std::string finish;
+  bool done = false;
+};
+
+StreamResult parse_stream(const std::string& sse) {
+  StreamResult r;
+  std::istringstream in(sse);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.empty()) continue;
+    REQUIRE(line.rfind("data: ", 0) == 0);
+    const std::string data = line.substr(6);
+    if (data == "[DONE]") {
+      r.done = true;
+      continue;
+    }
+    Json j(data);
+    dom::array choices = j.root["choices"];
+    if (choices.size() == 0) continue;
+    dom::element c = choices.at(0);
+    dom::element delta = c["delta"], v;
+    if (!delta["content"].get(v) && v.is_string()) r.content += str(v);
+    if (!delta["tool_calls"].get(v)) {
+      for (dom::element tc : dom::array(v)) {
+        const size_t idx = size_t(int64_t(tc["index"]));
+        if (r.calls.size() <= idx) r.calls.resize(idx + 1);
+        dom::element f = tc["function"], x;
+        if (!f["name"].get(x)) r.calls[idx].name += str(x);
+        if (!f["arguments"].get(x)) r.calls[idx].arguments += str(x);
+      }
+    }
+    if (!c["finish_reason"].is_null()) r.finish = str(c["finish_reason"]);
+  }
+  return r;
+}
+
+struct Raw {
+  int status = 0;  // -1: no response
+  std::string body;
+};
+
+// No assertions here: it runs on client threads (Catch2 assertions are for the main thread).
+Raw post_stream_raw(int port, std::string body) {
+  body.pop_back();
+  body += R"(,"stream":true})";
+  auto res = client(port)->Post("/v1/chat/completions", body, "application/json");
+  return res ? Raw{res->status, res->body} : Raw{-1, ""};
+}
+
+StreamResult parsed(const Raw& raw) {
+  StreamResult r;
+  if (raw.status == 200) r = parse_stream(raw.body);
+  r.status = raw.status;
+  return r;
+}
+
+StreamResult post_stream(int port, std::string body) { return parsed(post_stream_raw(port, std::move(body))); }
+
+// Waits (bounded) until `pred` holds; false if it never did.
+template <class Pred>
+bool eventually(Pred pred, int ms = 30000) {
+  for (int i = 0; i < ms / 5; ++i) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return pred();
+}
+
+// Runs the bodies all at once: admission is paused until every one is queued, so they enter the
+// slots together and are evaluated in the same batches.
+std::vector<StreamResult> run_together(Started& s, const std::vector<std::string>& bodies) {
+  s.engine->set_paused(true);
+  std::vector<Raw> raw(bodies.size());
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < bodies.size(); ++i)
+    threads.emplace_back([&, i] { raw[i] = post_stream_raw(s.port, bodies[i]); });
+  const bool queued = eventually([&] { return s.engine->queue_depth() == bodies.size(); });
+  s.engine->set_paused(false);
+  for (auto& t : threads) t.join();
+  REQUIRE(queued);
+  std::vector<StreamResult> out;
+  for (const Raw& r : raw) out.push_back(parsed(r));
+  return out;
+}
+
+// Collects tool calls and validates their arguments with python3-jsonschema.
+class Validator {
+ public:
+  void add_tool_call(const std::string& name, const std::string& arguments_text) {
+    lines_ += R"({"name":)" + quote(name) + R"(,"arguments_text":)" + quote(arguments_text) + "}\n";
+    ++count_;
+  }
+  int count() const { return count_; }
+  void check(const std::string& tools_json) {
+    REQUIRE(count_ > 0);
+    const fs::path dir = fs::temp_directory_path() / ("picolm_test_slots_" + std::to_string(getpid()));
+    fs::create_directories(dir);
+    const fs::path in = dir / "calls.jsonl", tools = dir / "tools.json", script = dir / "validate.py",
+                   out = dir / "out.txt";
+    std::ofstream(in) << lines_;
+    std::ofstream(tools) << tools_json;
+    std::ofstream(script) << R"PY(
+import json, sys
+from jsonschema import Draft202012Validator
+tools = {t["function"]["name"]: t["function"].get("parameters", {}) for t in json.load(open(sys.argv[2]))}
+bad = 0
+n = 0
+for n, line in enumerate(open(sys.argv[1], encoding="utf-8"), 1):
+    rec = json.loads(line)
+    try:
+        params = dict(tools[rec["name"]])
+        params.setdefault("additionalProperties", False)  # the provider closes tool parameters
+        args = json.loads(rec["arguments_text"])
+        if not isinstance(args, dict):
+            raise ValueError("arguments are not an object")
+        Draft202012Validator(params).validate(args)
+    except Exception as e:
+        bad += 1
+        print("call %d invalid: %s: %s" % (n, e, line.strip()[:300]))
+print("checked", n, "bad", bad)
+sys.exit(1 if bad or n == 0 else 0)
+)PY";
+    const std::string cmd = "/usr/bin/python3 " + script.string() + " " + in.string() + " " + tools.string() + " > " +
+                            out.string() + " 2>&1";
+    const int rc = std::system(cmd.c_str());
+    std::stringstream ss;
+    ss << std::ifstream(out).rdbuf();
+    INFO(ss.str());
+    CHECK(rc == 0);
+    fs::remove_all(dir);
+  }
+
+ private:
+  static std::string quote(const std::string& s) {
+    std::string out = "\"";
+    for (char c : s) {
+      if (c == '"' || c == '\\') {
+        out += '\\';
+        out += c;
+      } else if (static_cast<unsigned char>(c) < 0x20) {
+        char buf[8];
+        std::snprintf(buf, sizeof buf, "\\u%04x", c);
+        out += buf;
+      } else {
+        out += c;
+      }
+    }
+    return out + "\"";
+  }
+  std::string lines_;
+  int count_ = 0;
+};
+
+}  // namespace
+
+TEST_CASE("4 concurrent streams give the bytes each gives alone (temperature 0)", "[server][slots]") {
+  signal(SIGPIPE, SIG_IGN);
+  Started s = start_server(kQwen, 2048, 4);
+  // Different prompts, lengths and output modes, so the slots prefill and finish at different steps.
+  const std::vector<std::string> bodies = {
+      chat_body(R"("max_tokens":40,"temperature":0)", "Tell me a story about a dog"),
+      chat_body(R"("max_tokens":25,"temperature":0)",
+                "Once upon a time there was a little cat who lived in a big house by the sea with her family"),
+      chat_body(R"("max_tokens":60,"temperature":0,"response_format":{"type":"json_schema","json_schema":{"name":"x","schema":{"type":"object","properties":{"n":{"type":"integer"},"ok":{"type":"boolean"}},"required":["n","ok"]}}})",
+                "Give me a number"),
+      chat_body(R"("tools":)" + kTools + R"(,"tool_choice":"required","parallel_tool_calls":false,"max_tokens":120,"temperature":0)",
+                "Turn on the kitchen light"),
+  };
+  std::vector<StreamResult> alone;
+  for (const auto& b : bodies) alone.push_back(post_stream(s.port, b));
+  const std::string before = metrics_text(s.port);
+  const double steps_before = std::stod(metric_line(before, "picolm_batch_sequences_count"));
+  const double single_before = std::stod(metric_line(before, "picolm_batch_sequences_bucket{le=\"1\"}"));
+
+  std::vector<StreamResult> together = run_together(s, bodies);
+  for (size_t i = 0; i < bodies.size(); ++i) {
+    INFO("request " << i);
+    REQUIRE(alone[i].status == 200);
+    REQUIRE(together[i].status == 200);
+    CHECK(alone[i].done);
+    CHECK(together[i].done);
+    CHECK((!alone[i].content.empty() || !alone[i].calls.empty()));  // something was generated
+    CHECK(together[i].content == alone[i].content);
+    CHECK(together[i].calls == alone[i].calls);
+    CHECK(together[i].finish == alone[i].finish);
+  }
+  CHECK(alone[3].calls.size() == 1);
+  // They really ran side by side: steps evaluated more than one sequence.
+  const std::string after = metrics_text(s.port);
+  const double steps = std::stod(metric_line(after, "picolm_batch_sequences_count")) - steps_before;
+  const double single = std::stod(metric_line(after, "picolm_batch_sequences_bucket{le=\"1\"}")) - single_before;
+  CHECK(steps > 0);
+  CHECK(single < steps);
+  CHECK(std::stod(metric_line(after, "picolm_batch_sequences_bucket{le=\"4\"}")) -
+            std::stod(metric_line(before, "picolm_batch_sequences_bucket{le=\"2\"}")) >
+        0);
+  CHECK(metric_line(after, "picolm_slots_total") == "4");
+  CHECK(metric_line(after, "picolm_slots_busy") == "0");
+  // Tokens were generated in more than one slot.
+  int slots_used = 0;
+  for (int i = 0; i < 4; ++i) {
+    const std::string v = metric_line(after, "picolm_slot_completion_tokens_total{slot=\"" + std::to_string(i) + "\"}");
+    REQUIRE(!v.empty());
+    slots_used += std::stod(v) > 0 ? 1 : 0;
+  }
+  CHECK(slots_used == 4);
+}
+
+TEST_CASE("tool calls from concurrent slots all validate", "[server][slots]") {
+  signal(SIGPIPE, SIG_IGN);
+  Started s = start_server(kQwen, 2048, 4);
+  // 8 requests for 4 slots: half wait in the queue and are admitted as others finish.
+  std::vector<std::string> bodies;
+  for (int i = 0; i < 8; ++i) {
+    const char* choice = i % 2 ? R"("auto")" : R"("required")";
+    bodies.push_back(chat_body(R"("tools":)" + kTools + R"(,"tool_choice":)" + choice +
+                                   R"(,"parallel_tool_calls":true,"max_tokens":200,"temperature":1.0,"seed":)" +
+                                   std::to_string(100 + i),
+                               "Turn on the kitchen light and set the volume"));
+  }
+  std::vector<StreamResult> results = run_together(s, bodies);
+  Validator v;
+  int required_calls = 0;
+  for (size_t i = 0; i < results.size(); ++i) {
+    INFO("request " << i);
+    REQUIRE(results[i].status == 200);
+    CHECK(results[i].done);
+    if (i % 2 == 0) {
+      CHECK(!results[i].calls.empty());
+      required_calls += static_cast<int>(results[i].calls.size());
+    }
+    for (const auto& c : results[i].calls) v.add_tool_call(c.name, c.arguments);
+  }
+  CHECK(required_calls >= 4);
+  v.check(kTools);
+}
+
+TEST_CASE("a slot freed by a client disconnect is reused at once by a queued request", "[server][slots]") {
+  signal(SIGPIPE, SIG_IGN);
+  Started s = start_server(kQwen, 4096, 2);
+  // Two long streams fill both slots (a random-weight model almost never ends by itself).
+  const std::string long_body =
+      R"({"messages":[{"role":"user","content":"Tell me a long story"}],"max_tokens":4000,"temperature":1.0,"seed":7,"stream":true})";
+  std::atomic<bool> stop_a{false}, stop_b{false}, a_done{false}, b_done{false};
+  std::atomic<int> a_chunks{0}, b_chunks{0};
+  auto streamer = [&](std::atomic<bool>& stop, std::atomic<int>& chunks, std::atomic<bool>& done) {
+    auto c = client(s.port);
+    httplib::Request req;
+    req.method = "POST";
+    req.path = "/v1/chat/completions";
+    req.body = long_body;
+    req.set_header("Content-Type", "application/json");
+    req.content_receiver = [&](const char*, size_t, uint64_t, uint64_t) {
+      ++chunks;
+      return !stop.load();  // false: the client hangs up
+    };
+    (void)c->send(req);
+    done = true;
+  };
+  std::thread a(streamer, std::ref(stop_a), std::ref(a_chunks), std::ref(a_done));
+  std::thread b(streamer, std::ref(stop_b), std::ref(b_chunks), std::ref(b_done));
+  REQUIRE(eventually([&] { return a_chunks > 2 && b_chunks > 2; }));
+  CHECK(metric(s.port, "picolm_slots_busy") == 2);
+
+  // A third request waits in the queue: no slot is free.
+  std::atomic<int> c_status{0};
+  std::atomic<bool> c_done{false};
+  std::thread c([&] {
+    auto cl = client(s.port);
+    auto res = cl->Post("/v1/chat/completions", chat_body(R"("max_tokens":8,"temperature":0)", "Hello"),
+                        "application/json");
+    c_status = res ? res->status : -1;
+    c_done = true;
+  });
+  REQUIRE(eventually([&] { return s.engine->queue_depth() == 1; }));
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  CHECK(s.engine->queue_depth() == 1);  // still waiting while both slots stream
+  CHECK(!c_done);
+
+  // A hangs up: its slot goes to the queued request, which completes while B still streams.
+  stop_a = true;
+  REQUIRE(eventually([&] { return c_done.load(); }, 60000));
+  CHECK(c_status == 200);
+  CHECK(!b_done);
+  const int b_before = b_chunks;
+  REQUIRE(eventually([&] { return b_chunks > b_before + 2; }));  // B kept generating after C
+  CHECK(metric(s.port, "picolm_requests_cancelled_total") >= 1);
+
+  stop_b = true;
+  a.join();
+  b.join();
+  c.join();
+  REQUIRE(eventually([&] { return metric(s.port, "picolm_slots_busy") == 0; }));
+  CHECK(metric(s.port, "picolm_requests_cancelled_total") == 2);
+}
+
+TEST_CASE("a request cancelled while queued counts no prompt tokens (issue 15 item 9)", "[server][slots]") {
+  signal(SIGPIPE, SIG_IGN);
+  Started s = start_server(kStories, 512, 1);
+  s.engine->set_paused(true);
+  std::atomic<bool> answered{false};
+  std::thread t([&] {
+    auto c = client(s.port);
+    c->set_read_timeout(1, 0);  // gives up while the request is still queued
+    auto res = c->Post("/v1/chat/completions", chat_body(R"("max_tokens":8)", "Once upon a time"),
+                       "application/json");
+    answered = static_cast<bool>(res);
+  });
+  REQUIRE(eventually([&] { return s.engine->queue_depth() == 1; }));
+  t.join();
+  CHECK(!answered);
+  // The HTTP thread notices the closed connection (it polls every 100 ms) and cancels the job.
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  s.engine->set_paused(false);
+  REQUIRE(eventually([&] { return metric(s.port, "picolm_requests_cancelled_total") == 1; }));
+  CHECK(metric(s.port, "picolm_prompt_tokens_total") == 0);
+  CHECK(metric(s.port, "picolm_completion_tokens_total") == 0);
+  CHECK(metric(s.port, "picolm_prefill_seconds_total") < 0.05);
+  // And the server still serves, counting that one's prompt.
+  auto res = client(s.port)->Post("/v1/chat/completions", chat_body(R"("max_tokens":4)", "Once upon a time"),
+                                  "application/json");
+  REQUIRE(res);
+  CHECK(res->status == 200);
+  CHECK(metric(s.port, "picolm_prompt_tokens_total") > 0);
+}
+
+namespace {
+
+// A chat of `turns` turns, each: user, assistant tool call, tool result, assistant text (4
+// messages), after a system prompt, then the last user message.
+std::string long_chat(int turns, const std::string& extra) {
+  std::string m = R"([{"role":"system","content":"You control a house. Answer briefly."})";
+  for (int i = 0; i < turns; ++i) {
+    const std::string n = std::to_string(i);
+    m += R"(,{"role":"user","content":"Turn )" + n +
+         R"(: please switch the kitchen light and tell me a little about the weather in the garden today"})";
+    m += R"(,{"role":"assistant","content":null,"tool_calls":[{"id":"call_)" + n +
+         R"(","type":"function","function":{"name":"set_light","arguments":"{\"room\":\"kitchen\",\"on\":true}"}}]})";
+    m += R"(,{"role":"tool","tool_call_id":"call_)" + n + R"(","content":"{\"ok\":true,\"turn\":)" + n + R"(}"})";
+    m += R"(,{"role":"assistant","content":"Done, the kitchen light is on and the garden is sunny."})";
+  }
+  m += R"(,{"role":"user","content":"And the hall?"}])";
+  return R"({"messages":)" + m + R"(,"tools":)" + kTools + "," + extra + "}";
+}
+
+}  // namespace
+
+TEST_CASE("a conversation longer than the context drops its oldest whole turns", "[server][slots]") {
+  signal(SIGPIPE, SIG_IGN);
+  const int n_ctx = 1024;
+  const std::string body = long_chat(12, R"("max_tokens":64,"temperature":0)");
+
+  SECTION("drop-oldest (default): the system prompt and the last turns are kept, the drop is reported") {
+    Started s = start_server(kQwen, n_ctx, 1);
+    auto res = client(s.port)->Post("/v1/chat/completions", body, "application/json");
+    REQUIRE(res);
+    INFO(res->body);
+    REQUIRE(res->status == 200);
+    Json j(res->body);
+    const int64_t dropped = int64_t(j.root["picolm"]["dropped_messages"]);
+    CHECK(dropped > 0);
+    CHECK(dropped % 4 == 0);  // whole turns: a call never without its result, or a result without its call
+    CHECK(dropped < 12 * 4);  // not more than needed: a few turns fit
+    CHECK(res->get_header_value("X-Picolm-Dropped-Messages") == std::to_string(dropped));
+    const int64_t prompt = int64_t(j.root["usage"]["prompt_tokens"]);
+    CHECK(prompt + 64 <= n_ctx);
+    // Fewest turns: keeping one more turn would not have fit. A turn's tokens: a 2-turn chat's
+    // prompt minus a 1-turn chat's (turns 0-9 tokenize alike but for their digit).
+    int64_t turn_tokens = 0;
+    for (int turns : {1, 2}) {
+      auto r = client(s.port)->Post("/v1/chat/completions", long_chat(turns, R"("max_tokens":1)"), "application/json");
+      REQUIRE(r);
+      REQUIRE(r->status == 200);
+      Json u(r->body);
+      turn_tokens = int64_t(u.root["usage"]["prompt_tokens"]) - turn_tokens;
+    }
+    CHECK(turn_tokens > 20);
+    CHECK(prompt + 64 + turn_tokens > n_ctx);
+
+    // Streamed: the header says it too, and the usage chunk carries the field.
+    std::string sbody = long_chat(12, R"("max_tokens":64,"temperature":0,"stream":true,"stream_options":{"include_usage":true})");
+    auto sres = client(s.port)->Post("/v1/chat/completions", sbody, "application/json");
+    REQUIRE(sres);
+    REQUIRE(sres->status == 200);
+    CHECK(sres->get_header_value("X-Picolm-Dropped-Messages") == std::to_string(dropped));
+    CHECK(sres->body.find(R"("picolm":{"dropped_messages":)" + std::to_string(dropped) + "}") != std::string::npos);
+
+    // A conversation that fits drops nothing and says nothing.
+    auto small = client(s.port)->Post("/v1/chat/completions", long_chat(1, R"("max_tokens":16,"temperature":0)"),
+                                      "application/json");
+    REQUIRE(small);
+    REQUIRE(small->status == 200);
+    CHECK(small->get_header_value("X-Picolm-Dropped-Messages").empty());
+    CHECK(small->body.find("\"picolm\":{") == std::string::npos);
+  }
+  SECTION("error: the same conversation is refused") {
+    Started s = start_server(kQwen, n_ctx, 1, ContextOverflow::Error);
+    auto res = client(s.port)->Post("/v1/chat/completions", body, "application/json");
+    REQUIRE(res);
+    CHECK(res->status == 400);
+    Json j(res->body);
+    CHECK(str(j.root["error"]["code"]) == "context_length_exceeded");
+  }
+}
+
+TEST_CASE("the default slot count fits the memory", "[slots]") {
+  constexpr uint64_t MiB = 1 << 20;
+  CHECK(default_slot_count(0, 0, 100 * MiB) == 1);                // unknown memory: one slot
+  CHECK(default_slot_count(16384 * MiB, 256 * MiB, 100 * MiB) == kMaxDefaultSlots);
+  CHECK(default_slot_count(1000 * MiB, 200 * MiB, 150 * MiB) == 2);  // (1000 - 200) / 2 / 150
+  CHECK(default_slot_count(300 * MiB, 256 * MiB, 150 * MiB) == 1);   // never below one
+  CHECK(default_slot_count(100 * MiB, 500 * MiB, 10 * MiB) == 1);    // reserve above what is available
+}
