@@ -833,7 +833,15 @@ struct TurnCuts {
   std::vector<size_t> cuts;  // ascending; empty: nothing can be dropped
 };
 
-TurnCuts turn_cuts(const std::vector<ChatMessage>& m) {
+// The cuts worth trying, fewest dropped first. Not every turn boundary: a chat at the limit grows by
+// a turn per request, and cutting just enough each time would move the cut every request, so the
+// prompt after the system part would change every time and nothing after it could come from the
+// prompt cache. The cut instead moves in steps of about `step_bytes` of history (message text
+// measured from the conversation's start, which later turns do not change): the first boundary
+// past each multiple of the step. Requests then keep the same cut, and their cached prefix, until
+// the history has grown by a step. The last boundary (everything before the last user turn) is
+// always a candidate.
+TurnCuts turn_cuts(const std::vector<ChatMessage>& m, size_t step_bytes) {
   TurnCuts t;
   while (t.first < m.size() && (m[t.first].role == "system" || m[t.first].role == "developer")) ++t.first;
   size_t last_user = m.size();
@@ -843,8 +851,17 @@ TurnCuts turn_cuts(const std::vector<ChatMessage>& m) {
       break;
     }
   if (last_user == m.size()) return t;
-  for (size_t i = t.first + 1; i <= last_user; ++i)
-    if (m[i].role == "user") t.cuts.push_back(i);
+  size_t bytes = 0, next_line = step_bytes;
+  for (size_t i = t.first; i < last_user; ++i) {
+    bytes += m[i].content.size() + 16;  // 16: the template's frame around a message, roughly
+    for (const auto& c : m[i].tool_calls) bytes += c.name.size() + c.arguments_json.size() + 16;
+    if (m[i].reasoning_content) bytes += m[i].reasoning_content->size();
+    if (m[i + 1].role != "user") continue;
+    if (bytes >= next_line || i + 1 == last_user) {
+      t.cuts.push_back(i + 1);
+      while (next_line <= bytes) next_line += step_bytes;
+    }
+  }
   return t;
 }
 
@@ -1103,7 +1120,8 @@ std::shared_ptr<Job> Engine::prepare(const ChatRequest& req, ApiError& err) {
     const int64_t reserve = std::min<int64_t>(req.max_tokens.value_or(kOverflowReplyReserve), s.n_ctx / 2);
     const auto fits = [&] { return static_cast<int64_t>(job->prompt.size()) + reserve <= s.n_ctx; };
     if (!fits()) {
-      const TurnCuts cuts = turn_cuts(marked);
+      // A step of n_ctx bytes is about a quarter of the context in tokens.
+      const TurnCuts cuts = turn_cuts(marked, std::max<size_t>(256, static_cast<size_t>(s.n_ctx)));
       for (size_t k = 0; k < cuts.cuts.size(); ++k) {
         std::vector<ChatMessage> kept(marked.begin(), marked.begin() + static_cast<std::ptrdiff_t>(cuts.first));
         kept.insert(kept.end(), marked.begin() + static_cast<std::ptrdiff_t>(cuts.cuts[k]), marked.end());

@@ -40,7 +40,8 @@ class Metrics;
 enum class ContextOverflow {
   // Keep the system prompt and the last user turn, drop the oldest turns (a user message and
   // everything up to the next one: replies, tool calls and their results go together) until the
-  // prompt and the reply's budget fit. The default: a chat bot resends its whole history, and a
+  // prompt and the reply's budget fit; the cut moves in steps of about a quarter of the context, so
+  // a chat's consecutive requests keep their cached prefix. The default: a chat bot resends its whole history, and a
   // 400 there is a dead end for its user; the response says how many messages were dropped.
   DropOldest,
   Error,  // nothing dropped: 400 context_length_exceeded when the prompt alone does not fit
