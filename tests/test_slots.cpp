@@ -4,6 +4,7 @@
 // request while another keeps generating, a request cancelled in the queue counts no prefill (issue
 // 15 item 9), and a conversation longer than the context drops its oldest whole turns.
 #include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
@@ -553,4 +554,28 @@ TEST_CASE("the default slot count fits the memory", "[slots]") {
   CHECK(default_slot_count(1000 * MiB, 200 * MiB, 150 * MiB) == 2);  // (1000 - 200) / 2 / 150
   CHECK(default_slot_count(300 * MiB, 256 * MiB, 150 * MiB) == 1);   // never below one
   CHECK(default_slot_count(100 * MiB, 500 * MiB, 10 * MiB) == 1);    // reserve above what is available
+}
+
+TEST_CASE("picolm-provider: --parallel and --context-overflow are checked", "[slots][cli]") {
+  const std::string bin = std::string(PICOLM_BIN_DIR) + "/picolm-provider";
+  REQUIRE(access(bin.c_str(), X_OK) == 0);
+  struct Case {
+    std::string args, message;
+  };
+  for (const Case& c : {Case{"--context-overflow bogus", "--context-overflow takes drop-oldest or error, not 'bogus'"},
+                        Case{"-np -1", "-np: '-1' is not a number in [0, 256]"},
+                        Case{"--parallel x", "--parallel: 'x' is not a number in [0, 256]"},
+                        Case{"--prefill-chunk 1", "--prefill-chunk: '1' is not a number in [2, 65536]"}}) {
+    INFO(c.args);
+    const std::string cmd = bin + " " + c.args + " 2>&1";
+    FILE* p = popen(cmd.c_str(), "r");
+    REQUIRE(p);
+    std::string out;
+    char buf[512];
+    while (size_t n = fread(buf, 1, sizeof buf, p)) out.append(buf, n);
+    const int st = pclose(p);
+    CHECK(WIFEXITED(st));
+    CHECK(WEXITSTATUS(st) == 2);
+    CHECK(out.find(c.message) != std::string::npos);
+  }
 }
