@@ -41,8 +41,9 @@ enum class ContextOverflow {
   // Keep the system prompt and the last user turn, drop the oldest turns (a user message and
   // everything up to the next one: replies, tool calls and their results go together) until the
   // prompt and the reply's budget fit; the cut moves in steps of about a quarter of the context, so
-  // a chat's consecutive requests keep their cached prefix. The default: a chat bot resends its whole history, and a
-  // 400 there is a dead end for its user; the response says how many messages were dropped.
+  // a chat's consecutive requests keep their cached prefix. The default: a chat bot resends its
+  // whole history, and a 400 there is a dead end for its user; the response says how many
+  // messages were dropped.
   DropOldest,
   Error,  // nothing dropped: 400 context_length_exceeded when the prompt alone does not fit
 };
@@ -160,7 +161,7 @@ class Engine {
   size_t queue_depth() const;
   // Holds admission: queued jobs stay queued (tests; draining). Running jobs continue.
   void set_paused(bool paused);
-  // Refuses new jobs, fails the queued ones and cancels the running one (HTTP threads waiting on
+  // Refuses new jobs, fails the queued ones and cancels the running ones (HTTP threads waiting on
   // them return promptly). Idempotent; the destructor calls it.
   void shutdown();
 
