@@ -267,6 +267,15 @@ int64_t thinking_close_cost(const ThinkingPlan& plan, const Tokenizer& tok) {
   return plan.split ? static_cast<int64_t>(tok.encode("\n" + plan.close + plan.separator, false, true).size()) : 0;
 }
 
+// The calls of a reply: JSON (tagged or bare) or a native syntax (Qwen3.5, LFM2; tool_format.h).
+std::vector<GeneratedToolCall> read_tool_calls(const Job& job, ToolCallStyle style, std::string_view text) {
+  if (style != ToolCallStyle::QwenXml && style != ToolCallStyle::PythonList)
+    return job.trigger_at_start ? parse_bare_tool_calls(text) : parse_tagged_tool_calls(text, job.trigger, job.close_tag);
+  std::vector<GeneratedToolCall> calls;
+  for (auto& c : parse_native_tool_calls(style, text, job.tools_json)) calls.push_back({"", c.name, c.arguments_json});
+  return calls;
+}
+
 }  // namespace
 
 void Engine::Impl::run(Job& job) {
@@ -342,7 +351,8 @@ void Engine::Impl::run(Job& job) {
   // ---- decode ----
   Sampler sampler(job.sampling);
   for (int32_t t : job.prompt) sampler.accept(t);
-  StreamDecoder decoder(tok, false);
+  // LFM2's call tags are control tokens: rendered, so the trigger and the call text see them.
+  StreamDecoder decoder(tok, family_traits(family).tool_call_style == ToolCallStyle::PythonList);
   std::unique_ptr<grammar::Matcher> matcher;
   const bool constrained_from_start =
       job.mode == OutputMode::Json || job.mode == OutputMode::ToolsForced || job.mode == OutputMode::Envelope;
@@ -543,14 +553,12 @@ void Engine::Impl::run(Job& job) {
       out.content = text;
       break;
     case OutputMode::ToolsTagged:
-      out.tool_calls = job.trigger_at_start ? parse_bare_tool_calls(call_text)
-                                            : parse_tagged_tool_calls(call_text, job.trigger, job.close_tag);
+      out.tool_calls = read_tool_calls(job, family_traits(family).tool_call_style, call_text);
       if (!out.tool_calls.empty() && all_space(text)) out.content.reset();
       else out.content = text;
       break;
     case OutputMode::ToolsForced:
-      out.tool_calls = job.trigger_at_start ? parse_bare_tool_calls(text)
-                                            : parse_tagged_tool_calls(text, job.trigger, job.close_tag);
+      out.tool_calls = read_tool_calls(job, family_traits(family).tool_call_style, text);
       break;
     case OutputMode::Envelope: {
       std::optional<std::string> content;
@@ -642,8 +650,13 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineOptions& opts, Metric
   std::vector<std::string> pieces(static_cast<size_t>(impl->n_vocab));
   for (int32_t id = 0; id < impl->n_vocab && id < tok.n_vocab(); ++id) {
     TokenType t = tok.token_type(id);
-    if (t == TokenType::Control || t == TokenType::Unused) continue;
-    pieces[static_cast<size_t>(id)] = tok.token_to_piece(id, false);
+    // LFM2's <|tool_call_start|> / <|tool_call_end|> are control tokens its calls are written with.
+    const std::string special = t == TokenType::Control ? tok.token_to_piece(id, true) : std::string();
+    const FamilyTraits& ft = family_traits(impl->family);
+    const bool call_tag = ft.tool_call_style == ToolCallStyle::PythonList && !special.empty() &&
+                          (special == ft.tool_call_start || special == ft.tool_call_end);
+    if ((t == TokenType::Control && !call_tag) || t == TokenType::Unused) continue;
+    pieces[static_cast<size_t>(id)] = call_tag ? special : tok.token_to_piece(id, false);
   }
   impl->vocab = grammar::Vocabulary::create(std::move(pieces), tok.eog_ids());
 
@@ -701,7 +714,8 @@ std::shared_ptr<Job> Engine::prepare(const ChatRequest& req, ApiError& err) {
   // Native call syntaxes we constrain: <tool_call>{...}</tool_call> (Qwen2.5, Hermes) and a bare JSON
   // object {"name": ..., "parameters": {...}} as the whole reply (Llama 3.1/3.2/3.3).
   const bool bare_json = traits.tool_call_style == ToolCallStyle::BareJson;
-  const bool native = traits.tool_call_style == ToolCallStyle::TaggedJson || bare_json;
+  const bool native = traits.tool_call_style == ToolCallStyle::TaggedJson || bare_json ||
+                      traits.tool_call_style == ToolCallStyle::QwenXml || traits.tool_call_style == ToolCallStyle::PythonList;
   if (tools_active) {
     job->mode = native ? (req.tool_choice == ToolChoice::Auto ? OutputMode::ToolsTagged : OutputMode::ToolsForced)
                        : OutputMode::Envelope;
@@ -828,7 +842,10 @@ std::shared_ptr<Job> Engine::prepare(const ChatRequest& req, ApiError& err) {
       job->trigger = "{";
       job->trigger_at_start = true;
     } else {
-      to.format = grammar::ToolCallFormat::Hermes;
+      to.format = traits.tool_call_style == ToolCallStyle::QwenXml      ? grammar::ToolCallFormat::QwenXml
+                  : traits.tool_call_style == ToolCallStyle::PythonList ? grammar::ToolCallFormat::PythonList
+                                                                        : grammar::ToolCallFormat::Hermes;
+      job->tools_json = req.tools_json;
       job->trigger = std::string(traits.tool_call_start);
       job->close_tag = std::string(traits.tool_call_end);
     }
