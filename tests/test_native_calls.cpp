@@ -4,7 +4,8 @@
 //   - the provider reads the calls back (tool_format.h) into the JSON arguments they stand for;
 //   - property: random walks under both grammars with real vocabularies (Qwen's 152k BPE, Llama's
 //     32k SentencePiece), for the PicoClaw-like tools and the JSON-Schema-Test-Suite schemas that
-//     these formats can write, are read back by the provider and checked by an independent oracle
+//     these formats can write, and the 512-token vocabulary of the qwen35 / lfm2 tiny models) are
+//     read back by the provider and checked by an independent oracle
 //     (tests/validate_native_calls.py: Python's own parser for the Python format, a regex reading
 //     for the XML, jsonschema for the arguments);
 //   - the templates' own example calls and the calls our renderers write into past turns are
@@ -330,8 +331,10 @@ TEST_CASE("random walks under the Qwen3.5 and LFM2 call grammars read back into 
     std::unique_ptr<tools::WalkVocabulary> wv;
   };
   std::vector<NamedVocab> vocabs;
+  // The 512-token vocabulary is the one of the random-weight qwen35-tiny / lfm2-tiny models.
   for (const auto& [name, path] : {std::pair{"qwen3-152k", kShared + "/models/qwen3-bpe-q4km.gguf"},
-                                   std::pair{"llama-spm-32k", kShared + "/vocab/ggml-vocab-llama-spm.gguf"}}) {
+                                   std::pair{"llama-spm-32k", kShared + "/vocab/ggml-vocab-llama-spm.gguf"},
+                                   std::pair{"tiny-512", kShared + "/models/qwen35-tiny-q8_0.gguf"}}) {
     auto v = tools::load_vocab_bundle(path);
     INFO(path << ": " << (v ? "" : v.error()));
     REQUIRE(v.ok());
