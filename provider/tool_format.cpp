@@ -461,6 +461,9 @@ class LitParser {
         case '\\': out += '\\'; break;
         case '"': out += '"'; break;
         case '\'': out += '\''; break;
+        // JSON's escaped solidus: the grammar's string automaton (the JSON one) allows it and
+        // checked the schema's constraints on "/", so it is read as JSON reads it.
+        case '/': out += '/'; break;
         case '\n': break;  // a line continuation
         case 'x':
           if (!hex(2, cp)) return false;
@@ -478,7 +481,7 @@ class LitParser {
           }
           put_utf8(out, cp);
           break;
-        default:  // Python keeps an unknown escape as it is (JSON's \/ included)
+        default:  // Python keeps an unknown escape as it is
           out += '\\';
           out += e;
       }

@@ -235,6 +235,9 @@ TEST_CASE("native calls read back into JSON arguments", "[unit]") {
   CHECK(c.arguments_json ==
         "{\"city\":\"Saint \\\"D\\\"\\né😀\",\"days\":3,\"detailed\":true,\"extra\":null,\"tags\":[\"x\",\"y\"],"
         "\"opts\":{\"a\":false,\"b\":[1,2.50,-0.5e3]}}");
+  // JSON's \/ (allowed by the string grammar) reads as "/", an escaped backslash stays one.
+  c = one(ToolCallStyle::PythonList, "<|tool_call_start|>[get_weather(city=\"a\\/b\\\\/c\")]<|tool_call_end|>");
+  CHECK(c.arguments_json == R"({"city":"a/b\\/c"})");
   auto calls = parse_native_tool_calls(ToolCallStyle::PythonList,
                                        "Sure.<|tool_call_start|>[get_time(), get_weather(city=\"Paris\")]<|tool_call_end|>Done.", kTools);
   REQUIRE(calls.size() == 2);

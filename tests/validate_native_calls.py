@@ -52,7 +52,11 @@ def literal_to_json(v):
         if not all(isinstance(k, str) for k in v):
             raise Invalid("dict with a non-string key")
         return {k: literal_to_json(x) for k, x in v.items()}
-    if v is None or isinstance(v, (bool, int, float, str)):
+    if isinstance(v, str):
+        # \ud83d\ude00 in a Python literal is two lone surrogates; JSON (and the provider) join
+        # the pair into one character.
+        return v.encode("utf-16", "surrogatepass").decode("utf-16")
+    if v is None or isinstance(v, (bool, int, float)):
         return v
     raise Invalid("not a JSON-like literal: %r" % (v,))
 
@@ -62,6 +66,10 @@ def python_calls(rec, text):
     if not text.startswith(lo) or not text.endswith(lc):
         raise Invalid("not wrapped in %r ... %r" % (lo, lc))
     body = text[len(lo):len(text) - len(lc)]
+    # JSON's escaped solidus \/ (the grammar's string automaton is JSON's, and checked the
+    # schema's constraints on "/") means "/"; Python would keep the backslash. Outside strings
+    # the call syntax has no backslash, so the replacement touches string contents only.
+    body = re.sub(r"(?<!\\)((?:\\\\)*)\\/", r"\1/", body)
     try:
         tree = ast.parse(body, mode="eval").body
     except SyntaxError as e:
