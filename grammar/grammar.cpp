@@ -141,6 +141,12 @@ CompileResult compile_tool_list(std::string_view tools_json, const ToolListOptio
   }
   CompileOptions so = opts.schema;
   so.additional_properties_default = false;
+  const bool xml = opts.format == ToolCallFormat::QwenXml;
+  const bool python = opts.format == ToolCallFormat::PythonList;
+  if (python) so.python_literals = true;
+  const ArgumentSyntax syntax = xml ? ArgumentSyntax::XmlParameters
+                                : python ? ArgumentSyntax::PythonKwargs
+                                         : ArgumentSyntax::JsonObject;
   RuleBuilder rb;
   rb.budget_bytes = so.max_grammar_bytes;
   std::vector<CompileError> errors;
@@ -176,7 +182,20 @@ CompileResult compile_tool_list(std::string_view tools_json, const ToolListOptio
     forced_found = true;
     const JValue* params = fn->get("parameters");
     if (!params) params = &empty_params;
-    uint32_t p = compile_schema_into(rb, *params, so, base + "/parameters", errors, /*object_only=*/true);
+    uint32_t p = compile_schema_into(rb, *params, so, base + "/parameters", errors, /*object_only=*/true, syntax);
+    if (xml || python) {
+      // The name is written unquoted: it must not hold what ends it.
+      if (xml ? name->str.find_first_of("<>\r\n") != std::string::npos : !python_identifier(name->str)) {
+        errors.push_back({base + "/name", "name", "tool name '" + name->str + "' cannot be written in this call format"});
+        continue;
+      }
+      std::vector<Elem> seq;
+      rb.lit(seq, xml ? "<function=" + name->str + ">\n" : name->str + "(");
+      seq.push_back(RuleBuilder::ref(p));
+      rb.lit(seq, xml ? "</function>" : ")");
+      rb.add_alt(call, std::move(seq));
+      continue;
+    }
     std::vector<Elem> seq{rb.byte('{')};
     sp.after_open(seq);
     rb.lit(seq, "\"name\"");
@@ -281,6 +300,43 @@ CompileResult compile_tool_list(std::string_view tools_json, const ToolListOptio
       }
       break;
     }
+    case ToolCallFormat::QwenXml: {
+      // block (\n block)*, as the template joins the calls of one turn.
+      desc = "tools/qwen-xml";
+      uint32_t block = rb.new_rule(), rest = rb.new_rule();
+      std::vector<Elem> b;
+      rb.lit(b, "<tool_call>\n");
+      b.push_back(RuleBuilder::ref(call));
+      rb.lit(b, "\n</tool_call>");
+      rb.add_alt(block, std::move(b));
+      rb.add_alt(rest, {});
+      if (opts.parallel) rb.add_alt(rest, {rb.byte('\n'), RuleBuilder::ref(block), RuleBuilder::ref(rest)});
+      rb.add_alt(root, {RuleBuilder::ref(block), RuleBuilder::ref(rest)});
+      break;
+    }
+    case ToolCallFormat::PythonList: {
+      // list_open '[' call (', ' call)* ']' list_close; the separator spaced as the schema's
+      // whitespace allows after a comma.
+      desc = "tools/python-list";
+      uint32_t rest = rb.new_rule();
+      std::vector<Elem> end{rb.byte(']')};
+      rb.lit(end, opts.list_close);
+      rb.add_alt(rest, std::move(end));
+      if (opts.parallel) {
+        std::vector<Elem> more{rb.byte(',')};
+        sp.after_comma(more);
+        more.push_back(RuleBuilder::ref(call));
+        more.push_back(RuleBuilder::ref(rest));
+        rb.add_alt(rest, std::move(more));
+      }
+      std::vector<Elem> a;
+      rb.lit(a, opts.list_open);
+      a.push_back(rb.byte('['));
+      a.push_back(RuleBuilder::ref(call));
+      a.push_back(RuleBuilder::ref(rest));
+      rb.add_alt(root, std::move(a));
+      break;
+    }
     case ToolCallFormat::Envelope: {
       desc = "tools/envelope";
       std::vector<Elem> a{rb.byte('{')};
@@ -379,7 +435,7 @@ namespace {
 std::string options_key(const CompileOptions& o) {
   return std::to_string(o.additional_properties_default) + "," + std::to_string(int(o.whitespace)) + "," +
          std::to_string(o.max_whitespace_run) + "," + std::to_string(o.max_indent) + "," +
-         std::to_string(o.max_grammar_bytes);
+         std::to_string(o.max_grammar_bytes) + "," + std::to_string(o.python_literals);
 }
 }  // namespace
 
@@ -408,7 +464,9 @@ CompileResult GrammarCache::tools(std::string_view tools_json, const ToolListOpt
                     std::to_string(opts.parallel) + "," + std::to_string(opts.allow_text) + "," +
                     std::to_string(opts.forced_tool.size()) + ":" + opts.forced_tool + "," +
                     std::to_string(opts.trigger.size()) + ":" + opts.trigger + "," +
-                    std::to_string(opts.arguments_key.size()) + ":" + opts.arguments_key + "\n" + std::string(tools_json);
+                    std::to_string(opts.arguments_key.size()) + ":" + opts.arguments_key + "," +
+                    std::to_string(opts.list_open.size()) + ":" + opts.list_open + "," +
+                    std::to_string(opts.list_close.size()) + ":" + opts.list_close + "\n" + std::string(tools_json);
   return impl_->get(std::move(key), [&] { return compile_tool_list(tools_json, opts); });
 }
 

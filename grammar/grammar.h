@@ -31,6 +31,9 @@ struct CompileOptions {
   // Per-schema bound: a schema whose grammar would take more (estimated while compiling, see
   // grammar_memory_bytes) is refused with an error naming the size, before it is allocated.
   size_t max_grammar_bytes = size_t(32) << 20;
+  // Python literal spelling of JSON values (True, False, None; dicts and lists are written as JSON
+  // writes them, which Python reads as the same literals): the values of LFM2's Python-style calls.
+  bool python_literals = false;
 };
 
 // One problem found while compiling; all problems of a schema are collected and reported together.
@@ -65,6 +68,14 @@ enum class ToolCallFormat {
   Hermes,         // <tool_call>\n{"name":...,"arguments":...}\n</tool_call> repeated
   TriggeredText,  // free text until `trigger`, then the call constrained (then free text again if allowed)
   Envelope,       // {"tool_calls":[{"name":..,"arguments":..},...]} or {"content":"..."} (models without a native format)
+  // Qwen3.5's XML-parameter calls, as its template renders them (blocks joined by "\n" when parallel):
+  //   <tool_call>\n<function=NAME>\n<parameter=P>\nVALUE\n</parameter>\n...</function>\n</tool_call>
+  // A string VALUE is raw text (it cannot contain "</parameter>"); other values are JSON, and
+  // booleans and null may also be written True / False / None (the template's str() of them).
+  QwenXml,
+  // LFM2 / LFM2.5 Python-style calls: list_open [name(a="v", n=3), ...] list_close, arguments as
+  // keyword arguments with Python literal values (True / False / None).
+  PythonList,
 };
 
 struct ToolListOptions {
@@ -74,6 +85,9 @@ struct ToolListOptions {
   bool allow_text = false;     // Envelope: also allow {"content":"..."}; TriggeredText: text before trigger
   std::string trigger;         // TriggeredText: e.g. "<tool_call>"
   std::string arguments_key = "arguments";  // Llama 3.x writes its calls with "parameters"
+  // PythonList: the text around the list ("" = a bare list).
+  std::string list_open = "<|tool_call_start|>";
+  std::string list_close = "<|tool_call_end|>";
   CompileOptions schema;       // additional_properties_default is forced to false for tool parameters
 };
 

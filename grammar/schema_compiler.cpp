@@ -298,11 +298,19 @@ class SchemaCompiler {
     uint32_t r = rb_.new_rule();
     for (Flat f : flatten(&root_)) {
       f.types &= kObj;
-      if (f.types) rb_.add_alt(r, {RuleBuilder::ref(compile_flat(f))});
+      if (!f.types) continue;
+      if (args_syntax_ == ArgumentSyntax::JsonObject) {
+        rb_.add_alt(r, {RuleBuilder::ref(compile_flat(f))});
+      } else if (f.has_enum || !f.not_values.empty()) {
+        error(f.ptr, f.has_enum ? "enum" : "not", "enum/const/not of the whole arguments object is not supported in this call format");
+      } else {
+        rb_.add_alt(r, {RuleBuilder::ref(object_rule(f, args_syntax_))});
+      }
     }
     return r;
   }
   bool object_only_ = false;
+  ArgumentSyntax args_syntax_ = ArgumentSyntax::JsonObject;
 
  private:
   void error(const std::string& ptr, const std::string& kw, const std::string& msg) {
@@ -881,9 +889,21 @@ class SchemaCompiler {
 
   // Literal JSON text of a value (enum/const): matches exactly that spelling.
   // With Flexible whitespace, arrays and objects get whitespace at their structural positions.
+  // Python literals (CompileOptions::python_literals) spell null and booleans their way.
+  std::string null_text() const { return opts_.python_literals ? "None" : "null"; }
+  std::string bool_text(bool b) const {
+    if (opts_.python_literals) return b ? "True" : "False";
+    return b ? "true" : "false";
+  }
+  std::string scalar_text(const JValue& v) const {
+    if (v.kind == JValue::Kind::Null) return null_text();
+    if (v.kind == JValue::Kind::Bool) return bool_text(v.boolean);
+    return to_json(v);
+  }
+
   uint32_t literal(const JValue& v) {
-    if (opts_.whitespace == Whitespace::Compact || (!v.is_array() && !v.is_object()))
-      return rb_.literal_rule(to_json(v));
+    if (!v.is_array() && !v.is_object()) return rb_.literal_rule(scalar_text(v));
+    if (opts_.whitespace == Whitespace::Compact && !opts_.python_literals) return rb_.literal_rule(to_json(v));
     std::vector<Elem> seq;
     seq.push_back(rb_.byte(v.is_array() ? '[' : '{'));
     sp_.after_open(seq);
@@ -1008,10 +1028,10 @@ class SchemaCompiler {
       }
       return r;
     }
-    if (f.types & kNull) rb_.add_alt(r, {RuleBuilder::ref(rb_.literal_rule("null"))});
+    if (f.types & kNull) rb_.add_alt(r, {RuleBuilder::ref(rb_.literal_rule(null_text()))});
     if (f.types & kBool) {
-      if (!f.not_true) rb_.add_alt(r, {RuleBuilder::ref(rb_.literal_rule("true"))});
-      if (!f.not_false) rb_.add_alt(r, {RuleBuilder::ref(rb_.literal_rule("false"))});
+      if (!f.not_true) rb_.add_alt(r, {RuleBuilder::ref(rb_.literal_rule(bool_text(true)))});
+      if (!f.not_false) rb_.add_alt(r, {RuleBuilder::ref(rb_.literal_rule(bool_text(false)))});
     }
     if (f.types & (kInt | kNumFrac)) {
       uint32_t n = number_rule(f);
@@ -1731,7 +1751,17 @@ class SchemaCompiler {
     return nr;
   }
 
-  uint32_t object_rule(const Flat& f) {
+  // Whether a property name can be written in the argument syntax at all (a Python keyword or
+  // an XML parameter name is not quoted, so it cannot hold the characters that end it).
+  static bool name_writable(const std::string& name, ArgumentSyntax syn) {
+    if (syn == ArgumentSyntax::JsonObject) return true;
+    if (syn == ArgumentSyntax::XmlParameters) return !name.empty() && name.find_first_of("<>\r\n") == std::string::npos;
+    return python_identifier(name);
+  }
+
+  uint32_t object_rule(const Flat& f, ArgumentSyntax syn = ArgumentSyntax::JsonObject) {
+    const bool json = syn == ArgumentSyntax::JsonObject;
+    const bool xml = syn == ArgumentSyntax::XmlParameters;
     uint32_t r = rb_.new_rule();
     struct P {
       std::string name;
@@ -1765,7 +1795,12 @@ class SchemaCompiler {
         if (req) return r;  // required but its name is invalid: unsatisfiable
         continue;
       }
-      props.push_back({name, req, compile_sub(sub)});
+      if (!name_writable(name, syn)) {
+        if (req) error(f.ptr + "/properties/" + pointer_escape(name), "properties",
+                       "property name '" + name + "' cannot be written in this call format");
+        continue;  // optional: never written
+      }
+      props.push_back({name, req, xml ? xml_value_rule(sub) : compile_sub(sub)});
     }
     // Additional properties: explicit schema, or the default (true per spec, false for tools).
     bool add_allowed;
@@ -1782,12 +1817,32 @@ class SchemaCompiler {
       if (std::find(names.begin(), names.end(), req) != names.end()) continue;
       // Required but not listed: governed by additionalProperties.
       if (!add_allowed || is_forbidden(req)) return r;  // unsatisfiable
-      props.push_back({req, true, compile_sub(add_sub)});
+      if (!name_writable(req, syn)) {
+        error(f.ptr + "/required", "required", "property name '" + req + "' cannot be written in this call format");
+        return r;
+      }
+      props.push_back({req, true, xml ? xml_value_rule(add_sub) : compile_sub(add_sub)});
       names.push_back(req);
     }
     if (nr.none) add_allowed = false;
     uint32_t add_key = 0, add_val = 0;
-    if (add_allowed) {
+    if (add_allowed && !json) {
+      // Extra names unquoted: identifiers (what both formats can write), other than the listed names.
+      add_val = xml ? xml_value_rule(add_sub) : compile_sub(add_sub);
+      const Dfa* ident = regex_cache("[A-Za-z_][A-Za-z0-9_]*", true);
+      std::vector<std::string> lits(names.begin(), names.end());
+      lits.insert(lits.end(), forbidden.begin(), forbidden.end());
+      Dfa keys = !ident ? Dfa{} : lits.empty() ? *ident : dfa_minus(*ident, dfa_literals(lits));
+      if (nr.dfa && !keys.next.empty()) keys = dfa_intersect(keys, *nr.dfa);
+      if (!keys.next.empty() && (nr.min_len > 0 || nr.max_len >= 0)) {
+        const std::string len = "[\\s\\S]{" + std::to_string(nr.min_len) + "," +
+                                (nr.max_len >= 0 ? std::to_string(nr.max_len) : std::string()) + "}";
+        if (const Dfa* d = regex_cache(len, true)) keys = dfa_intersect(keys, *d);
+        else keys = Dfa{};
+      }
+      if (keys.next.empty() || keys.empty_language()) add_allowed = false;
+      else add_key = dfa_raw_rules(keys);
+    } else if (add_allowed) {
       add_val = compile_sub(add_sub);
       if (names.empty() && forbidden.empty() && f.property_names.empty()) {
         add_key = plain_string_rule(rb_);
@@ -1822,26 +1877,42 @@ class SchemaCompiler {
     std::vector<std::vector<uint32_t>> rest(n + 1, std::vector<uint32_t>(size_t(C + 1)));
     for (auto& row : rest)
       for (auto& x : row) x = rb_.new_rule();
+    // One member: separator (c > 0), name, value, in the syntax's spelling.
+    auto member = [&](std::vector<Elem>& seq, int64_t c, const std::string* name, uint32_t key_rule, uint32_t value) {
+      if (c > 0 && !xml) {
+        seq.push_back(rb_.byte(','));
+        sp_.after_comma(seq);
+      }
+      if (json) {
+        if (name) rb_.lit(seq, json_quote(*name));
+        else seq.push_back(RuleBuilder::ref(key_rule));
+        sp_.after_value(seq);
+        seq.push_back(rb_.byte(':'));
+        sp_.after_colon(seq);
+        seq.push_back(RuleBuilder::ref(value));
+        sp_.after_value(seq);
+        return;
+      }
+      if (xml) rb_.lit(seq, "<parameter=");
+      if (name) rb_.lit(seq, *name);
+      else seq.push_back(RuleBuilder::ref(key_rule));
+      rb_.lit(seq, xml ? ">\n" : "=");
+      seq.push_back(RuleBuilder::ref(value));  // XML: the value rule ends with "\n</parameter>"
+      if (xml) seq.push_back(rb_.byte('\n'));
+    };
     for (int64_t c = 0; c <= C; ++c) {
       uint32_t tail = rest[n][size_t(c)];
       if (c >= f.min_props) {
         std::vector<Elem> close;
-        if (c > 0) sp_.before_close(close);
-        close.push_back(rb_.byte('}'));
+        if (json) {
+          if (c > 0) sp_.before_close(close);
+          close.push_back(rb_.byte('}'));
+        }
         rb_.add_alt(tail, std::move(close));
       }
       if (add_allowed && (maxp < 0 || c < maxp)) {
         std::vector<Elem> seq;
-        if (c > 0) {
-          seq.push_back(rb_.byte(','));
-          sp_.after_comma(seq);
-        }
-        seq.push_back(RuleBuilder::ref(add_key));
-        sp_.after_value(seq);
-        seq.push_back(rb_.byte(':'));
-        sp_.after_colon(seq);
-        seq.push_back(RuleBuilder::ref(add_val));
-        sp_.after_value(seq);
+        member(seq, c, nullptr, add_key, add_val);
         seq.push_back(RuleBuilder::ref(rest[n][size_t(next_c(c))]));
         rb_.add_alt(tail, std::move(seq));
       }
@@ -1851,27 +1922,226 @@ class SchemaCompiler {
         uint32_t ri = rest[i][size_t(c)];
         if (maxp < 0 || c < maxp) {
           std::vector<Elem> seq;
-          if (c > 0) {
-            seq.push_back(rb_.byte(','));
-            sp_.after_comma(seq);
-          }
-          rb_.lit(seq, json_quote(props[i].name));
-          sp_.after_value(seq);
-          seq.push_back(rb_.byte(':'));
-          sp_.after_colon(seq);
-          seq.push_back(RuleBuilder::ref(props[i].rule));
-          sp_.after_value(seq);
+          member(seq, c, &props[i].name, 0, props[i].rule);
           seq.push_back(RuleBuilder::ref(rest[i + 1][size_t(next_c(c))]));
           rb_.add_alt(ri, std::move(seq));
         }
         if (!props[i].required) rb_.add_alt(ri, {RuleBuilder::ref(rest[i + 1][size_t(c)])});
       }
     }
-    std::vector<Elem> open{rb_.byte('{')};
-    sp_.after_open(open);
+    std::vector<Elem> open;
+    if (json) {
+      open.push_back(rb_.byte('{'));
+      sp_.after_open(open);
+    }
     open.push_back(RuleBuilder::ref(rest[0][0]));
     rb_.add_alt(r, std::move(open));
     return r;
+  }
+
+  // ---- Qwen3.5 XML parameter values ----
+  // VALUE "\n</parameter>" for one parameter: strings as raw text, every other type as JSON; a
+  // boolean or null may also be written as the template's str() writes it (True, False, None).
+  uint32_t xml_value_rule(const Sub& sub) {
+    std::vector<Flat> alts;
+    if (sub.conj.empty()) {
+      alts.push_back(Flat{});
+    } else {
+      alts = {Flat{}};
+      alts[0].ptr = ptr_of(sub.conj[0]);
+      for (const JValue* s : sub.conj) alts = cross(alts, flatten(s), ptr_of(s));
+    }
+    uint32_t r = rb_.new_rule();
+    const uint32_t close = xml_close_rule();
+    for (const Flat& f : alts) {
+      auto excluded = [&](const JValue& v) { return excluded_by_not(f, v); };
+      if (f.has_enum) {
+        for (const JValue* v : f.enum_vals) {
+          if (excluded(*v)) continue;
+          const Tri t = value_ok(f, *v);
+          if (t == Tri::Unknown) error(f.ptr, "enum", "enum/const combined with array/object keywords is not supported");
+          if (t != Tri::Yes) continue;
+          if (v->is_string()) {
+            if (v->str.find(kXmlClose) != std::string::npos) continue;  // cannot be written
+            std::vector<Elem> seq;
+            rb_.lit(seq, v->str);
+            seq.push_back(RuleBuilder::ref(close));
+            rb_.add_alt(r, std::move(seq));
+            continue;
+          }
+          rb_.add_alt(r, {RuleBuilder::ref(literal(*v)), RuleBuilder::ref(close)});
+          if (v->kind == JValue::Kind::Null || v->kind == JValue::Kind::Bool)
+            rb_.add_alt(r, {RuleBuilder::ref(rb_.literal_rule(v->kind == JValue::Kind::Null ? "None" : v->boolean ? "True" : "False")),
+                            RuleBuilder::ref(close)});
+        }
+        continue;
+      }
+      Flat other = f;
+      other.types &= uint8_t(~kStr);
+      if (other.types) rb_.add_alt(r, {RuleBuilder::ref(compile_flat(other)), RuleBuilder::ref(close)});
+      auto not_value = [&](JValue::Kind k, bool b) {
+        for (const JValue* x : f.not_values)
+          if (x->kind == k && (k != JValue::Kind::Bool || x->boolean == b)) return true;
+        return false;
+      };
+      if ((f.types & kBool) && !not_value(JValue::Kind::Bool, true))
+        rb_.add_alt(r, {RuleBuilder::ref(rb_.literal_rule("True")), RuleBuilder::ref(close)});
+      if ((f.types & kBool) && !not_value(JValue::Kind::Bool, false))
+        rb_.add_alt(r, {RuleBuilder::ref(rb_.literal_rule("False")), RuleBuilder::ref(close)});
+      if ((f.types & kNull) && !not_value(JValue::Kind::Null, false))
+        rb_.add_alt(r, {RuleBuilder::ref(rb_.literal_rule("None")), RuleBuilder::ref(close)});
+      if (f.types & kStr) rb_.add_alt(r, {RuleBuilder::ref(xml_string_rule(f))});
+    }
+    return r;
+  }
+
+  static constexpr std::string_view kXmlClose = "</parameter>";
+
+  uint32_t xml_close_rule() {
+    if (!xml_close_) xml_close_ = rb_.literal_rule("\n" + std::string(kXmlClose));
+    return *xml_close_;
+  }
+
+  // Raw text of a string parameter (its decoded value, no escapes), then "\n</parameter>". The
+  // value never contains "</parameter>", so the first one a reader finds closes it.
+  uint32_t xml_string_rule(const Flat& f) {
+    std::vector<std::string> excluded;
+    for (const JValue* x : f.not_values)
+      if (x->is_string()) excluded.push_back(x->str);
+    if (f.patterns.empty() && f.formats.empty() && excluded.empty() && f.min_len == 0 && f.max_len < 0)
+      return xml_free_text_rule();
+    uint32_t r = rb_.new_rule();
+    Dfa acc;
+    bool have = false;
+    auto narrow = [&](const Dfa* d, const char* kw) {
+      if (!d) return false;
+      if (!have) {
+        acc = *d;
+        have = true;
+        return true;
+      }
+      Dfa both = dfa_intersect(acc, *d);
+      if (both.next.empty()) {
+        error(f.ptr, kw, "string constraints too complex to intersect");
+        return false;
+      }
+      acc = std::move(both);
+      return true;
+    };
+    for (const auto& p : f.patterns)
+      if (!narrow(regex_cache(p, false), "pattern")) return r;
+    for (const auto& fm : f.formats)
+      if (!narrow(format_dfa(fm), "format")) return r;
+    if (!narrow(regex_cache("[\\s\\S]*", true), "pattern")) return r;  // valid UTF-8 only
+    Dfa without = excluded.empty() ? acc : dfa_minus(acc, dfa_literals(excluded));
+    const Dfa* contains = regex_cache("[\\s\\S]*" + std::string(kXmlClose) + "[\\s\\S]*", true);
+    if (without.next.empty() || !contains) {
+      error(f.ptr, "pattern", "string constraints too complex for an XML parameter");
+      return r;
+    }
+    Dfa d = dfa_minus(without, *contains);
+    if (d.next.empty()) {
+      error(f.ptr, "pattern", "string constraints too complex for an XML parameter");
+      return r;
+    }
+    if (d.empty_language()) return r;
+    return dfa_raw_text_rules(d, f.min_len, f.max_len, f.ptr);
+  }
+
+  // dfa_string_rules for raw text: the decoded bytes themselves (any byte but NUL), multi-byte
+  // characters through StrCharRaw where they all lead to one state; the close after acceptance.
+  uint32_t dfa_raw_text_rules(const Dfa& d, int64_t min_len, int64_t max_len, const std::string& ptr) {
+    std::map<std::pair<int32_t, int64_t>, uint32_t> ids;
+    std::vector<std::pair<int32_t, int64_t>> work;
+    const int64_t cap = max_len >= 0 ? max_len : min_len;
+    auto get = [&](int32_t q, int64_t c) {
+      auto key = std::make_pair(q, c);
+      auto it = ids.find(key);
+      if (it != ids.end()) return it->second;
+      uint32_t r = rb_.new_rule();
+      ids.emplace(key, r);
+      work.push_back(key);
+      return r;
+    };
+    auto next_count = [&](int64_t c) -> int64_t {
+      int64_t c2 = c + 1;
+      if (max_len >= 0 && c2 > max_len) return -1;
+      return max_len < 0 ? std::min(c2, cap) : c2;
+    };
+    const uint32_t start = get(d.start, 0);
+    for (size_t k = 0; k < work.size(); ++k) {
+      if (work.size() > 200000) {
+        error(ptr, "maxLength", "string constraints too large to compile");
+        break;
+      }
+      auto [q, c] = work[k];
+      const uint32_t r = ids[{q, c}];
+      if (d.accept[size_t(q)] && c >= min_len) rb_.add_alt(r, {RuleBuilder::ref(xml_close_rule())});
+      const int32_t raw_t = nonascii_target(d, q);
+      const int64_t c_char = next_count(c);
+      ByteSet raw_class{};
+      if (raw_t >= 0 && c_char >= 0) {
+        for (int b = 1; b < 0x80; ++b)
+          if (d.next[size_t(q)][size_t(b)] == raw_t) byteset_add(raw_class, uint8_t(b));
+        for (int b = 0x80; b < 0x100; ++b) byteset_add(raw_class, uint8_t(b));
+        rb_.add_alt(r, {{ElemKind::StrCharRaw, rb_.cls(raw_class).arg}, RuleBuilder::ref(get(raw_t, c_char))});
+      }
+      std::map<std::pair<int32_t, int64_t>, ByteSet> by_target;
+      for (int b = 1; b < 256; ++b) {
+        if (byteset_has(raw_class, uint8_t(b))) continue;
+        const int32_t t = d.next[size_t(q)][size_t(b)];
+        if (t < 0) continue;
+        int64_t c2 = c;
+        if ((b & 0xC0) != 0x80) {
+          c2 = next_count(c);
+          if (c2 < 0) continue;
+        }
+        byteset_add(by_target[{t, c2}], uint8_t(b));
+      }
+      for (auto& [key, set] : by_target) rb_.add_alt(r, {rb_.cls(set), RuleBuilder::ref(get(key.first, key.second))});
+    }
+    return start;
+  }
+
+  // Unconstrained raw text: any characters (no NUL) up to the first "</parameter>", which must
+  // follow a newline (that newline is the close's, not the value's). States: A0 / A1 = no partial
+  // match, last byte not / a newline; P[j][nl] = the first j bytes of the close matched, with nl =
+  // a newline before them. The close's first byte '<' does not recur in it, so a mismatch inside a
+  // partial match restarts from the byte itself.
+  uint32_t xml_free_text_rule() {
+    if (xml_free_text_) return *xml_free_text_;
+    const std::string_view close = kXmlClose;
+    const size_t m = close.size();
+    const uint32_t a0 = rb_.new_rule(), a1 = rb_.new_rule();
+    std::vector<std::array<uint32_t, 2>> p(m);
+    for (size_t j = 1; j < m; ++j) p[j] = {rb_.new_rule(), rb_.new_rule()};
+    auto other_class = [&](int except) {
+      ByteSet s{};
+      for (int b = 1; b < 256; ++b)
+        if (b != '\n' && b != '<' && b != except) byteset_add(s, uint8_t(b));
+      return s;
+    };
+    // Every byte that does not continue a match: back to A0, A1 or P[1].
+    auto restart = [&](uint32_t from, int except) {
+      rb_.add_alt(from, {{ElemKind::StrCharRaw, rb_.cls(other_class(except)).arg}, RuleBuilder::ref(a0)});
+      if (except != '\n') rb_.add_alt(from, {rb_.byte('\n'), RuleBuilder::ref(a1)});
+    };
+    restart(a0, -1);
+    rb_.add_alt(a0, {rb_.byte('<'), RuleBuilder::ref(p[1][0])});
+    restart(a1, -1);
+    rb_.add_alt(a1, {rb_.byte('<'), RuleBuilder::ref(p[1][1])});
+    for (size_t j = 1; j < m; ++j) {
+      const auto want = static_cast<unsigned char>(close[j]);
+      for (int nl = 0; nl < 2; ++nl) {
+        const uint32_t pj = p[j][size_t(nl)];
+        restart(pj, want);
+        if (want != '<') rb_.add_alt(pj, {rb_.byte('<'), RuleBuilder::ref(p[1][0])});
+        if (j + 1 < m) rb_.add_alt(pj, {rb_.byte(want), RuleBuilder::ref(p[j + 1][size_t(nl)])});
+        else if (nl) rb_.add_alt(pj, {rb_.byte(want)});  // the close, after a newline: done
+      }
+    }
+    xml_free_text_ = a0;
+    return a0;
   }
 
   // Any JSON value (the `true` schema).
@@ -1880,9 +2150,9 @@ class SchemaCompiler {
     uint32_t v = rb_.new_rule();
     any_rule_ = v;
     uint32_t str = plain_string_rule(rb_);
-    rb_.add_alt(v, {RuleBuilder::ref(rb_.literal_rule("null"))});
-    rb_.add_alt(v, {RuleBuilder::ref(rb_.literal_rule("true"))});
-    rb_.add_alt(v, {RuleBuilder::ref(rb_.literal_rule("false"))});
+    rb_.add_alt(v, {RuleBuilder::ref(rb_.literal_rule(null_text()))});
+    rb_.add_alt(v, {RuleBuilder::ref(rb_.literal_rule(bool_text(true)))});
+    rb_.add_alt(v, {RuleBuilder::ref(rb_.literal_rule(bool_text(false)))});
     rb_.add_alt(v, {RuleBuilder::ref(num_regex_rule("-?(0|[1-9][0-9]{0,14})(\\.[0-9]{1,15})?([eE]-[0-9]{1,2})?"))});
     rb_.add_alt(v, {RuleBuilder::ref(str)});
     // array
@@ -1958,6 +2228,7 @@ class SchemaCompiler {
   std::map<std::string, uint32_t> num_rules_;
   std::map<ByteSet, uint32_t> escape_rules_;
   std::optional<uint32_t> any_rule_;
+  std::optional<uint32_t> xml_close_, xml_free_text_;
   JsonSpacing sp_{rb_, opts_};
   bool has_ref_ = false;
   std::vector<std::string> nested_ids_;
@@ -2036,11 +2307,20 @@ uint32_t plain_string_rule(RuleBuilder& rb) {
   return r;
 }
 
+// An ASCII Python identifier: what a keyword argument (LFM2's calls) can be named.
+bool python_identifier(std::string_view s) {
+  if (s.empty() || std::isdigit(static_cast<unsigned char>(s[0]))) return false;
+  for (char c : s)
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_') return false;
+  return true;
+}
+
 uint32_t compile_schema_into(RuleBuilder& rb, const JValue& root, const CompileOptions& opts,
                              const std::string& pointer_prefix, std::vector<CompileError>& errors,
-                             bool object_only) {
+                             bool object_only, ArgumentSyntax syntax) {
   SchemaCompiler c(rb, root, opts, pointer_prefix, errors);
   c.object_only_ = object_only;
+  c.args_syntax_ = object_only ? syntax : ArgumentSyntax::JsonObject;
   return c.run();
 }
 

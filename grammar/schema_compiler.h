@@ -11,12 +11,21 @@
 
 namespace picolm::grammar::detail {
 
+// How a tool's arguments object is written (the object itself; nested values stay JSON, or
+// Python literals with CompileOptions::python_literals).
+enum class ArgumentSyntax {
+  JsonObject,     // {"a": 1, "b": "x"}
+  PythonKwargs,   // a=1, b="x"            (inside the caller's "name(" ... ")")
+  XmlParameters,  // <parameter=a>\n1\n</parameter>\n<parameter=b>\nx\n</parameter>\n  (Qwen3.5)
+};
+
 // Compiles `root` (a whole schema document) into rb; returns the rule id of the root schema.
 // Errors are appended to `errors` with pointers prefixed by `pointer_prefix`. The returned rule is
-// valid only when no error was added. object_only: accept only the object instances (tool arguments).
+// valid only when no error was added. object_only: accept only the object instances (tool
+// arguments), written in `syntax` (anything but JsonObject requires object_only).
 uint32_t compile_schema_into(RuleBuilder& rb, const JValue& root, const CompileOptions& opts,
                              const std::string& pointer_prefix, std::vector<CompileError>& errors,
-                             bool object_only = false);
+                             bool object_only = false, ArgumentSyntax syntax = ArgumentSyntax::JsonObject);
 
 // Optional whitespace at the structural positions of JSON, per CompileOptions::whitespace (the
 // rules are built on first use and shared by every position of one compile).
@@ -40,6 +49,9 @@ class JsonSpacing {
   CompileOptions opts_;
   std::optional<uint32_t> any_, space_, line_;
 };
+
+// An ASCII Python identifier (LFM2's function and keyword names).
+bool python_identifier(std::string_view s);
 
 // Shared helpers for the tool-list wrapper.
 uint32_t whitespace_rule(RuleBuilder& rb, const CompileOptions& opts);  // Flexible's bounded run

@@ -1194,6 +1194,193 @@ bool render_gemma3(Ctx& c) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Qwen3.5 (Qwen3.5-4B.jinja; the Qwen3.5 line shares it).
+
+// `args_value | string`: Python's str() of a scalar (str(inf) is "inf", unlike json.dumps).
+std::string qwen35_str(const Json& v) {
+  if (v.kind == Json::Kind::Number && !v.is_integer) {
+    const double d = std::strtod(v.text.c_str(), nullptr);
+    if (std::isinf(d)) return d < 0 ? "-inf" : "inf";
+  }
+  return python_str(v);
+}
+
+bool render_qwen35(Ctx& c) {
+  const auto& msgs = c.msgs;
+  if (msgs.empty()) return c.fail("No messages provided.");
+  // Every content goes through render_content(...)|trim; null content renders as "".
+  auto content_of = [](const ChatMessage& m) { return py_strip(m.content); };
+  if (c.has_tools()) {
+    c.out += "<|im_start|>system\n# Tools\n\nYou have access to the following functions:\n\n<tools>";
+    for (const auto& t : c.tools.items) {
+      c.out += '\n';
+      dump(t, c.out);
+    }
+    c.out +=
+        "\n</tools>\n\nIf you choose to call a function ONLY reply in the following format with NO suffix:\n\n"
+        "<tool_call>\n<function=example_function_name>\n<parameter=example_parameter_1>\nvalue_1\n</parameter>\n"
+        "<parameter=example_parameter_2>\nThis is the value for the second parameter\nthat can span\nmultiple lines\n"
+        "</parameter>\n</function>\n</tool_call>\n\n<IMPORTANT>\nReminder:\n- Function calls MUST follow the specified "
+        "format: an inner <function=...></function> block must be nested within <tool_call></tool_call> XML tags\n"
+        "- Required parameters MUST be specified\n- You may provide optional reasoning for your function call in "
+        "natural language BEFORE the function call, but NOT after\n- If there is no function call available, answer "
+        "the question like normal with your current knowledge and do not tell the user about function calls\n"
+        "</IMPORTANT>";
+    if (msgs[0].role == "system") {
+      const std::string sys = content_of(msgs[0]);
+      if (!sys.empty()) c.out += "\n\n" + sys;
+    }
+    c.out += "<|im_end|>\n";
+  } else if (msgs[0].role == "system") {
+    c.out += "<|im_start|>system\n" + content_of(msgs[0]) + "<|im_end|>\n";
+  }
+  // The last user query that is not a tool result wrapped by the client.
+  size_t last_query = msgs.size();
+  for (size_t i = msgs.size(); i-- > 0;) {
+    if (msgs[i].role != "user") continue;
+    const std::string t = content_of(msgs[i]);
+    if (!(starts_with(t, "<tool_response>") && ends_with(t, "</tool_response>"))) {
+      last_query = i;
+      break;
+    }
+  }
+  if (last_query == msgs.size()) return c.fail("No user query found in messages.");
+  for (size_t i = 0; i < msgs.size(); ++i) {
+    const auto& m = msgs[i];
+    std::string content = content_of(m);
+    if (m.role == "system") {
+      if (i != 0) return c.fail("System message must be at the beginning.");
+    } else if (m.role == "user") {
+      c.out += "<|im_start|>user\n" + content + "<|im_end|>\n";
+    } else if (m.role == "assistant") {
+      std::string reasoning;
+      if (m.reasoning_content) {
+        reasoning = *m.reasoning_content;
+      } else if (content.find("</think>") != std::string::npos) {
+        reasoning = std::string(strip_char(split_last(strip_char(split_first(content, "</think>"), '\n', false, true), "<think>"), '\n', true, false));
+        content = std::string(strip_char(split_last(content, "</think>"), '\n', true, false));
+      }
+      reasoning = py_strip(reasoning);
+      if (i > last_query) c.out += "<|im_start|>assistant\n<think>\n" + reasoning + "\n</think>\n\n" + content;
+      else c.out += "<|im_start|>assistant\n" + content;
+      for (size_t k = 0; k < m.tool_calls.size(); ++k) {
+        const auto& tc = m.tool_calls[k];
+        if (k == 0) c.out += py_strip(content).empty() ? "<tool_call>\n<function=" : "\n\n<tool_call>\n<function=";
+        else c.out += "\n<tool_call>\n<function=";
+        c.out += tc.name + ">\n";
+        Json args;
+        if (!c.arguments(tc, args)) return false;
+        // `arguments|items` needs a mapping.
+        if (!args.is_object()) return c.fail("tool call '" + tc.name + "': Can only get item pairs from a mapping.");
+        for (const auto& [key, value] : args.members) {
+          c.out += "<parameter=" + key + ">\n";
+          if (value.kind == Json::Kind::Object || value.kind == Json::Kind::Array) dump(value, c.out);
+          else c.out += qwen35_str(value);
+          c.out += "\n</parameter>\n";
+        }
+        c.out += "</function>\n</tool_call>";
+      }
+      c.out += "<|im_end|>\n";
+    } else if (m.role == "tool") {
+      // `loop.previtem` is undefined for the first message: a leading tool result opens no turn.
+      if (i > 0 && msgs[i - 1].role != "tool") c.out += "<|im_start|>user";
+      c.out += "\n<tool_response>\n" + content + "\n</tool_response>";
+      if (i + 1 == msgs.size() || msgs[i + 1].role != "tool") c.out += "<|im_end|>\n";
+    } else {
+      return c.fail("Unexpected message role.");
+    }
+  }
+  if (c.opt.add_generation_prompt) {
+    c.out += "<|im_start|>assistant\n";
+    c.out += c.opt.enable_thinking == false ? "<think>\n\n</think>\n\n" : "<think>\n";
+  }
+  return true;
+}
+
+// ---------------------------------------------------------------------------------------------
+// LFM2 (LFM2-8B-A1B.jinja) and LFM2.5 (LFM2.5-Instruct.jinja).
+
+// A JSON value as a Python literal: None / True / False, the rest as json.dumps spells it.
+void dump_python(const Json& v, std::string& out) {
+  switch (v.kind) {
+    case Json::Kind::Null: out += "None"; return;
+    case Json::Kind::Bool: out += v.boolean ? "True" : "False"; return;
+    case Json::Kind::Number: dump_number(v, out); return;
+    case Json::Kind::String: dump_string(v.text, out); return;
+    case Json::Kind::Array:
+      out += '[';
+      for (size_t i = 0; i < v.items.size(); ++i) {
+        if (i) out += ", ";
+        dump_python(v.items[i], out);
+      }
+      out += ']';
+      return;
+    case Json::Kind::Object:
+      out += '{';
+      for (size_t i = 0; i < v.members.size(); ++i) {
+        if (i) out += ", ";
+        dump_string(v.members[i].first, out);
+        out += ": ";
+        dump_python(v.members[i].second, out);
+      }
+      out += '}';
+      return;
+  }
+}
+
+// The content an LFM2 template sees for a message: the calls written into it (chat_template.h).
+bool lfm2_content(Ctx& c, const ChatMessage& m, std::string& content) {
+  content = m.content;
+  if (m.tool_calls.empty()) return true;
+  std::string calls, err;
+  if (!format_python_tool_calls(m.tool_calls, calls, &err)) return c.fail(err);
+  const size_t think = content.rfind("</think>");
+  const size_t at = think == std::string::npos ? 0 : think + 8;
+  content.insert(at, calls);
+  return true;
+}
+
+bool render_lfm2(Ctx& c, bool lfm25) {
+  const auto& all = c.msgs;
+  // messages[0]["role"] of an empty list is an undefined attribute access: Jinja raises.
+  if (all.empty()) return c.fail("'list object' has no attribute '0' (messages is empty)");
+  c.out += c.opt.bos_token;
+  std::string system;
+  std::span<const ChatMessage> msgs = all;
+  if (all[0].role == "system") {
+    system = all[0].content;
+    msgs = msgs.subspan(1);
+  }
+  if (c.has_tools()) {
+    system += system.empty() ? "" : "\n";
+    system += lfm25 ? "List of tools: [" : "List of tools: <|tool_list_start|>[";
+    for (size_t i = 0; i < c.tools.items.size(); ++i) {
+      const Json& t = c.tools.items[i];
+      if (t.is_string()) system += t.text;  // `tool is not string`: strings go in as they are
+      else dump(t, system);
+      if (i + 1 < c.tools.items.size()) system += ", ";
+    }
+    system += lfm25 ? "]" : "]<|tool_list_end|>";
+  }
+  if (!system.empty()) c.out += "<|im_start|>system\n" + system + "<|im_end|>\n";
+  size_t last_assistant = msgs.size();
+  for (size_t i = 0; i < msgs.size(); ++i)
+    if (msgs[i].role == "assistant") last_assistant = i;
+  for (size_t i = 0; i < msgs.size(); ++i) {
+    const auto& m = msgs[i];
+    c.out += "<|im_start|>" + m.role + "\n";
+    std::string content;
+    if (!lfm2_content(c, m, content)) return false;
+    if (lfm25 && m.role == "assistant" && i != last_assistant && content.find("</think>") != std::string::npos)
+      content = py_strip(split_last(content, "</think>"));
+    if (!lfm25 && m.role == "tool") content = "<|tool_response_start|>" + content + "<|tool_response_end|>";
+    c.out += content + "<|im_end|>\n";
+  }
+  if (c.opt.add_generation_prompt) c.out += "<|im_start|>assistant\n";
+  return true;
+}
+
+// ---------------------------------------------------------------------------------------------
 // Family table.
 
 constexpr std::string_view kStopImEnd[] = {"<|im_end|>"};
@@ -1222,6 +1409,9 @@ const FamilyTraits kTraits[] = {
     {"smollm3", false, ToolCallStyle::TaggedJson, "<tool_call>", "</tool_call>", "arguments", true, kStopImEnd},
     // No tool syntax was trained; see tool_format.h for the form tools take.
     {"gemma3", false, ToolCallStyle::None, "", "", "", false, kStopGemma},
+    {"qwen3.5", true, ToolCallStyle::QwenXml, "<tool_call>", "</tool_call>", "", true, kStopImEnd},
+    {"lfm2", true, ToolCallStyle::PythonList, "<|tool_call_start|>", "<|tool_call_end|>", "", true, kStopImEnd},
+    {"lfm2.5", true, ToolCallStyle::PythonList, "<|tool_call_start|>", "<|tool_call_end|>", "", true, kStopImEnd},
 };
 static_assert(std::size(kTraits) == static_cast<size_t>(kLastTemplateFamily) + 1);
 
@@ -1230,6 +1420,9 @@ const ReasoningTraits kNoReasoning{};
 const ReasoningTraits kQwen3Reasoning{true, "<think>", "</think>", "\n\n", false, true};
 const ReasoningTraits kSmolReasoning{true, "<think>", "</think>", "\n", false, true};
 const ReasoningTraits kR1Reasoning{true, "<think>", "</think>", "\n\n", true, false};
+// Qwen3.5's generation prompt opens the block itself ("<think>\n"), or closes it at once when
+// enable_thinking is false.
+const ReasoningTraits kQwen35Reasoning{true, "<think>", "</think>", "\n\n", true, true};
 
 std::string lower(std::string_view s) {
   std::string r(s);
@@ -1249,13 +1442,15 @@ const ReasoningTraits& reasoning_traits(TemplateFamily family) {
     case TemplateFamily::Qwen3: return kQwen3Reasoning;
     case TemplateFamily::SmolLM3: return kSmolReasoning;
     case TemplateFamily::DeepSeekR1: return kR1Reasoning;
+    case TemplateFamily::Qwen35: return kQwen35Reasoning;
     default: return kNoReasoning;
   }
 }
 
 bool template_thinks(TemplateFamily family, std::span<const ChatMessage> messages, std::optional<bool> enable_thinking) {
   switch (family) {
-    case TemplateFamily::Qwen3: return enable_thinking.value_or(true);  // only `is false` turns it off
+    case TemplateFamily::Qwen3:
+    case TemplateFamily::Qwen35: return enable_thinking.value_or(true);  // only `is false` turns it off
     case TemplateFamily::SmolLM3: return smollm3_thinks(messages, enable_thinking);
     case TemplateFamily::DeepSeekR1: return true;
     default: return false;
@@ -1289,6 +1484,11 @@ std::optional<TemplateFamily> family_from_name(std::string_view name) {
       {"smollm3", TemplateFamily::SmolLM3},
       {"smollm", TemplateFamily::SmolLM3},
       {"gemma3", TemplateFamily::Gemma3},
+      {"qwen3.5", TemplateFamily::Qwen35},
+      {"qwen35", TemplateFamily::Qwen35},
+      {"lfm2", TemplateFamily::Lfm2},
+      {"lfm2.5", TemplateFamily::Lfm25},
+      {"lfm25", TemplateFamily::Lfm25},
   };
   const std::string key = lower(name);
   for (const auto& [n, f] : kNames)
@@ -1325,6 +1525,17 @@ TemplateFamily detect_template_family(std::string_view t) {
     // SmolLM3 as its GGUFs ship it (Unsloth's edit); the original renders tools (xml_tools).
     if (has("Reasoning Mode: ") && has("/no_think") && has("SmolLM") && !has("xml_tools") && !has("python_tools"))
       return TemplateFamily::SmolLM3;
+    // LFM2 / LFM2.5: their tool list and Python-style calls (tool-call turns carry the calls in content).
+    if (has("List of tools: <|tool_list_start|>[") && has("<|tool_response_start|>") && has("<|tool_list_end|>"))
+      return TemplateFamily::Lfm2;
+    if (has("\"List of tools: [\"") && has("keep_past_thinking") && has("last_assistant_index")) return TemplateFamily::Lfm25;
+    if (has("<tool_call>") && has("<function=") && has("<parameter=")) {
+      // Qwen3.5: XML-parameter calls, reasoning after the last query, <think> opened by the prompt.
+      if (has("enable_thinking") && has("reasoning_content") && has("last_query_index") && has("<tool_response>") &&
+          has("args_value | tojson"))
+        return TemplateFamily::Qwen35;
+      return TemplateFamily::Unknown;
+    }
     if (has("<tool_call>")) {
       // Qwen3: <think> with enable_thinking and the multi-step reasoning rule; Qwen3.5 writes
       // XML-style <function=...> calls instead of JSON.
@@ -1351,6 +1562,33 @@ std::string python_json_quote(std::string_view s) {
   std::string out;
   dump_string(s, out);
   return out;
+}
+
+bool format_python_tool_calls(std::span<const ToolCall> calls, std::string& out, std::string* error) {
+  std::string text = "<|tool_call_start|>[";
+  for (size_t i = 0; i < calls.size(); ++i) {
+    Json args;
+    std::string err;
+    JsonParser p(calls[i].arguments_json);
+    if (!p.parse(args, err)) {
+      if (error) *error = "tool call '" + calls[i].name + "': arguments are not valid JSON: " + err;
+      return false;
+    }
+    if (!args.is_object()) {
+      if (error) *error = "tool call '" + calls[i].name + "': arguments are not a JSON object (keyword arguments need one)";
+      return false;
+    }
+    if (i) text += ", ";
+    text += calls[i].name + "(";
+    for (size_t k = 0; k < args.members.size(); ++k) {
+      if (k) text += ", ";
+      text += args.members[k].first + "=";
+      dump_python(args.members[k].second, text);
+    }
+    text += ")";
+  }
+  out += text + "]<|tool_call_end|>";
+  return true;
 }
 
 bool python_tojson(std::string_view json_text, std::string& out, int indent, std::string* error) {
@@ -1401,6 +1639,9 @@ ChatRenderResult render_chat(TemplateFamily family, std::span<const ChatMessage>
     case TemplateFamily::Qwen3: ok = render_qwen3(c); break;
     case TemplateFamily::SmolLM3: ok = render_smollm3(c); break;
     case TemplateFamily::Gemma3: ok = render_gemma3(c); break;
+    case TemplateFamily::Qwen35: ok = render_qwen35(c); break;
+    case TemplateFamily::Lfm2: ok = render_lfm2(c, false); break;
+    case TemplateFamily::Lfm25: ok = render_lfm2(c, true); break;
   }
   result.ok = ok;
   if (ok) result.text = std::move(c.out);

@@ -16,6 +16,11 @@
 //   - Qwen3's template tests `'</think>' in message.content`, which Jinja cannot do on null: for
 //     that family a null content is given as "" (as llama.cpp does for templates that need string
 //     content), so tool-call turns from OpenAI clients render;
+//   - the LFM2 / LFM2.5 templates render no tool_calls field: an assistant message's calls are
+//     written into its content the way the model writes them (after a leading <think> block, if
+//     any: <|tool_call_start|>[f(a=1, b="x")]<|tool_call_end|>, Python literals, json.dumps
+//     spelling otherwise), and the template renders that content; arguments that are not an
+//     object cannot be written and fail the render;
 //   - `enable_thinking` is defined only when RenderOptions::enable_thinking is set;
 //   - an assistant message's reasoning_content is defined only when ChatMessage::reasoning_content is set;
 //   - when the real template fails (raise_exception, or an operation Jinja rejects such as string +
@@ -76,8 +81,11 @@ enum class TemplateFamily : uint8_t {
   Qwen3,        // Qwen3 (dense, 2025): ChatML + "# Tools", <tool_call> JSON, <think>, enable_thinking
   SmolLM3,      // SmolLM3-3B (the Unsloth template GGUFs ship): ChatML, /think /no_think, no tool list
   Gemma3,       // Gemma 3 instruct: Gemma 2 turns, the system prompt folded into the first user turn
+  Qwen35,       // Qwen3.5: ChatML + "# Tools" (JSON tool lines), XML-parameter <tool_call>s, <think> prefilled
+  Lfm2,         // LFM2 (e.g. LFM2-8B-A1B): <|tool_list_start|>, Python-style calls, <|tool_response_start|>
+  Lfm25,        // LFM2.5 Instruct: "List of tools: [...]", Python-style calls, past </think> stripped
 };
-constexpr TemplateFamily kLastTemplateFamily = TemplateFamily::Gemma3;
+constexpr TemplateFamily kLastTemplateFamily = TemplateFamily::Lfm25;
 
 // How a family's model writes tool calls in its output, and where its turn ends.
 enum class ToolCallStyle : uint8_t {
@@ -86,6 +94,8 @@ enum class ToolCallStyle : uint8_t {
   BareJson,      // the whole reply is {"name": ..., "parameters": {...}}, one call (Llama 3.x)
   MistralArray,  // [TOOL_CALLS][{"name": ..., "arguments": {...}, "id": "..."}, ...]
   DeepSeekR1,    // <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>name\n```json\n{...}\n```<｜tool▁call▁end｜>...
+  QwenXml,       // <tool_call>\n<function=NAME>\n<parameter=P>\nvalue\n</parameter>\n</function>\n</tool_call> (Qwen3.5)
+  PythonList,    // <|tool_call_start|>[name(a="v", n=3), ...]<|tool_call_end|> (LFM2, LFM2.5)
 };
 
 struct FamilyTraits {
@@ -106,7 +116,8 @@ std::string_view family_name(TemplateFamily family);
 
 // Names for --chat-template: the canonical names plus aliases ("chatml", "qwen2.5"/"qwen",
 // "hermes", "llama3"/"llama3.1"/"llama3.3", "llama3.2", "zephyr"/"tinyllama", "mistral"/"mistral-nemo",
-// "gemma"/"gemma2", "phi3"/"phi3.5", "deepseek-r1", "qwen3", "smollm3", "gemma3"). Case-insensitive; nullopt if unknown.
+// "gemma"/"gemma2", "phi3"/"phi3.5", "deepseek-r1", "qwen3", "smollm3", "gemma3", "qwen3.5"/"qwen35",
+// "lfm2", "lfm2.5"/"lfm25"). Case-insensitive; nullopt if unknown.
 std::optional<TemplateFamily> family_from_name(std::string_view name);
 
 // Recognises the family from the template text by distinctive literals. Unknown for templates not
@@ -147,5 +158,9 @@ ChatRenderResult render_chat(TemplateFamily family, std::span<const ChatMessage>
 bool python_tojson(std::string_view json_text, std::string& out, int indent = -1, std::string* error = nullptr);
 // A JSON string literal as Python's json.dumps(ensure_ascii=False) writes it.
 std::string python_json_quote(std::string_view s);
+
+// Tool calls as LFM2 writes them: <|tool_call_start|>[f(a=1, b="x"), g()]<|tool_call_end|>.
+// False, with a message in `error`, when arguments are not a JSON object.
+bool format_python_tool_calls(std::span<const ToolCall> calls, std::string& out, std::string* error = nullptr);
 
 }  // namespace picolm

@@ -74,6 +74,9 @@ ThinkingPlan plan_thinking(TemplateFamily family, std::span<const ChatMessage> m
   // The template's own rules (SmolLM3's system flags) have the last word on the prompt; the plan
   // follows the prompt, so what the model is told and what is enforced agree.
   plan.enabled = template_thinks(family, messages, render_enable_thinking);
+  // A switchable template that opens the block in its prompt (Qwen3.5) closes it there instead
+  // when it is told not to think: the reply then starts with the answer.
+  if (traits.switchable && !plan.enabled) plan.start_inside = false;
   // A template that always opens the block (DeepSeek R1) cannot be switched off in the prompt:
   // "off" then means no thinking tokens, so the block is closed at once.
   const bool off_by_request = want.has_value() && !*want;

@@ -210,6 +210,15 @@ int64_t thinking_close_cost(const ThinkingPlan& plan, const Tokenizer& tok) {
   return plan.split ? static_cast<int64_t>(tok.encode("\n" + plan.close + plan.separator, false, true).size()) : 0;
 }
 
+// The calls of a reply: JSON (tagged or bare) or a native syntax (Qwen3.5, LFM2; tool_format.h).
+std::vector<GeneratedToolCall> read_tool_calls(const Job& job, ToolCallStyle style, std::string_view text) {
+  if (style != ToolCallStyle::QwenXml && style != ToolCallStyle::PythonList)
+    return job.trigger_at_start ? parse_bare_tool_calls(text) : parse_tagged_tool_calls(text, job.trigger, job.close_tag);
+  std::vector<GeneratedToolCall> calls;
+  for (auto& c : parse_native_tool_calls(style, text, job.tools_json)) calls.push_back({"", c.name, c.arguments_json});
+  return calls;
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------- Engine::Impl
@@ -436,7 +445,8 @@ void Generation::end_prefill() {
 
   sampler_.emplace(job_.sampling);
   for (int32_t t : job_.prompt) sampler_->accept(t);
-  decoder_.emplace(tok_, false);
+  // LFM2's call tags are control tokens: rendered, so the trigger and the call text see them.
+  decoder_.emplace(tok_, family_traits(e_.family).tool_call_style == ToolCallStyle::PythonList);
   const bool constrained_from_start =
       job_.mode == OutputMode::Json || job_.mode == OutputMode::ToolsForced || job_.mode == OutputMode::Envelope;
   // Thinking first (if any), then the answer: a constrained answer's grammar starts after </think>.
@@ -644,14 +654,12 @@ void Generation::finalize() {
       out_.content = text_;
       break;
     case OutputMode::ToolsTagged:
-      out_.tool_calls = job_.trigger_at_start ? parse_bare_tool_calls(call_text_)
-                                              : parse_tagged_tool_calls(call_text_, job_.trigger, job_.close_tag);
+      out_.tool_calls = read_tool_calls(job_, family_traits(e_.family).tool_call_style, call_text_);
       if (!out_.tool_calls.empty() && all_space(text_)) out_.content.reset();
       else out_.content = text_;
       break;
     case OutputMode::ToolsForced:
-      out_.tool_calls = job_.trigger_at_start ? parse_bare_tool_calls(text_)
-                                              : parse_tagged_tool_calls(text_, job_.trigger, job_.close_tag);
+      out_.tool_calls = read_tool_calls(job_, family_traits(e_.family).tool_call_style, text_);
       break;
     case OutputMode::Envelope: {
       std::optional<std::string> content;
@@ -977,8 +985,13 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineOptions& opts, Metric
   std::vector<std::string> pieces(static_cast<size_t>(impl->n_vocab));
   for (int32_t id = 0; id < impl->n_vocab && id < tok.n_vocab(); ++id) {
     TokenType t = tok.token_type(id);
-    if (t == TokenType::Control || t == TokenType::Unused) continue;
-    pieces[static_cast<size_t>(id)] = tok.token_to_piece(id, false);
+    // LFM2's <|tool_call_start|> / <|tool_call_end|> are control tokens its calls are written with.
+    const std::string special = t == TokenType::Control ? tok.token_to_piece(id, true) : std::string();
+    const FamilyTraits& ft = family_traits(impl->family);
+    const bool call_tag = ft.tool_call_style == ToolCallStyle::PythonList && !special.empty() &&
+                          (special == ft.tool_call_start || special == ft.tool_call_end);
+    if ((t == TokenType::Control && !call_tag) || t == TokenType::Unused) continue;
+    pieces[static_cast<size_t>(id)] = call_tag ? special : tok.token_to_piece(id, false);
   }
   impl->vocab = grammar::Vocabulary::create(std::move(pieces), tok.eog_ids());
 
@@ -1056,7 +1069,8 @@ std::shared_ptr<Job> Engine::prepare(const ChatRequest& req, ApiError& err) {
   // Native call syntaxes we constrain: <tool_call>{...}</tool_call> (Qwen2.5, Hermes) and a bare JSON
   // object {"name": ..., "parameters": {...}} as the whole reply (Llama 3.1/3.2/3.3).
   const bool bare_json = traits.tool_call_style == ToolCallStyle::BareJson;
-  const bool native = traits.tool_call_style == ToolCallStyle::TaggedJson || bare_json;
+  const bool native = traits.tool_call_style == ToolCallStyle::TaggedJson || bare_json ||
+                      traits.tool_call_style == ToolCallStyle::QwenXml || traits.tool_call_style == ToolCallStyle::PythonList;
   if (tools_active) {
     job->mode = native ? (req.tool_choice == ToolChoice::Auto ? OutputMode::ToolsTagged : OutputMode::ToolsForced)
                        : OutputMode::Envelope;
@@ -1213,7 +1227,10 @@ std::shared_ptr<Job> Engine::prepare(const ChatRequest& req, ApiError& err) {
       job->trigger = "{";
       job->trigger_at_start = true;
     } else {
-      to.format = grammar::ToolCallFormat::Hermes;
+      to.format = traits.tool_call_style == ToolCallStyle::QwenXml      ? grammar::ToolCallFormat::QwenXml
+                  : traits.tool_call_style == ToolCallStyle::PythonList ? grammar::ToolCallFormat::PythonList
+                                                                        : grammar::ToolCallFormat::Hermes;
+      job->tools_json = req.tools_json;
       job->trigger = std::string(traits.tool_call_start);
       job->close_tag = std::string(traits.tool_call_end);
     }

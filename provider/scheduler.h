@@ -113,6 +113,7 @@ class Job {
   std::shared_ptr<const grammar::Grammar> grammar;  // null for Plain
   std::string trigger;     // ToolsTagged/ToolsForced: "<tool_call>"
   std::string close_tag;   // "</tool_call>"
+  std::string tools_json;  // native Qwen3.5 / LFM2 calls: the tools, to read the calls back (tool_format.h)
   bool trigger_at_start = false;  // bare-JSON calls (Llama 3.x): the trigger counts only before any text
   std::vector<std::string> stop;  // Plain/ToolsTagged: text that ends the reply
   ThinkingPlan thinking;   // <think> handling (reasoning.h); the modes above apply to the answer after it

@@ -20,7 +20,11 @@ Input (stdin): a JSON list of cases
                                      # HF and llama.cpp give them to templates that apply tojson
    "add_generation_prompt": true, "bos_token": "...", "eos_token": "...",
    "date_string": "26 Jul 2024" | absent,
-   "enable_thinking": true | false | absent}     # chat_template_kwargs, defined only when given
+   "enable_thinking": true | false | absent,     # chat_template_kwargs, defined only when given
+   "calls_in_content": "python" | absent}        # LFM2 / LFM2.5: their templates render no
+                                                 # tool_calls; a turn's calls are written into its
+                                                 # content as the model writes them (after a
+                                                 # </think>): <|tool_call_start|>[f(a=1)]<|tool_call_end|>
 Output (stdout, binary-safe, no JSON re-escaping): for each case, in order,
   "OK <n>\\n" + n bytes of UTF-8 text + "\\n"   or   "ERR <n>\\n" + n bytes of message + "\\n".
 """
@@ -55,10 +59,39 @@ def make_env():
     return env
 
 
-def prepare_messages(messages, arguments_as_string):
+def py_literal(v):
+    """A JSON value as a Python literal, json.dumps spelling for strings and numbers."""
+    if v is None:
+        return "None"
+    if v is True or v is False:
+        return "True" if v else "False"
+    if isinstance(v, list):
+        return "[" + ", ".join(py_literal(x) for x in v) + "]"
+    if isinstance(v, dict):
+        return "{" + ", ".join(json.dumps(k, ensure_ascii=False) + ": " + py_literal(x) for k, x in v.items()) + "}"
+    return json.dumps(v, ensure_ascii=False)
+
+
+def python_calls(calls):
+    out = []
+    for tc in calls:
+        fn = tc["function"]
+        args = json.loads(fn["arguments"]) if isinstance(fn["arguments"], str) else fn["arguments"]
+        if not isinstance(args, dict):
+            raise jinja2.exceptions.TemplateError("arguments are not an object")
+        out.append(fn["name"] + "(" + ", ".join("%s=%s" % (k, py_literal(x)) for k, x in args.items()) + ")")
+    return "<|tool_call_start|>[" + ", ".join(out) + "]<|tool_call_end|>"
+
+
+def prepare_messages(messages, arguments_as_string, calls_in_content=None):
     out = []
     for m in messages:
         m = dict(m)
+        if calls_in_content == "python" and m.get("tool_calls"):
+            content = m.get("content") or ""
+            think = content.rfind("</think>")
+            at = 0 if think < 0 else think + len("</think>")
+            m["content"] = content[:at] + python_calls(m["tool_calls"]) + content[at:]
         if "tool_calls" in m:
             calls = []
             for tc in m["tool_calls"]:
@@ -83,7 +116,8 @@ def render(env, case, compiled):
     if template is None:
         template = compiled[text] = env.from_string(text)
     ctx = {
-        "messages": prepare_messages(case["messages"], case.get("arguments_as_string", False)),
+        "messages": prepare_messages(case["messages"], case.get("arguments_as_string", False),
+                                     case.get("calls_in_content")),
         "add_generation_prompt": case.get("add_generation_prompt", True),
         "bos_token": case.get("bos_token", ""),
         "eos_token": case.get("eos_token", ""),

@@ -147,6 +147,7 @@ std::string cases_json(const std::vector<Case>& cases) {
       json_string(c.options.date_string, out);
     }
     if (c.options.enable_thinking) out += *c.options.enable_thinking ? ", \"enable_thinking\": true" : ", \"enable_thinking\": false";
+    if (c.family == TemplateFamily::Lfm2 || c.family == TemplateFamily::Lfm25) out += ", \"calls_in_content\": \"python\"";
     out += "}";
   }
   out += "]\n";
@@ -334,6 +335,9 @@ std::vector<FamilyTemplates> all_families() {
       {TemplateFamily::Qwen3, {"Qwen-Qwen3-0.6B.jinja"}, "", "<|im_end|>"},
       {TemplateFamily::SmolLM3, {"HuggingFaceTB-SmolLM3-3B.jinja"}, "", "<|im_end|>"},
       {TemplateFamily::Gemma3, {"inline:gemma3"}, "<bos>", "<eos>"},
+      {TemplateFamily::Qwen35, {"Qwen3.5-4B.jinja"}, "", "<|im_end|>"},
+      {TemplateFamily::Lfm2, {"LFM2-8B-A1B.jinja"}, "<|startoftext|>", "<|im_end|>"},
+      {TemplateFamily::Lfm25, {"LFM2.5-Instruct.jinja"}, "<|startoftext|>", "<|im_end|>"},
   };
 }
 
@@ -522,9 +526,9 @@ TEST_CASE("template family detection", "[chat_template]") {
       {"fireworks-ai-llama-3-firefunction-v2.jinja", TemplateFamily::Unknown},
       {"meetkai-functionary-medium-v3.1.jinja", TemplateFamily::Unknown},
       {"meetkai-functionary-medium-v3.2.jinja", TemplateFamily::Unknown},
-      {"Qwen3.5-4B.jinja", TemplateFamily::Unknown},
-      {"LFM2-8B-A1B.jinja", TemplateFamily::Unknown},
-      {"LFM2.5-Instruct.jinja", TemplateFamily::Unknown},
+      {"Qwen3.5-4B.jinja", TemplateFamily::Qwen35},
+      {"LFM2-8B-A1B.jinja", TemplateFamily::Lfm2},
+      {"LFM2.5-Instruct.jinja", TemplateFamily::Lfm25},
       {"ibm-granite-granite-3.3-2B-Instruct.jinja", TemplateFamily::Unknown},
       {"google-gemma-4-31B-it.jinja", TemplateFamily::Unknown},
       {"mistralai-Ministral-3-14B-Reasoning-2512.jinja", TemplateFamily::Unknown},
@@ -900,4 +904,42 @@ TEST_CASE("thinking plan per family and request", "[reasoning]") {
   CHECK_FALSE(reasoning_effort_from_name("max").has_value());
   CHECK(reasoning_mode_from_name("off") == ReasoningMode::Off);
   CHECK_FALSE(reasoning_mode_from_name("maybe").has_value());
+}
+
+TEST_CASE("Qwen3.5 thinking: the prompt opens the block, off closes it there", "[reasoning]") {
+  const std::vector<ChatMessage> user = {msg("user", "Hi")};
+  std::optional<bool> render;
+  ThinkingPlan p = plan_thinking(TemplateFamily::Qwen35, user, std::nullopt, std::nullopt, ReasoningMode::Auto, render);
+  CHECK(p.split);
+  CHECK(p.enabled);
+  CHECK(p.start_inside);  // the generation prompt ends with "<think>\n"
+  CHECK_FALSE(render.has_value());
+  size_thinking_budget(p, 400);
+  CHECK(p.budget == 200);
+  CHECK_FALSE(p.force_open);  // the prompt opened it already
+  RenderOptions ro;
+  ro.enable_thinking = render;
+  auto r = render_chat(TemplateFamily::Qwen35, user, ro);
+  REQUIRE(r.ok);
+  CHECK(r.text.ends_with("<|im_start|>assistant\n<think>\n"));
+  // The reply then starts inside the block.
+  ReasoningSplitter sp(p.open, p.close, p.start_inside);
+  ReasoningPiece a = sp.push("Let me think.\n</think>\n\nHello");
+  const ReasoningPiece rest = sp.finish();
+  a.reasoning += rest.reasoning;
+  a.content += rest.content;
+  CHECK(a.reasoning == "Let me think.");
+  CHECK(a.content == "Hello");
+
+  p = plan_thinking(TemplateFamily::Qwen35, user, false, std::nullopt, ReasoningMode::Auto, render);
+  CHECK_FALSE(p.enabled);
+  CHECK_FALSE(p.start_inside);  // the prompt closes the block: the reply is the answer
+  REQUIRE(render == std::optional<bool>(false));
+  ro.enable_thinking = render;
+  r = render_chat(TemplateFamily::Qwen35, user, ro);
+  REQUIRE(r.ok);
+  CHECK(r.text.ends_with("<|im_start|>assistant\n<think>\n\n</think>\n\n"));
+  CHECK(reasoning_traits(TemplateFamily::Lfm2).supported == false);
+  CHECK(family_traits(TemplateFamily::Qwen35).tool_call_style == ToolCallStyle::QwenXml);
+  CHECK(family_traits(TemplateFamily::Lfm25).tool_call_style == ToolCallStyle::PythonList);
 }

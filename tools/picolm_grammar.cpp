@@ -36,7 +36,9 @@ constexpr const char* kUsage =
     "       picolm-grammar cache-stress [--schemas N] [--props P] [--cache-mb M]\n"
     "         N distinct P-property schemas through a GrammarCache of M MB (defaults 320, 10000,\n"
     "         64): prints the cache's accounted bytes and the process RSS (issue 15)\n"
-    "  --format object|array|hermes|envelope   tool-call format (with --tools; default object)\n"
+    "  --format object|array|hermes|envelope|qwen-xml|python\n"
+    "                                           tool-call format (with --tools; default object;\n"
+    "                                           qwen-xml: Qwen3.5, python: LFM2)\n"
     "  --parallel                               allow several tool calls\n"
     "  --dump                                   compile: print the rules\n"
     "  --allow-text                             envelope: also allow {\"content\":\"...\"}\n"
@@ -129,8 +131,9 @@ Args parse_args(int argc, char** argv) {
   }
   if (a.command == "cache-stress") return a;
   if (a.schema_path.empty() == a.tools_path.empty()) usage_error("give exactly one of --schema and --tools");
-  if (a.format != "object" && a.format != "array" && a.format != "hermes" && a.format != "envelope")
-    usage_error("--format must be object, array, hermes or envelope");
+  if (a.format != "object" && a.format != "array" && a.format != "hermes" && a.format != "envelope" &&
+      a.format != "qwen-xml" && a.format != "python")
+    usage_error("--format must be object, array, hermes, envelope, qwen-xml or python");
   if (a.whitespace != "compact" && a.whitespace != "flexible" && a.whitespace != "natural")
     usage_error("--whitespace must be compact, flexible or natural");
   if (a.command == "check" && a.instance_path.empty() == a.instances_path.empty())
@@ -174,7 +177,7 @@ struct Source {
          : schema_opts.whitespace == Whitespace::Flexible ? ", whitespace flexible (run " + std::to_string(schema_opts.max_whitespace_run) + ")"
                                                           : ", whitespace natural (indent " + std::to_string(schema_opts.max_indent) + ")";
     if (is_tools) {
-      static const char* names[] = {"object", "array", "hermes", "triggered-text", "envelope"};
+      static const char* names[] = {"object", "array", "hermes", "triggered-text", "envelope", "qwen-xml", "python"};
       d += std::string(", format ") + names[static_cast<int>(tool_opts.format)];
       if (tool_opts.parallel) d += ", parallel";
       if (tool_opts.allow_text) d += ", allow-text";
@@ -200,6 +203,8 @@ Source make_source(const Args& a) {
   s.tool_opts.format = a.format == "array"      ? ToolCallFormat::JsonArray
                        : a.format == "hermes"   ? ToolCallFormat::Hermes
                        : a.format == "envelope" ? ToolCallFormat::Envelope
+                       : a.format == "qwen-xml" ? ToolCallFormat::QwenXml
+                       : a.format == "python"   ? ToolCallFormat::PythonList
                                                 : ToolCallFormat::JsonObject;
   s.tool_opts.parallel = a.parallel;
   s.tool_opts.allow_text = a.allow_text;

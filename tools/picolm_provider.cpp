@@ -46,7 +46,7 @@ void usage(FILE* out) {
       "  --api-key KEY           require Authorization: Bearer KEY\n"
       "  --chat-template NAME    override the detected chat template (chatml, qwen2.5, hermes, llama3.1,\n"
       "                          llama3.2, zephyr, mistral-nemo, gemma2, phi3.5, deepseek-r1, qwen3, smollm3,\n"
-      "                          gemma3)\n"
+      "                          gemma3, qwen3.5, lfm2, lfm2.5)\n"
       "  --reasoning auto|on|off thinking when a request does not say (reasoning_effort or\n"
       "                          chat_template_kwargs.enable_thinking); auto = the template's default\n"
       "                          (Qwen3, SmolLM3 think). Reasoning is returned in reasoning_content\n"
