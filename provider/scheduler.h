@@ -88,6 +88,7 @@ class Job {
   ThinkingPlan thinking;   // <think> handling (reasoning.h); the modes above apply to the answer after it
   std::chrono::steady_clock::time_point arrived, deadline;
   std::string endpoint;    // for the log line
+  int logprobs_top = -1;   // >= 0: record each sampled token's logprob with this many top tokens (logprobs.h)
 
   // ---- control ----
   void cancel() { cancelled_.store(true); }
@@ -99,11 +100,15 @@ class Job {
   bool wait(std::chrono::milliseconds timeout, std::vector<Delta>& deltas);
   const Completion& result() const { return result_; }  // valid after wait() returned true
   bool failed() const { return !error_.empty(); }
+  // The logprob entries recorded since the last call (streaming attaches them to the next chunk).
+  std::vector<TokenLogprob> take_logprobs();
   const std::string& error() const { return error_; }
 
   // ---- worker side ----
   void push_delta(std::string text);
   void push_reasoning_delta(std::string text);
+  void push_logprob(TokenLogprob lp);
+  // With logprobs_top >= 0, the recorded entries become c.logprobs.
   void finish(Completion c, std::string error = {});
 
  private:
@@ -111,6 +116,8 @@ class Job {
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Delta> deltas_;
+  std::vector<TokenLogprob> logprobs_;  // every entry so far
+  size_t logprobs_taken_ = 0;           // entries handed out by take_logprobs()
   bool done_ = false;
   Completion result_;
   std::string error_;
