@@ -1803,6 +1803,31 @@ TEST_CASE("logprobs: the sampled token's log-probability under the grammar mask,
       prefix += l.bytes;
     }
   }
+  // The Responses API: top_logprobs gives output_text.logprobs, the same entries streamed or not.
+  const std::string rbody = R"("input":"Hello","max_output_tokens":8,"temperature":0,"top_logprobs":2)";
+  res = c->Post("/v1/responses", "{" + rbody + "}", "application/json");
+  REQUIRE(res);
+  REQUIRE(res->status == 200);
+  Json rj(res->body);
+  std::vector<LogprobSeen> rlp = read_logprobs(rj.root["output"].at(0)["content"].at(0)["logprobs"]);
+  REQUIRE(!rlp.empty());
+  for (const auto& l : rlp) {
+    REQUIRE(l.top.size() == 2);
+    CHECK(l.top[0].first == l.bytes);  // greedy
+  }
+  std::string rsse = post_sse(*c, "/v1/responses", "{" + rbody + R"(,"stream":true})");
+  size_t streamed_entries = 0, done_entries = 0;
+  std::istringstream rin(rsse);
+  while (std::getline(rin, line)) {
+    if (line.rfind("data: {", 0) != 0) continue;
+    Json ev(line.substr(6));
+    const std::string type = str(ev.root["type"]);
+    if (type == "response.output_text.delta") streamed_entries += dom::array(ev.root["logprobs"]).size();
+    if (type == "response.output_text.done") done_entries = dom::array(ev.root["logprobs"]).size();
+  }
+  CHECK(done_entries == rlp.size());
+  CHECK(streamed_entries <= rlp.size());
+
   // Validation: top_logprobs needs logprobs; at most 20; n > 1 is refused.
   for (const char* extra : {R"("top_logprobs":3)", R"("logprobs":true,"top_logprobs":21)", R"("n":2)", R"("logprobs":"yes")"}) {
     res = c->Post("/v1/chat/completions", chat_body(extra), "application/json");
