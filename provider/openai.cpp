@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "json_writer.h"
+#include "openai_json.h"
 
 namespace picolm {
 
@@ -28,7 +29,7 @@ std::string error_json(const ApiError& e) {
   return w.take();
 }
 
-namespace {
+namespace wire {
 
 bool fail(ApiError& err, std::string param, std::string message) {
   err.status = 400;
@@ -336,7 +337,9 @@ bool parse_json_body(std::string_view body, dom::parser& parser, dom::element& r
   return true;
 }
 
-}  // namespace
+}  // namespace wire
+
+using namespace wire;
 
 bool parse_chat_request(std::string_view body, ChatRequest& r, ApiError& err) {
   dom::parser parser;
@@ -408,8 +411,20 @@ bool parse_chat_request(std::string_view body, ChatRequest& r, ApiError& err) {
   if (!obj["frequency_penalty"].get(v) && !get_number(v, "frequency_penalty", -2.0, 2.0, pen, err)) return false;
   if (pen) r.frequency_penalty = *pen;
   if (!obj["n"].get(v) && !v.is_null()) {
+    // One KV slot runs one sequence: n choices would cost n full generations in a row. With
+    // parallel slots they become cheap, and n > 1 can then be accepted.
     std::optional<int64_t> n;
-    if (!get_int(v, "n", 1, 1, n, err)) return fail(err, "n", "only n = 1 is supported");
+    if (!get_int(v, "n", 1, 1, n, err)) return fail(err, "n", "only n = 1 is supported (one choice per request)");
+  }
+  if (!obj["logprobs"].get(v) && !v.is_null()) {
+    if (v.type() != dom::element_type::BOOL) return wrong_type(err, "logprobs", "a boolean", v);
+    r.logprobs = bool(v);
+  }
+  if (!obj["top_logprobs"].get(v) && !v.is_null()) {
+    std::optional<int64_t> top;
+    if (!get_int(v, "top_logprobs", 0, kMaxTopLogprobs, top, err)) return false;
+    if (!r.logprobs) return fail(err, "top_logprobs", "'top_logprobs' needs 'logprobs': true");
+    r.top_logprobs = static_cast<int>(*top);
   }
   if (!obj["stream"].get(v) && !v.is_null()) {
     if (v.type() != dom::element_type::BOOL) return wrong_type(err, "stream", "a boolean", v);
@@ -528,7 +543,8 @@ std::string chat_completion_json(const ResponseIds& ids, const Completion& c) {
   }
   w.key("refusal").null();
   w.end_object();
-  w.key("logprobs").null();
+  w.key("logprobs");
+  if (c.logprobs) w.raw(logprobs_json(*c.logprobs)); else w.null();
   w.key("finish_reason").value(c.finish_reason);
   w.end_object().end_array();
   write_usage(w, c);
@@ -547,8 +563,9 @@ JsonWriter chunk_begin(const ResponseIds& ids) {
   w.key("index").value(0);
   return w;
 }
-std::string chunk_end(JsonWriter& w, const char* finish_reason) {
-  w.key("logprobs").null();
+std::string chunk_end(JsonWriter& w, const char* finish_reason, const std::vector<TokenLogprob>* logprobs = nullptr) {
+  w.key("logprobs");
+  if (logprobs) w.raw(logprobs_json(*logprobs)); else w.null();
   w.key("finish_reason");
   if (finish_reason) w.value(finish_reason); else w.null();
   w.end_object().end_array().end_object();
@@ -562,10 +579,11 @@ std::string chunk_role_json(const ResponseIds& ids) {
   return chunk_end(w, nullptr);
 }
 
-std::string chunk_content_json(const ResponseIds& ids, std::string_view delta) {
+std::string chunk_content_json(const ResponseIds& ids, std::string_view delta,
+                               const std::vector<TokenLogprob>* logprobs) {
   JsonWriter w = chunk_begin(ids);
   w.key("delta").begin_object().key("content").value(delta).end_object();
-  return chunk_end(w, nullptr);
+  return chunk_end(w, nullptr, logprobs);
 }
 
 std::string chunk_reasoning_json(const ResponseIds& ids, std::string_view delta) {
@@ -585,11 +603,12 @@ std::string chunk_tool_call_json(const ResponseIds& ids, size_t index, const Gen
   return chunk_end(w, nullptr);
 }
 
-std::string chunk_finish_json(const ResponseIds& ids, std::string_view finish_reason) {
+std::string chunk_finish_json(const ResponseIds& ids, std::string_view finish_reason,
+                              const std::vector<TokenLogprob>* logprobs) {
   JsonWriter w = chunk_begin(ids);
   w.key("delta").begin_object().end_object();
   std::string fr(finish_reason);
-  return chunk_end(w, fr.c_str());
+  return chunk_end(w, fr.c_str(), logprobs);
 }
 
 std::string chunk_usage_json(const ResponseIds& ids, const Completion& c) {
@@ -623,15 +642,77 @@ std::string tool_call_response_json(const Completion& c) {
   return w.take();
 }
 
-std::string models_json(const std::string& model_id, int64_t created, int64_t n_ctx) {
-  JsonWriter w;
-  w.begin_object().key("object").value("list").key("data").begin_array().begin_object();
+namespace {
+void write_model(JsonWriter& w, const std::string& model_id, int64_t created, int64_t n_ctx) {
+  w.begin_object();
   w.key("id").value(model_id);
   w.key("object").value("model");
   w.key("created").value(created);
   w.key("owned_by").value("picolm");
   w.key("context_length").value(n_ctx);
-  w.end_object().end_array().end_object();
+  w.end_object();
+}
+
+// A logprob as JSON: -inf (a token the mask allowed with a logit of -inf) has no JSON spelling;
+// OpenAI writes -9999.0 for "practically impossible", and so do we.
+void write_logprob_value(JsonWriter& w, double lp) {
+  if (!(lp > -9999.0)) lp = -9999.0;
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "%.9g", lp);
+  w.raw(buf);
+}
+
+void write_token_bytes(JsonWriter& w, const std::string& token) {
+  w.key("bytes").begin_array();
+  for (unsigned char c : token) w.value(static_cast<int64_t>(c));
+  w.end_array();
+}
+}  // namespace
+
+std::string models_json(const std::string& model_id, int64_t created, int64_t n_ctx) {
+  JsonWriter w;
+  w.begin_object().key("object").value("list").key("data").begin_array();
+  write_model(w, model_id, created, n_ctx);
+  w.end_array().end_object();
+  return w.take();
+}
+
+std::string model_json(const std::string& model_id, int64_t created, int64_t n_ctx) {
+  JsonWriter w;
+  write_model(w, model_id, created, n_ctx);
+  return w.take();
+}
+
+std::string logprobs_json(const std::vector<TokenLogprob>& entries) {
+  JsonWriter w;
+  w.begin_object().key("content").raw(logprobs_array_json(entries));
+  w.key("refusal").null();
+  w.end_object();
+  return w.take();
+}
+
+std::string logprobs_array_json(const std::vector<TokenLogprob>& entries) {
+  JsonWriter w;
+  w.begin_array();
+  for (const TokenLogprob& e : entries) {
+    w.begin_object();
+    w.key("token").value(e.token);  // a cut UTF-8 sequence shows as U+FFFD; "bytes" has the truth
+    w.key("logprob");
+    write_logprob_value(w, e.logprob);
+    write_token_bytes(w, e.token);
+    w.key("top_logprobs").begin_array();
+    for (const TopLogprob& t : e.top) {
+      w.begin_object();
+      w.key("token").value(t.token);
+      w.key("logprob");
+      write_logprob_value(w, t.logprob);
+      write_token_bytes(w, t.token);
+      w.end_object();
+    }
+    w.end_array();
+    w.end_object();
+  }
+  w.end_array();
   return w.take();
 }
 

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "chat_template.h"
+#include "logprobs.h"
 #include "reasoning.h"
 
 namespace picolm {
@@ -53,6 +54,10 @@ struct ChatRequest {
   double frequency_penalty = 0.0;
   bool stream = false;
   bool include_usage = false;
+  // logprobs: report the sampled tokens' log-probabilities (logprobs.h), with the top_logprobs
+  // most likely allowed tokens of each step.
+  bool logprobs = false;
+  int top_logprobs = 0;
   // Thinking: chat_template_kwargs.enable_thinking (also accepted at the top level, as vLLM and
   // llama.cpp do) and reasoning_effort; nullopt = not given.
   std::optional<bool> enable_thinking;
@@ -94,6 +99,7 @@ struct Completion {
   int64_t cached_tokens = 0;
   int64_t dropped_messages = 0;  // oldest messages left out to fit the context ("picolm" extension field)
   Timings timings;
+  std::optional<std::vector<TokenLogprob>> logprobs;  // the request asked for logprobs: one per sampled token
 };
 
 struct ResponseIds {
@@ -105,14 +111,23 @@ struct ResponseIds {
 std::string chat_completion_json(const ResponseIds& ids, const Completion& c);
 // Stream chunks (the JSON after "data: ").
 std::string chunk_role_json(const ResponseIds& ids);
-std::string chunk_content_json(const ResponseIds& ids, std::string_view delta);
+// logprobs: the entries to attach to this chunk (nullptr: "logprobs": null).
+std::string chunk_content_json(const ResponseIds& ids, std::string_view delta,
+                               const std::vector<TokenLogprob>* logprobs = nullptr);
 std::string chunk_reasoning_json(const ResponseIds& ids, std::string_view delta);  // delta.reasoning_content
 std::string chunk_tool_call_json(const ResponseIds& ids, size_t index, const GeneratedToolCall& call);
-std::string chunk_finish_json(const ResponseIds& ids, std::string_view finish_reason);
+std::string chunk_finish_json(const ResponseIds& ids, std::string_view finish_reason,
+                              const std::vector<TokenLogprob>* logprobs = nullptr);
 std::string chunk_usage_json(const ResponseIds& ids, const Completion& c);
 // /tool_call response: {"tool_calls":[{"id","name","arguments":{...}}],"content"?,"finish_reason","usage"}
 std::string tool_call_response_json(const Completion& c);
 std::string models_json(const std::string& model_id, int64_t created, int64_t n_ctx);
+// GET /v1/models/{id}: the one model object.
+std::string model_json(const std::string& model_id, int64_t created, int64_t n_ctx);
+// {"content":[{"token","logprob","bytes","top_logprobs":[...]}...]}: choices[i].logprobs as OpenAI shapes it.
+std::string logprobs_json(const std::vector<TokenLogprob>& entries);
+// The array inside it ([{"token","logprob","bytes","top_logprobs"}...]): the Responses API's output_text.logprobs.
+std::string logprobs_array_json(const std::vector<TokenLogprob>& entries);
 
 // Parses the text inside <tool_call>...</tool_call> tags (Hermes/Qwen output) into calls. Entries
 // that are not a JSON object with a string "name" and an object "arguments" are skipped.

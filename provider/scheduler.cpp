@@ -58,9 +58,22 @@ void Job::push_reasoning_delta(std::string text) {
   cv_.notify_all();
 }
 
+void Job::push_logprob(TokenLogprob lp) {
+  std::lock_guard<std::mutex> lock(mu_);
+  logprobs_.push_back(std::move(lp));
+}
+
+std::vector<TokenLogprob> Job::take_logprobs() {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<TokenLogprob> out(logprobs_.begin() + static_cast<std::ptrdiff_t>(logprobs_taken_), logprobs_.end());
+  logprobs_taken_ = logprobs_.size();
+  return out;
+}
+
 void Job::finish(Completion c, std::string error) {
   {
     std::lock_guard<std::mutex> lock(mu_);
+    if (logprobs_top >= 0) c.logprobs = logprobs_;
     result_ = std::move(c);
     error_ = std::move(error);
     done_ = true;
@@ -543,6 +556,8 @@ std::optional<int32_t> Generation::choose_token() {
           return std::nullopt;
         }
       }
+      // logprobs (logprobs.h): the sampled token under the mask it was sampled with.
+      if (job_.logprobs_top >= 0 && !tok_.is_eog(id)) job_.push_logprob(token_logprob(l, m, id, job_.logprobs_top, tok_));
       if (tok_.is_eog(id) && thinking_->close_instead_of_eog()) continue;  // the forced close comes next
     }
     sampler_->accept(id);
@@ -1213,7 +1228,8 @@ std::shared_ptr<Job> Engine::prepare(const ChatRequest& req, ApiError& err) {
     // whitespace"), on one line: no run is longer than one byte, so it cannot become a loop.
     to.schema.whitespace = grammar::Whitespace::Natural;
     to.schema.max_indent = -1;
-    to.parallel = req.parallel_tool_calls;
+    // A named tool_choice asks for that call, once (as OpenAI answers it): the grammar admits one.
+    to.parallel = req.parallel_tool_calls && req.tool_choice != ToolChoice::Named;
     if (req.tool_choice == ToolChoice::Named) to.forced_tool = req.tool_choice_name;
     if (job->mode == OutputMode::Envelope) {
       to.format = grammar::ToolCallFormat::Envelope;
@@ -1260,6 +1276,7 @@ std::shared_ptr<Job> Engine::prepare(const ChatRequest& req, ApiError& err) {
   sp.repeat_penalty = static_cast<float>(req.repeat_penalty.value_or(1.0));
   sp.presence_penalty = static_cast<float>(req.presence_penalty);
   sp.frequency_penalty = static_cast<float>(req.frequency_penalty);
+  job->logprobs_top = req.logprobs ? req.top_logprobs : -1;
   sp.seed = req.seed ? *req.seed : (static_cast<uint64_t>(std::random_device{}()) << 32 | std::random_device{}());
   return job;
 }

@@ -120,6 +120,7 @@ class Job {
   std::chrono::steady_clock::time_point arrived, deadline;
   std::string endpoint;    // for the log line
   int64_t dropped_messages = 0;  // oldest messages left out to fit the context (ContextOverflow)
+  int logprobs_top = -1;   // >= 0: record each sampled token's logprob with this many top tokens (logprobs.h)
 
   // ---- control ----
   void cancel() { cancelled_.store(true); }
@@ -131,11 +132,15 @@ class Job {
   bool wait(std::chrono::milliseconds timeout, std::vector<Delta>& deltas);
   const Completion& result() const { return result_; }  // valid after wait() returned true
   bool failed() const { return !error_.empty(); }
+  // The logprob entries recorded since the last call (streaming attaches them to the next chunk).
+  std::vector<TokenLogprob> take_logprobs();
   const std::string& error() const { return error_; }
 
   // ---- worker side ----
   void push_delta(std::string text);
   void push_reasoning_delta(std::string text);
+  void push_logprob(TokenLogprob lp);
+  // With logprobs_top >= 0, the recorded entries become c.logprobs.
   void finish(Completion c, std::string error = {});
 
  private:
@@ -143,6 +148,8 @@ class Job {
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Delta> deltas_;
+  std::vector<TokenLogprob> logprobs_;  // every entry so far
+  size_t logprobs_taken_ = 0;           // entries handed out by take_logprobs()
   bool done_ = false;
   Completion result_;
   std::string error_;

@@ -20,6 +20,7 @@
 
 #include "metrics.h"
 #include "openai.h"
+#include "responses.h"
 
 namespace picolm {
 
@@ -118,6 +119,7 @@ struct Server::Impl {
 
   std::mutex rng_mu;
   std::mt19937_64 rng{std::random_device{}()};
+  ResponseStore responses;  // stored Responses API conversations (previous_response_id, item_reference)
 
   explicit Impl(ServerOptions o) : opts(std::move(o)) {}
 
@@ -125,10 +127,11 @@ struct Server::Impl {
     std::lock_guard<std::mutex> lock(mu);
     return engine;
   }
-  std::string new_completion_id() {
+  std::string new_completion_id() { return new_id("chatcmpl-"); }
+  std::string new_id(std::string_view prefix) {
     static constexpr char kAlphabet[] = "abcdefghijklmnopqrstuvwxyz0123456789";
     std::lock_guard<std::mutex> lock(rng_mu);
-    std::string id = "chatcmpl-";
+    std::string id(prefix);
     for (int i = 0; i < 24; ++i) id.push_back(kAlphabet[rng() % (sizeof(kAlphabet) - 1)]);
     return id;
   }
@@ -136,6 +139,13 @@ struct Server::Impl {
   void setup_routes();
   void load_model();
   void handle_generation(const httplib::Request& req, httplib::Response& res, bool tool_call_api);
+  void handle_responses(const httplib::Request& req, httplib::Response& res);
+  // The request path every generation endpoint shares: Engine::prepare and submit. Answers the
+  // error (400, 429, 503) itself and returns null.
+  // map_error: renames fields in a 400 (the Responses API's names).
+  std::shared_ptr<Job> start_job(const std::shared_ptr<Engine>& eng, const ChatRequest& r, std::string endpoint,
+                                 httplib::Response& res, void (*map_error)(ApiError&) = nullptr);
+  void add_cors_headers(const httplib::Request& req, httplib::Response& res) const;
   // Returns the engine, or answers 503 and returns null.
   std::shared_ptr<Engine> ready_engine(httplib::Response& res);
 };
@@ -212,15 +222,8 @@ void Server::Impl::handle_generation(const httplib::Request& req, httplib::Respo
   if (tool_call_api) r.stream = false;
   std::shared_ptr<Engine> eng = ready_engine(res);
   if (!eng) return;
-  std::shared_ptr<Job> job = eng->prepare(r, err);
-  if (!job) return send_error(res, err);
-  job->endpoint = tool_call_api ? "tool_call" : (r.stream ? "chat stream" : "chat");
-  if (!eng->submit(job)) {
-    metrics.count_rejected();
-    res.set_header("Retry-After", "2");
-    return send_error(res, ApiError{429, "the server is busy: the request queue is full", "rate_limit_error", "",
-                                    "queue_full"});
-  }
+  std::shared_ptr<Job> job = start_job(eng, r, tool_call_api ? "tool_call" : (r.stream ? "chat stream" : "chat"), res);
+  if (!job) return;
   ResponseIds ids{new_completion_id(), static_cast<int64_t>(std::time(nullptr)), eng->model_id()};
   // Old turns left out to fit the context (--context-overflow drop-oldest): known before the reply,
   // so streams get it too.
@@ -231,6 +234,7 @@ void Server::Impl::handle_generation(const httplib::Request& req, httplib::Respo
     struct StreamState {
       bool sent_role = false;
       bool finished = false;
+      std::vector<TokenLogprob> logprobs;  // recorded, not yet attached to a chunk
     };
     auto state = std::make_shared<StreamState>();
     const bool include_usage = r.include_usage;
@@ -251,8 +255,17 @@ void Server::Impl::handle_generation(const httplib::Request& req, httplib::Respo
             }
             std::vector<Delta> deltas;
             bool done = job->wait(std::chrono::milliseconds(100), deltas);
+            const bool logprobs = job->logprobs_top >= 0;
+            if (logprobs) {
+              std::vector<TokenLogprob> more = job->take_logprobs();
+              state->logprobs.insert(state->logprobs.end(), more.begin(), more.end());
+            }
             for (const auto& d : deltas) {
-              const std::string event = d.reasoning ? chunk_reasoning_json(ids, d.text) : chunk_content_json(ids, d.text);
+              // logprobs ride on content chunks: those recorded so far go with the next one.
+              const bool attach = logprobs && !d.reasoning;
+              const std::string event = d.reasoning ? chunk_reasoning_json(ids, d.text)
+                                                    : chunk_content_json(ids, d.text, attach ? &state->logprobs : nullptr);
+              if (attach) state->logprobs.clear();
               if (!write_event(event)) { job->cancel(); return false; }
             }
             if (!done) {
@@ -267,7 +280,11 @@ void Server::Impl::handle_generation(const httplib::Request& req, httplib::Respo
               for (size_t i = 0; i < c.tool_calls.size(); ++i) {
                 if (!write_event(chunk_tool_call_json(ids, i, c.tool_calls[i]))) return false;
               }
-              if (!write_event(chunk_finish_json(ids, c.finish_reason))) return false;
+              // Entries no content chunk carried (a reply of tool calls, the last tokens) go with the finish.
+              std::vector<TokenLogprob> rest = job->take_logprobs();
+              state->logprobs.insert(state->logprobs.end(), rest.begin(), rest.end());
+              const bool lp = job->logprobs_top >= 0 && !state->logprobs.empty();
+              if (!write_event(chunk_finish_json(ids, c.finish_reason, lp ? &state->logprobs : nullptr))) return false;
               if (include_usage && !write_event(chunk_usage_json(ids, c))) return false;
             }
             write_event("[DONE]");
@@ -290,6 +307,129 @@ void Server::Impl::handle_generation(const httplib::Request& req, httplib::Respo
   if (job->failed()) return send_error(res, server_error(job->error()));
   if (tool_call_api) send_json(res, 200, tool_call_response_json(job->result()));
   else send_json(res, 200, chat_completion_json(ids, job->result()));
+}
+
+std::shared_ptr<Job> Server::Impl::start_job(const std::shared_ptr<Engine>& eng, const ChatRequest& r,
+                                             std::string endpoint, httplib::Response& res,
+                                             void (*map_error)(ApiError&)) {
+  ApiError err;
+  std::shared_ptr<Job> job = eng->prepare(r, err);
+  if (!job) {
+    if (map_error) map_error(err);
+    send_error(res, err);
+    return nullptr;
+  }
+  job->endpoint = std::move(endpoint);
+  if (!eng->submit(job)) {
+    metrics.count_rejected();
+    res.set_header("Retry-After", "2");
+    send_error(res, ApiError{429, "the server is busy: the request queue is full", "rate_limit_error", "", "queue_full"});
+    return nullptr;
+  }
+  return job;
+}
+
+// POST /v1/responses (responses.h): the same ChatRequest and job as chat completions, answered as
+// a response object or its typed events; stored for previous_response_id unless store is false.
+void Server::Impl::handle_responses(const httplib::Request& req, httplib::Response& res) {
+  auto rr = std::make_shared<ResponsesRequest>();
+  ApiError err;
+  if (!parse_responses_request(req.body, &responses, *rr, err)) return send_error(res, err);
+  std::shared_ptr<Engine> eng = ready_engine(res);
+  if (!eng) return;
+  std::shared_ptr<Job> job =
+      start_job(eng, rr->chat, rr->chat.stream ? "responses stream" : "responses", res, responses_error_names);
+  if (!job) return;
+  ResponseHead head{new_id("resp_"), static_cast<int64_t>(std::time(nullptr)), eng->model_id()};
+  ItemIdFn new_item_id = [this](std::string_view prefix) { return new_id(prefix); };
+  auto watch = std::make_shared<ConnectionWatch>(req);
+  auto keep = [this, rr, head](std::vector<ResponseItem> output) {
+    if (!rr->store) return;
+    std::vector<ResponseItem> conversation = rr->conversation;
+    for (auto& it : output) conversation.push_back(std::move(it));
+    responses.put(head.id, std::move(conversation));
+  };
+
+  if (rr->chat.stream) {
+    struct StreamState {
+      explicit StreamState(ResponsesStream s) : stream(std::move(s)) {}
+      ResponsesStream stream;
+      bool started = false;
+      bool finished = false;
+    };
+    auto state = std::make_shared<StreamState>(ResponsesStream(head, *rr, new_item_id));
+    res.set_header("Cache-Control", "no-cache");
+    res.set_header("X-Accel-Buffering", "no");
+    res.set_chunked_content_provider(
+        "text/event-stream", [job, state, watch, eng, keep](size_t, httplib::DataSink& sink) -> bool {
+          try {
+            auto write = [&](const std::string& events) { return events.empty() || sink.write(events.data(), events.size()); };
+            if (state->finished) return false;
+            if (!state->started) {
+              state->started = true;
+              if (!write(state->stream.start())) { job->cancel(); return false; }
+            }
+            std::vector<Delta> deltas;
+            const bool done = job->wait(std::chrono::milliseconds(100), deltas);
+            std::vector<TokenLogprob> logprobs;
+            if (job->logprobs_top >= 0) logprobs = job->take_logprobs();
+            for (const auto& d : deltas) {
+              std::string events = d.reasoning ? state->stream.reasoning_delta(d.text)
+                                               : state->stream.text_delta(d.text, logprobs.empty() ? nullptr : &logprobs);
+              if (!d.reasoning) logprobs.clear();
+              if (!write(events)) { job->cancel(); return false; }
+            }
+            if (!done) {
+              if (watch->closed()) { job->cancel(); return false; }
+              return true;
+            }
+            state->finished = true;
+            if (job->failed()) {
+              write(state->stream.fail(job->error()));
+            } else {
+              std::vector<ResponseItem> output;
+              if (!write(state->stream.finish(job->result(), output))) return false;
+              keep(std::move(output));
+            }
+            sink.done();
+            return true;
+          } catch (const std::exception& e) {
+            spdlog::error("responses stream: {}", e.what());
+            job->cancel();
+            return false;
+          }
+        });
+    return;
+  }
+
+  std::vector<Delta> ignored;
+  while (!job->wait(std::chrono::milliseconds(100), ignored)) {
+    ignored.clear();
+    if (!job->cancelled() && watch->closed()) job->cancel();
+  }
+  if (job->failed()) return send_error(res, server_error(job->error()));
+  const Completion& c = job->result();
+  std::vector<ResponseItem> output = response_output_items(c, new_item_id);
+  send_json(res, 200, response_json(head, *rr, &c, output));
+  keep(std::move(output));
+}
+
+// CORS (--cors): the allowed origin is echoed (or "*"), on every answer of the server.
+void Server::Impl::add_cors_headers(const httplib::Request& req, httplib::Response& res) const {
+  if (opts.cors_origins.empty()) return;
+  const std::string origin = req.get_header_value("Origin");
+  bool any = false, listed = false;
+  for (const auto& o : opts.cors_origins) {
+    any = any || o == "*";
+    listed = listed || (!origin.empty() && o == origin);
+  }
+  if (any) {
+    res.set_header("Access-Control-Allow-Origin", "*");
+  } else {
+    // The answer depends on Origin: caches must keep one copy per origin.
+    res.set_header("Vary", "Origin");
+    if (listed) res.set_header("Access-Control-Allow-Origin", origin);
+  }
 }
 
 void Server::Impl::setup_routes() {
@@ -332,6 +472,39 @@ void Server::Impl::setup_routes() {
   });
   http.Get("/v1/models", models);
   http.Get("/models", models);
+
+  // ---- issue 21: the Responses API, one model by id, CORS ----
+  auto responses_route = edge("responses", true,
+                              [this](const httplib::Request& q, httplib::Response& s) { handle_responses(q, s); });
+  http.Post("/v1/responses", responses_route);
+  http.Post("/responses", responses_route);
+  auto model = edge("models", true, [this](const httplib::Request& req, httplib::Response& res) {
+    const std::string id = req.matches.size() > 1 ? std::string(req.matches[1]) : std::string();
+    if (id != model_id) {
+      return send_error(res, ApiError{404, "The model '" + id + "' does not exist; this server serves '" + model_id + "'",
+                                      "invalid_request_error", "model", "model_not_found"});
+    }
+    auto eng = get_engine();
+    send_json(res, 200, model_json(model_id, started_unix, eng ? eng->n_ctx() : 0));
+  });
+  http.Get(R"(/v1/models/(.+))", model);
+  http.Get(R"(/models/(.+))", model);
+  if (!opts.cors_origins.empty()) {
+    // Preflight: answered for every path without authentication (browsers send no credentials
+    // with it); the headers a client may send are those it asks for.
+    http.Options(R"(.*)", [this](const httplib::Request& req, httplib::Response& res) {
+      res.status = 204;
+      res.set_header("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+      const std::string asked = req.get_header_value("Access-Control-Request-Headers");
+      res.set_header("Access-Control-Allow-Headers", asked.empty() ? "Authorization, Content-Type" : asked);
+      res.set_header("Access-Control-Max-Age", "86400");
+      metrics.count_request("cors_preflight", res.status);
+    });
+    // Every answer (errors, 404s and streams included) passes here before its headers are written.
+    http.set_post_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+      add_cors_headers(req, res);
+    });
+  }
 
   http.Get("/health", edge("health", false, [this](const httplib::Request&, httplib::Response& res) {
     std::lock_guard<std::mutex> lock(mu);

@@ -1,8 +1,10 @@
 // The HTTP front of picolm-provider: OpenAI-compatible endpoints over cpp-httplib.
 //
 //   POST /v1/chat/completions, /chat/completions   (stream: SSE)
+//   POST /v1/responses, /responses                 (OpenAI Responses API, responses.h; stream: typed SSE)
 //   POST /tool_call, /v1/tool_call                 (plain tool-call API, schemas/tool_call.*.json)
-//   GET  /v1/models, /models, /health, /metrics
+//   GET  /v1/models, /models, /v1/models/{id}, /health, /metrics
+//   OPTIONS *                                      (CORS preflight, with --cors)
 //
 // HTTP threads parse, validate and enqueue; the Engine's single worker generates. The model loads
 // in the background after start(): /health answers 503 until it is ready.
@@ -11,6 +13,7 @@
 #include <chrono>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "result.h"
 #include "scheduler.h"
@@ -25,6 +28,8 @@ struct ServerOptions {
   size_t max_body_bytes = 8u << 20;       // larger bodies get 413
   std::string warm_file;                  // a chat request (JSON) whose prompt is prefilled at start-up
   int http_threads = 0;                   // 0 = max_queue + 4 (at least 8)
+  // CORS: origins allowed to call from a browser ("*" = any); empty = no CORS headers, OPTIONS 404.
+  std::vector<std::string> cors_origins;
 };
 
 class Server {

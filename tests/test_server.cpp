@@ -8,11 +8,14 @@
 #include <httplib.h>
 #include <simdjson.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -24,6 +27,7 @@
 #include "gguf.h"
 #include "json_writer.h"
 #include "openai.h"
+#include "responses.h"
 #include "server.h"
 #include "tokenizer.h"
 
@@ -1406,4 +1410,584 @@ TEST_CASE("Qwen3.5 and LFM2 native calls through the server (forced on the Qwen3
   }
   CHECK(n_calls >= 8);  // every required reply has a call
   v.check();
+}
+
+// ---------------------------------------------------------------- issue 21: clients
+
+namespace {
+
+// kTools in the Responses API's flat shape.
+const std::string kToolsFlat = R"([
+ {"type":"function","name":"set_light","description":"Switch a light","parameters":{"type":"object","properties":{"room":{"type":"string","enum":["kitchen","bedroom","hall"]},"on":{"type":"boolean"}},"required":["room","on"]}},
+ {"type":"function","name":"set_volume","description":"Set the volume","parameters":{"type":"object","properties":{"level":{"type":"integer","minimum":0,"maximum":10}},"required":["level"]}},
+ {"type":"function","name":"note","parameters":{"type":"object","properties":{"tag":{"type":"string","maxLength":3,"pattern":"^[a-z]*$"}},"required":["tag"],"additionalProperties":false}}
+])";
+
+struct ResponseSeen {
+  std::string id, status, text, reasoning;
+  std::vector<std::string> item_ids;
+  std::vector<CallSeen> calls;
+  std::vector<std::string> call_ids;
+  int64_t input_tokens = -1, output_tokens = -1;
+};
+
+// Checks the shape of a response object and reads it.
+ResponseSeen check_response(dom::element r) {
+  ResponseSeen s;
+  CHECK(str(r["object"]) == "response");
+  s.id = str(r["id"]);
+  CHECK(s.id.rfind("resp_", 0) == 0);
+  CHECK(r["created_at"].is_int64());
+  s.status = str(r["status"]);
+  CHECK((s.status == "completed" || s.status == "incomplete"));
+  if (s.status == "incomplete") CHECK(str(r["incomplete_details"]["reason"]) == "max_output_tokens");
+  else CHECK(r["incomplete_details"].is_null());
+  CHECK(r["error"].is_null());
+  for (dom::element it : dom::array(r["output"])) {
+    const std::string type = str(it["type"]);
+    s.item_ids.push_back(str(it["id"]));
+    if (type == "message") {
+      CHECK(s.item_ids.back().rfind("msg_", 0) == 0);
+      CHECK(str(it["role"]) == "assistant");
+      CHECK(str(it["status"]) == "completed");
+      dom::element part = it["content"].at(0);
+      CHECK(str(part["type"]) == "output_text");
+      CHECK(part["annotations"].is_array());
+      s.text += str(part["text"]);
+    } else if (type == "function_call") {
+      CHECK(s.item_ids.back().rfind("fc_", 0) == 0);
+      CHECK(str(it["call_id"]).rfind("call_", 0) == 0);
+      s.calls.push_back({str(it["name"]), str(it["arguments"])});
+      s.call_ids.push_back(str(it["call_id"]));
+    } else if (type == "reasoning") {
+      CHECK(s.item_ids.back().rfind("rs_", 0) == 0);
+      s.reasoning += str(it["summary"].at(0)["text"]);
+    } else {
+      FAIL("unexpected output item type " << type);
+    }
+  }
+  dom::element u = r["usage"];
+  s.input_tokens = int64_t(u["input_tokens"]);
+  s.output_tokens = int64_t(u["output_tokens"]);
+  CHECK(int64_t(u["total_tokens"]) == s.input_tokens + s.output_tokens);
+  CHECK(int64_t(u["input_tokens_details"]["cached_tokens"]) >= 0);
+  CHECK(int64_t(u["output_tokens_details"]["reasoning_tokens"]) >= 0);
+  return s;
+}
+
+ResponseSeen post_response(httplib::Client& c, const std::string& body) {
+  auto res = c.Post("/v1/responses", body, "application/json");
+  REQUIRE(res);
+  INFO(body << "\n-> " << res->body);
+  REQUIRE(res->status == 200);
+  Json j(res->body);
+  return check_response(j.root);
+}
+
+// A streamed response: every event checked for order and shape, reassembled.
+struct ResponseStream {
+  std::vector<std::string> types;
+  std::string text, reasoning;
+  std::vector<CallSeen> calls;  // from function_call_arguments.delta, by output_index order
+  ResponseSeen final;          // from response.completed / .incomplete
+};
+
+ResponseStream parse_response_stream(const std::string& sse) {
+  ResponseStream rs;
+  std::istringstream in(sse);
+  std::string line, event;
+  int64_t seq = 0;
+  std::map<int64_t, CallSeen> calls;
+  while (std::getline(in, line)) {
+    if (line.empty()) continue;
+    if (line.rfind("event: ", 0) == 0) { event = line.substr(7); continue; }
+    REQUIRE(line.rfind("data: ", 0) == 0);
+    Json j(line.substr(6));
+    const std::string type = str(j.root["type"]);
+    CHECK(type == event);  // the event: line names the data's type
+    CHECK(int64_t(j.root["sequence_number"]) == seq++);
+    rs.types.push_back(type);
+    if (type == "response.output_text.delta") rs.text += str(j.root["delta"]);
+    if (type == "response.reasoning_summary_text.delta") rs.reasoning += str(j.root["delta"]);
+    if (type == "response.output_item.added" && str(j.root["item"]["type"]) == "function_call") {
+      calls[int64_t(j.root["output_index"])].name = str(j.root["item"]["name"]);
+    }
+    if (type == "response.function_call_arguments.delta") calls[int64_t(j.root["output_index"])].arguments += str(j.root["delta"]);
+    if (type == "response.function_call_arguments.done") {
+      CHECK(str(j.root["arguments"]) == calls[int64_t(j.root["output_index"])].arguments);
+    }
+    if (type == "response.completed" || type == "response.incomplete") rs.final = check_response(j.root["response"]);
+  }
+  for (auto& [i, call] : calls) rs.calls.push_back(call);
+  REQUIRE(rs.types.size() >= 3);
+  CHECK(rs.types[0] == "response.created");
+  CHECK(rs.types[1] == "response.in_progress");
+  CHECK((rs.types.back() == "response.completed" || rs.types.back() == "response.incomplete"));
+  // Every item added is done once, and text deltas sit between a content part's added and done.
+  CHECK(std::count(rs.types.begin(), rs.types.end(), "response.output_item.added") ==
+        std::count(rs.types.begin(), rs.types.end(), "response.output_item.done"));
+  bool in_part = false;
+  for (const auto& t : rs.types) {
+    if (t == "response.content_part.added") in_part = true;
+    if (t == "response.content_part.done") in_part = false;
+    if (t == "response.output_text.delta") CHECK(in_part);
+  }
+  return rs;
+}
+
+std::string post_sse(httplib::Client& c, const std::string& path, const std::string& body) {
+  auto res = c.Post(path, body, "application/json");
+  REQUIRE(res);
+  INFO(res->body);
+  REQUIRE(res->status == 200);
+  CHECK(res->get_header_value("Content-Type").rfind("text/event-stream", 0) == 0);
+  return res->body;
+}
+
+}  // namespace
+
+TEST_CASE("Responses API: text equals chat completions, function tools, round trip, json_schema (qwen2)", "[server][responses]") {
+  auto& s = qwen();
+  auto c = client(s.port);
+  Validator v;
+  // One request path: the same conversation gives the same greedy text through both APIs.
+  const std::string chat = R"({"messages":[{"role":"system","content":"Be brief."},{"role":"user","content":"Say hello"}],"max_tokens":16,"temperature":0})";
+  auto cres = c->Post("/v1/chat/completions", chat, "application/json");
+  REQUIRE(cres);
+  REQUIRE(cres->status == 200);
+  std::string chat_text, chat_finish;
+  check_completion(cres->body, &chat_text, &chat_finish);
+  for (const char* path : {"/v1/responses", "/responses"}) {
+    auto res = c->Post(path, R"({"model":"x","instructions":"Be brief.","input":"Say hello","max_output_tokens":16,"temperature":0})",
+                       "application/json");
+    REQUIRE(res);
+    REQUIRE(res->status == 200);
+    Json j(res->body);
+    ResponseSeen r = check_response(j.root);
+    CHECK(r.text == chat_text);
+    CHECK(r.status == (chat_finish == "length" ? "incomplete" : "completed"));
+    CHECK(str(j.root["instructions"]) == "Be brief.");
+    CHECK(int64_t(j.root["max_output_tokens"]) == 16);
+  }
+  // Input as items with content parts gives the same prompt.
+  ResponseSeen items = post_response(*c, R"({"input":[{"role":"developer","content":"Be brief."},{"type":"message","role":"user","content":[{"type":"input_text","text":"Say "},{"type":"input_text","text":"hello"}]}],"max_output_tokens":16,"temperature":0})");
+  CHECK(items.text == chat_text);
+
+  // Function tools in the flat format; named tool_choice gives exactly one call of that tool.
+  for (uint64_t seed : {1, 2, 3}) {
+    const std::string sd = ",\"seed\":" + std::to_string(seed);
+    ResponseSeen req = post_response(*c, R"({"input":"Turn on the kitchen light","tools":)" + kToolsFlat +
+                                             R"(,"tool_choice":"required","max_output_tokens":160)" + sd + "}");
+    CHECK(!req.calls.empty());
+    for (auto& k : req.calls) v.add_tool_call(kTools, k.name, k.arguments);
+    ResponseSeen named = post_response(*c, R"({"input":"Set the volume","tools":)" + kToolsFlat +
+                                               R"(,"tool_choice":{"type":"function","name":"set_volume"},"max_output_tokens":160)" + sd + "}");
+    REQUIRE(named.calls.size() == 1);
+    CHECK(named.calls[0].name == "set_volume");
+    v.add_tool_call(kTools, named.calls[0].name, named.calls[0].arguments);
+
+    // The round trip: the call and its output sent back as items.
+    const std::string round = R"({"input":[{"role":"user","content":"Set the volume"},{"type":"function_call","call_id":")" +
+                              named.call_ids[0] + R"(","name":"set_volume","arguments":)" +
+                              Validator::quote(named.calls[0].arguments) + R"(},{"type":"function_call_output","call_id":")" +
+                              named.call_ids[0] + R"(","output":"volume set"}],"tools":)" + kToolsFlat +
+                              R"(,"max_output_tokens":24)" + sd + "}";
+    ResponseSeen after = post_response(*c, round);
+    CHECK(after.input_tokens > named.input_tokens);  // the call and its output are in the prompt
+  }
+  // text.format json_schema constrains the answer.
+  const std::string schema = R"({"type":"object","properties":{"city":{"type":"string","maxLength":12},"rank":{"type":"integer","minimum":1,"maximum":9}},"required":["city","rank"],"additionalProperties":false})";
+  for (uint64_t seed : {4, 5}) {
+    ResponseSeen js = post_response(*c, R"({"input":"A city","text":{"format":{"type":"json_schema","name":"city","schema":)" + schema +
+                                            R"(,"strict":true}},"max_output_tokens":80,"seed":)" + std::to_string(seed) + "}");
+    CHECK(js.status == "completed");
+    v.add(schema, js.text);
+  }
+  v.check();
+}
+
+TEST_CASE("Responses API: stored conversations, previous_response_id, item_reference, errors (qwen2)", "[server][responses]") {
+  auto& s = qwen();
+  auto c = client(s.port);
+  ResponseSeen first = post_response(*c, R"({"input":"Tell me a story","max_output_tokens":8,"temperature":0})");
+  REQUIRE(!first.item_ids.empty());
+  // previous_response_id: the earlier turn (input and output) comes first in the prompt.
+  ResponseSeen second = post_response(*c, R"({"previous_response_id":")" + first.id + R"(","input":"Go on","max_output_tokens":8,"temperature":0})");
+  CHECK(second.input_tokens > first.input_tokens + first.output_tokens);
+  // The same conversation spelled out gives the same prompt size; an item_reference equals the item.
+  ResponseSeen spelled = post_response(*c, R"({"input":[{"role":"user","content":"Tell me a story"},{"type":"item_reference","id":")" +
+                                               first.item_ids[0] + R"("},{"role":"user","content":"Go on"}],"max_output_tokens":8,"temperature":0})");
+  CHECK(spelled.input_tokens == second.input_tokens);
+  CHECK(spelled.text == second.text);
+
+  // store: false keeps nothing.
+  ResponseSeen unstored = post_response(*c, R"({"input":"Hi","max_output_tokens":4,"store":false})");
+  struct Bad {
+    std::string body, param, code;
+  };
+  const std::vector<Bad> bad = {
+      {R"({"previous_response_id":")" + unstored.id + R"(","input":"x"})", "previous_response_id", "previous_response_not_found"},
+      {R"({"previous_response_id":"resp_nope","input":"x"})", "previous_response_id", "previous_response_not_found"},
+      {R"({"input":[{"type":"item_reference","id":"msg_nope"}]})", "input[0].id", "item_not_found"},
+      {R"({"input":"x","max_output_tokens":0})", "max_output_tokens", ""},
+      {R"({"input":"x","tools":[{"type":"web_search"}]})", "tools[0].type", ""},
+      {R"({"input":"x","tools":[{"type":"function","description":"no name"}]})", "tools[0].name", ""},
+      {R"({"input":[{"role":"user","content":[{"type":"input_image","image_url":"http://x"}]}]})", "input[0].content[0].type", ""},
+      {R"({"input":[{"type":"computer_call","id":"x"}]})", "input[0].type", ""},
+      {R"({"input":"x","text":{"format":{"type":"yaml"}}})", "text.format.type", ""},
+      {R"({"input":"x","top_logprobs":30})", "top_logprobs", ""},
+      {R"({"max_output_tokens":5})", "input", ""},
+      {R"({"input":"x","background":true})", "background", ""},
+  };
+  for (const auto& b : bad) {
+    auto res = c->Post("/v1/responses", b.body, "application/json");
+    REQUIRE(res);
+    INFO(b.body << " -> " << res->body);
+    CHECK(res->status == 400);
+    Json j(res->body);
+    CHECK(str(j.root["error"]["type"]) == "invalid_request_error");
+    CHECK(str(j.root["error"]["param"]) == b.param);
+    if (!b.code.empty()) CHECK(str(j.root["error"]["code"]) == b.code);
+  }
+  // The store is bounded: the oldest conversations go first.
+  ResponseStore store(2, 1 << 20);
+  for (int i = 0; i < 3; ++i) {
+    ResponseItem it;
+    it.id = "msg_" + std::to_string(i);
+    it.role = "assistant";
+    it.text = "t";
+    store.put("resp_" + std::to_string(i), {it});
+  }
+  CHECK(store.size() == 2);
+  CHECK_FALSE(store.conversation("resp_0").has_value());
+  CHECK_FALSE(store.item("msg_0").has_value());
+  CHECK(store.item("msg_2").has_value());
+  ResponseStore tiny(8, 10);  // a conversation larger than the whole budget is not kept
+  tiny.put("resp_x", {ResponseItem{}});
+  CHECK(tiny.size() == 0);
+}
+
+TEST_CASE("Responses API streaming: typed events with sequence numbers reassemble to the non-streamed response", "[server][responses]") {
+  auto& s = qwen();
+  auto c = client(s.port);
+  const std::string base = R"("input":"Say hello","max_output_tokens":12,"temperature":0)";
+  ResponseSeen plain = post_response(*c, "{" + base + "}");
+  ResponseStream st = parse_response_stream(post_sse(*c, "/v1/responses", "{" + base + R"(,"stream":true})"));
+  CHECK(st.text == plain.text);
+  CHECK(st.final.text == plain.text);
+  CHECK(st.final.status == plain.status);
+  CHECK(st.final.output_tokens == plain.output_tokens);
+  if (!plain.text.empty()) {
+    for (const char* t : {"response.output_item.added", "response.content_part.added", "response.output_text.delta",
+                          "response.output_text.done", "response.content_part.done", "response.output_item.done"}) {
+      CHECK(std::find(st.types.begin(), st.types.end(), t) != st.types.end());
+    }
+  }
+  // Tools, streamed: the call's arguments arrive through function_call_arguments.delta/.done.
+  Validator v;
+  for (uint64_t seed : {11, 12}) {
+    ResponseStream tools = parse_response_stream(post_sse(*c, "/v1/responses",
+        R"({"input":"Lights","tools":)" + kToolsFlat + R"(,"tool_choice":{"type":"function","name":"set_light"},"max_output_tokens":160,"stream":true,"seed":)" +
+        std::to_string(seed) + "}"));
+    REQUIRE(tools.calls.size() == 1);
+    REQUIRE(tools.final.calls.size() == 1);
+    CHECK(tools.calls[0].name == "set_light");
+    CHECK(tools.calls[0].arguments == tools.final.calls[0].arguments);
+    v.add_tool_call(kTools, tools.calls[0].name, tools.calls[0].arguments);
+  }
+  v.check();
+}
+
+TEST_CASE("qwen3: Responses API gives a reasoning item when the model thinks", "[server][responses][thinking]") {
+  auto& s = qwen3();
+  auto c = client(s.port);
+  ResponseSeen r = post_response(*c, R"({"input":"Why is the sky blue?","reasoning":{"effort":"low"},"max_output_tokens":96,"seed":3})");
+  // Thinking on: the think block's text is the reasoning item, never in the message text.
+  CHECK(!r.reasoning.empty());
+  CHECK(r.text.find("<think>") == std::string::npos);
+  ResponseStream st = parse_response_stream(post_sse(*c, "/v1/responses",
+      R"({"input":"Why is the sky blue?","reasoning":{"effort":"low"},"max_output_tokens":96,"seed":3,"stream":true})"));
+  CHECK(st.reasoning == r.reasoning);  // same seed, same request: the same reasoning, streamed
+  CHECK(st.final.reasoning == r.reasoning);
+  CHECK(st.final.text == r.text);
+  ResponseSeen off = post_response(*c, R"({"input":"Why is the sky blue?","reasoning":{"effort":"none"},"max_output_tokens":16,"seed":3})");
+  CHECK(off.reasoning.empty());
+}
+
+TEST_CASE("a named tool_choice yields exactly one call even with parallel_tool_calls (qwen2, envelope)", "[server]") {
+  Validator v;
+  for (Started* srv : {&qwen(), &stories()}) {
+    auto c = client(srv->port);
+    for (uint64_t seed = 1; seed <= 6; ++seed) {
+      auto res = c->Post("/v1/chat/completions",
+                         chat_body(R"("tools":)" + kTools + R"(,"tool_choice":{"type":"function","function":{"name":"note"}},"parallel_tool_calls":true,"max_tokens":200,"seed":)" +
+                                   std::to_string(seed)),
+                         "application/json");
+      REQUIRE(res);
+      REQUIRE(res->status == 200);
+      auto calls = check_completion(res->body);
+      INFO(res->body);
+      REQUIRE(calls.size() == 1);
+      CHECK(calls[0].name == "note");
+      v.add_tool_call(kTools, calls[0].name, calls[0].arguments);
+    }
+  }
+  v.check();
+}
+
+TEST_CASE("GET /v1/models/{id}: the model, or 404 with an OpenAI error", "[server]") {
+  auto c = client(stories().port);
+  for (const char* path : {"/v1/models/stories260K", "/models/stories260K"}) {
+    auto res = c->Get(path);
+    REQUIRE(res);
+    CHECK(res->status == 200);
+    Json j(res->body);
+    CHECK(str(j.root["id"]) == "stories260K");
+    CHECK(str(j.root["object"]) == "model");
+    CHECK(str(j.root["owned_by"]) == "picolm");
+  }
+  auto res = c->Get("/v1/models/gpt-4o");
+  REQUIRE(res);
+  CHECK(res->status == 404);
+  Json j(res->body);
+  CHECK(str(j.root["error"]["code"]) == "model_not_found");
+  CHECK(str(j.root["error"]["param"]) == "model");
+}
+
+namespace {
+struct LogprobSeen {
+  std::string token;
+  double logprob = 0;
+  std::string bytes;
+  std::vector<std::pair<std::string, double>> top;
+};
+std::vector<LogprobSeen> read_logprobs(dom::element content) {
+  std::vector<LogprobSeen> out;
+  for (dom::element e : dom::array(content)) {
+    LogprobSeen l;
+    l.token = str(e["token"]);
+    l.logprob = double(e["logprob"]);
+    for (dom::element b : dom::array(e["bytes"])) l.bytes.push_back(static_cast<char>(int64_t(b)));
+    for (dom::element t : dom::array(e["top_logprobs"])) {
+      std::string bytes;
+      for (dom::element b : dom::array(t["bytes"])) bytes.push_back(static_cast<char>(int64_t(b)));
+      l.top.emplace_back(bytes, double(t["logprob"]));
+    }
+    out.push_back(std::move(l));
+  }
+  return out;
+}
+}  // namespace
+
+TEST_CASE("logprobs: the sampled token's log-probability under the grammar mask, top_logprobs among allowed tokens (qwen2)", "[server][logprobs]") {
+  auto& s = qwen();
+  auto c = client(s.port);
+  // Free text, greedy: the sampled token is the most likely one; values are log-probabilities.
+  auto res = c->Post("/v1/chat/completions", chat_body(R"("max_tokens":12,"temperature":0,"logprobs":true,"top_logprobs":5)", "Hello"),
+                     "application/json");
+  REQUIRE(res);
+  REQUIRE(res->status == 200);
+  std::string content, finish;
+  check_completion(res->body, &content, &finish);
+  Json j(res->body);
+  std::vector<LogprobSeen> lp = read_logprobs(j.root["choices"].at(0)["logprobs"]["content"]);
+  REQUIRE(!lp.empty());
+  std::string joined;
+  for (const auto& l : lp) {
+    joined += l.bytes;
+    CHECK(l.logprob <= 0.0);
+    REQUIRE(l.top.size() == 5);
+    CHECK(l.top[0].first == l.bytes);  // greedy
+    CHECK(l.top[0].second == Approx(l.logprob).margin(1e-6));
+    double sum = 0;
+    for (size_t k = 0; k < l.top.size(); ++k) {
+      sum += std::exp(l.top[k].second);
+      if (k) CHECK(l.top[k].second <= l.top[k - 1].second);
+    }
+    CHECK(sum <= 1.0 + 1e-6);
+  }
+  // The reply is the sampled tokens (a stop string may cut it), as the server writes text: invalid
+  // UTF-8 (a token may end mid-character) as U+FFFD.
+  std::string quoted;
+  picolm::json::append_json_string(quoted, joined);
+  Json sanitized(quoted);
+  const std::string joined_text = str(sanitized.root);
+  CHECK(joined_text.rfind(content, 0) == 0);
+  if (finish == "length") CHECK(joined_text == content);
+
+  // Streamed: the same entries, spread over the chunks.
+  std::string sse = post_sse(*c, "/v1/chat/completions",
+                             chat_body(R"("max_tokens":12,"temperature":0,"logprobs":true,"top_logprobs":5,"stream":true)", "Hello"));
+  std::vector<LogprobSeen> streamed;
+  std::istringstream in(sse);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("data: {", 0) != 0) continue;
+    Json chunk(line.substr(6));
+    dom::array choices = chunk.root["choices"];
+    if (choices.size() == 0) continue;
+    dom::element l = choices.at(0)["logprobs"];
+    if (l.is_null()) continue;
+    for (auto& e : read_logprobs(l["content"])) streamed.push_back(e);
+  }
+  REQUIRE(streamed.size() == lp.size());
+  for (size_t i = 0; i < lp.size(); ++i) {
+    CHECK(streamed[i].bytes == lp[i].bytes);
+    CHECK(streamed[i].logprob == Approx(lp[i].logprob).margin(1e-6));
+  }
+
+  // Under a grammar: every top token is one the schema allows there, and with fewer allowed
+  // tokens than asked for, the listed ones carry the whole probability.
+  const std::vector<std::string> values = {"\"alpha\"", "\"beta\""};
+  for (uint64_t seed : {1, 2, 3}) {
+    res = c->Post("/v1/chat/completions",
+                  chat_body(R"("response_format":{"type":"json_schema","json_schema":{"name":"g","schema":{"enum":["alpha","beta"]}}},"max_tokens":16,"logprobs":true,"top_logprobs":20,"seed":)" +
+                            std::to_string(seed)),
+                  "application/json");
+    REQUIRE(res);
+    REQUIRE(res->status == 200);
+    check_completion(res->body, &content);
+    Json g(res->body);
+    lp = read_logprobs(g.root["choices"].at(0)["logprobs"]["content"]);
+    REQUIRE(!lp.empty());
+    std::string prefix;
+    for (const auto& l : lp) {
+      double sum = 0;
+      for (const auto& [tok, v] : l.top) {
+        sum += std::exp(v);
+        std::string cand = prefix + tok;
+        cand.erase(std::remove_if(cand.begin(), cand.end(), [](char ch) { return ch == ' ' || ch == '\n'; }), cand.end());
+        bool ok = false;
+        for (const auto& val : values) ok = ok || val.rfind(cand, 0) == 0;
+        INFO("prefix '" << prefix << "' top token '" << tok << "'");
+        CHECK(ok);
+      }
+      CHECK(sum <= 1.0 + 1e-6);
+      if (l.top.size() < 20) CHECK(sum == Approx(1.0).margin(1e-4));
+      bool sampled_listed = false;
+      for (const auto& [tok, v] : l.top) sampled_listed = sampled_listed || tok == l.bytes;
+      if (l.top.size() < 20) CHECK(sampled_listed);
+      prefix += l.bytes;
+    }
+  }
+  // The Responses API: top_logprobs gives output_text.logprobs, the same entries streamed or not.
+  const std::string rbody = R"("input":"Hello","max_output_tokens":8,"temperature":0,"top_logprobs":2)";
+  res = c->Post("/v1/responses", "{" + rbody + "}", "application/json");
+  REQUIRE(res);
+  REQUIRE(res->status == 200);
+  Json rj(res->body);
+  std::vector<LogprobSeen> rlp = read_logprobs(rj.root["output"].at(0)["content"].at(0)["logprobs"]);
+  REQUIRE(!rlp.empty());
+  for (const auto& l : rlp) {
+    REQUIRE(l.top.size() == 2);
+    CHECK(l.top[0].first == l.bytes);  // greedy
+  }
+  std::string rsse = post_sse(*c, "/v1/responses", "{" + rbody + R"(,"stream":true})");
+  size_t streamed_entries = 0, done_entries = 0;
+  std::istringstream rin(rsse);
+  while (std::getline(rin, line)) {
+    if (line.rfind("data: {", 0) != 0) continue;
+    Json ev(line.substr(6));
+    const std::string type = str(ev.root["type"]);
+    if (type == "response.output_text.delta") streamed_entries += dom::array(ev.root["logprobs"]).size();
+    if (type == "response.output_text.done") done_entries = dom::array(ev.root["logprobs"]).size();
+  }
+  CHECK(done_entries == rlp.size());
+  CHECK(streamed_entries <= rlp.size());
+
+  // Validation: top_logprobs needs logprobs; at most 20; n > 1 is refused.
+  for (const char* extra : {R"("top_logprobs":3)", R"("logprobs":true,"top_logprobs":21)", R"("n":2)", R"("logprobs":"yes")"}) {
+    res = c->Post("/v1/chat/completions", chat_body(extra), "application/json");
+    REQUIRE(res);
+    INFO(extra << " -> " << res->body);
+    CHECK(res->status == 400);
+  }
+  // Without logprobs the field stays null.
+  res = c->Post("/v1/chat/completions", chat_body(R"("max_tokens":2)"), "application/json");
+  REQUIRE(res);
+  Json none(res->body);
+  CHECK(none.root["choices"].at(0)["logprobs"].is_null());
+}
+
+TEST_CASE("CORS: preflight, Allow-Origin on every response (errors and streams too), off by default", "[server][cors]") {
+  auto start_cors = [](std::vector<std::string> origins, const std::string& api_key) {
+    ServerOptions o;
+    o.engine.model_path = kStories;
+    o.engine.threads = 1;
+    o.engine.n_ctx = 512;
+    o.engine.cache_ram_mb = 0;
+    o.host = "127.0.0.1";
+    o.port = 0;
+    o.api_key = api_key;
+    o.cors_origins = std::move(origins);
+    Started s;
+    s.server = std::make_unique<Server>(o);
+    auto port = s.server->start();
+    REQUIRE(port.ok());
+    s.port = port.value();
+    REQUIRE(s.server->wait_loaded(std::chrono::seconds(60)).ok());
+    return s;
+  };
+  const std::string app = "https://app.example";
+  Started listed = start_cors({app, "http://localhost:3000"}, "k");
+  auto c = client(listed.port);
+  httplib::Headers pre = {{"Origin", app}, {"Access-Control-Request-Method", "POST"},
+                          {"Access-Control-Request-Headers", "authorization, content-type, x-stainless-os"}};
+  // Preflight needs no API key (browsers send none with it).
+  auto res = c->Options("/v1/chat/completions", pre);
+  REQUIRE(res);
+  CHECK(res->status == 204);
+  CHECK(res->get_header_value("Access-Control-Allow-Origin") == app);
+  CHECK(res->get_header_value("Vary") == "Origin");
+  CHECK(res->get_header_value("Access-Control-Allow-Methods").find("POST") != std::string::npos);
+  CHECK(res->get_header_value("Access-Control-Allow-Headers") == "authorization, content-type, x-stainless-os");
+  CHECK(res->get_header_value("Access-Control-Max-Age") == "86400");
+  httplib::Headers auth = {{"Origin", app}, {"Authorization", "Bearer k"}};
+  res = c->Get("/v1/models", auth);  // a plain answer
+  REQUIRE(res);
+  CHECK(res->status == 200);
+  CHECK(res->get_header_value("Access-Control-Allow-Origin") == app);
+  res = c->Get("/v1/models", httplib::Headers{{"Origin", app}});  // 401: the page must be able to read the error
+  REQUIRE(res);
+  CHECK(res->status == 401);
+  CHECK(res->get_header_value("Access-Control-Allow-Origin") == app);
+  res = c->Get("/v1/nothing", auth);  // 404 from the router
+  REQUIRE(res);
+  CHECK(res->status == 404);
+  CHECK(res->get_header_value("Access-Control-Allow-Origin") == app);
+  res = c->Post("/v1/chat/completions", auth, chat_body(R"("max_tokens":4,"stream":true)", "Once"), "application/json");
+  REQUIRE(res);
+  CHECK(res->status == 200);
+  CHECK(res->get_header_value("Access-Control-Allow-Origin") == app);
+  CHECK(res->body.find("[DONE]") != std::string::npos);
+  res = c->Post("/v1/responses", auth, R"({"input":"Once","max_output_tokens":4,"stream":true})", "application/json");
+  REQUIRE(res);
+  CHECK(res->status == 200);
+  CHECK(res->get_header_value("Access-Control-Allow-Origin") == app);
+  // An origin not listed gets no grant.
+  res = c->Get("/v1/models", httplib::Headers{{"Origin", "https://evil.example"}, {"Authorization", "Bearer k"}});
+  REQUIRE(res);
+  CHECK(!res->has_header("Access-Control-Allow-Origin"));
+  CHECK(res->get_header_value("Vary") == "Origin");
+
+  Started any = start_cors({"*"}, "");
+  auto ca = client(any.port);
+  res = ca->Options("/v1/responses", pre);
+  REQUIRE(res);
+  CHECK(res->status == 204);
+  CHECK(res->get_header_value("Access-Control-Allow-Origin") == "*");
+  res = ca->Post("/v1/chat/completions", httplib::Headers{{"Origin", "https://x.example"}}, R"({"messages":5})", "application/json");
+  REQUIRE(res);
+  CHECK(res->status == 400);
+  CHECK(res->get_header_value("Access-Control-Allow-Origin") == "*");
+
+  // Off (the default): no headers, and OPTIONS is not answered.
+  auto off = client(stories().port);
+  res = off->Options("/v1/chat/completions", pre);
+  REQUIRE(res);
+  CHECK(res->status == 404);
+  CHECK(!res->has_header("Access-Control-Allow-Origin"));
+  res = off->Get("/v1/models", httplib::Headers{{"Origin", app}});
+  REQUIRE(res);
+  CHECK(!res->has_header("Access-Control-Allow-Origin"));
 }

@@ -44,6 +44,8 @@ void usage(FILE* out) {
       "  --repack auto|on|off    repack the weights at load for the fast kernels (default auto: on where\n"
       "                          the CPU has them and the model is under half the RAM)\n"
       "  --api-key KEY           require Authorization: Bearer KEY\n"
+      "  --cors ORIGIN[,ORIGIN]  let browser pages from these origins call the API ('*' = any): answers\n"
+      "                          preflight OPTIONS, Access-Control-Allow-Origin on every response (default off)\n"
       "  --chat-template NAME    override the detected chat template (chatml, qwen2.5, hermes, llama3.1,\n"
       "                          llama3.2, zephyr, mistral-nemo, gemma2, phi3.5, deepseek-r1, qwen3, smollm3,\n"
       "                          gemma3, qwen3.5, lfm2, lfm2.5)\n"
@@ -135,6 +137,18 @@ int main(int argc, char** argv) {
       o.engine.repack = *r;
     }
     else if (k == "--api-key") o.api_key = val();
+    else if (k == "--cors") {
+      const std::string v = val();
+      for (size_t start = 0; start <= v.size();) {
+        const size_t comma = std::min(v.find(',', start), v.size());
+        if (comma > start) o.cors_origins.push_back(v.substr(start, comma - start));
+        start = comma + 1;
+      }
+      if (o.cors_origins.empty()) {
+        std::fprintf(stderr, "picolm-provider: --cors takes ORIGIN[,ORIGIN] ('*' = any)\n");
+        return 2;
+      }
+    }
     else if (k == "--chat-template") o.engine.chat_template = val();
     else if (k == "--reasoning") {
       const char* v = val();
