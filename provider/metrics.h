@@ -34,6 +34,8 @@ class Metrics {
   void set_queue_depth_source(std::function<size_t()> fn);
   void set_prompt_cache_source(std::function<PromptCacheFigures()> fn);
   void set_busy(bool busy) { busy_ = busy; }
+  // Rendered as picolm_instance_info{instance_id="..."} 1, so replicas behind one proxy tell apart.
+  void set_instance_id(std::string id);
 
   int64_t cancelled() const { return cancelled_; }
   int64_t completion_tokens() const { return completion_tokens_; }
@@ -48,6 +50,7 @@ class Metrics {
   std::atomic<bool> busy_{false};
   mutable std::mutex mu_;
   std::map<std::pair<std::string, int>, int64_t> requests_;  // (endpoint, status) -> count
+  std::string instance_id_;
   std::function<size_t()> queue_depth_;
   std::function<PromptCacheFigures()> prompt_cache_;
 };
