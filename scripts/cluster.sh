@@ -44,8 +44,10 @@ cleanup() {
   for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
   for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
   echo "logs: $run_dir"
+  exit "${1:-0}"
 }
-trap cleanup EXIT INT TERM
+trap 'cleanup 0' INT TERM
+trap 'cleanup 1' EXIT
 
 addrs=()
 for i in $(seq 1 "$n"); do
@@ -67,8 +69,11 @@ for i in $(seq 1 "$n"); do
     sleep 0.5
   done
 done
+replica_pids=""
+for i in $(seq 1 "$n"); do replica_pids+=" r$i=${pids[$((i - 1))]}"; done
 cat <<EOF
 cluster up: $n replica(s) behind http://127.0.0.1:$PROXY_PORT/v1 (logs and haproxy.cfg in $run_dir)
+  replica pids:$replica_pids
   curl -s http://127.0.0.1:$PROXY_PORT/v1/chat/completions -H 'Content-Type: application/json' \\
        -d '{"messages":[{"role":"system","content":"You are terse."},{"role":"user","content":"Hi"}]}'
   curl -s http://127.0.0.1:$PROXY_PORT/replica/r1/metrics     # one replica's metrics
@@ -78,3 +83,4 @@ Ctrl-C stops all.
 EOF
 wait -n "${pids[@]}" || true
 echo "a process exited; stopping the rest"
+cleanup 1

@@ -12,6 +12,8 @@
    completes, on another replica.
 3. Rolling restart: while 60 requests run, each replica in turn gets SIGTERM (drains, exits 0) and
    is started again: all 60 complete, none with an error.
+4. examples/cluster/haproxy.cfg is the generator's output and valid; scripts/cluster.sh 2 comes up,
+   serves a chat through its proxy and stops on SIGINT.
 
 Only the Python standard library; everything listens on 127.0.0.1.
 """
@@ -233,10 +235,79 @@ def run_parallel(jobs, workers):
     return threads, results
 
 
+def free_port_run(n):
+    """A port p with p+1..p+n free too (scripts/cluster.sh numbers its ports from one base)."""
+    for _ in range(50):
+        base = free_port()
+        socks = []
+        try:
+            for p in range(base, base + n + 1):
+                s = socket.socket()
+                socks.append(s)
+                s.bind((HOST, p))
+            return base
+        except OSError:
+            continue
+        finally:
+            for s in socks:
+                s.close()
+    raise RuntimeError("no run of %d free ports" % (n + 1))
+
+
+def check_example_config():
+    """examples/cluster/haproxy.cfg is the generator's output for its three replicas, and valid."""
+    made = subprocess.run(["bash", MAKE_CFG, "127.0.0.1:8081", "127.0.0.1:8082", "127.0.0.1:8083"],
+                          check=True, capture_output=True, text=True).stdout
+    with open(os.path.join(SOURCE, "examples", "cluster", "haproxy.cfg")) as f:
+        check(f.read() == made, "examples/cluster/haproxy.cfg is make-haproxy-cfg.sh's output")
+    valid = subprocess.run(["haproxy", "-c", "-f", os.path.join(SOURCE, "examples", "cluster", "haproxy.cfg")],
+                           capture_output=True, text=True)
+    check(valid.returncode == 0, "haproxy -c accepts examples/cluster/haproxy.cfg: %s" % valid.stderr.strip()[-300:])
+
+
+def check_cluster_script(provider, workdir):
+    """scripts/cluster.sh 2 brings up two replicas and the proxy, serves a chat, and stops on SIGINT."""
+    base = free_port_run(2)
+    env = dict(os.environ, PROVIDER=provider, PROXY_PORT=str(base), BASE_PORT=str(base), TMPDIR=workdir)
+    log = open(os.path.join(workdir, "cluster_sh.log"), "wb")
+    proc = subprocess.Popen(["bash", os.path.join(SOURCE, "scripts", "cluster.sh"), "2", "--cache-dir", "none",
+                             "-j", "1"], env=env, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        up = False
+        until = time.time() + 60
+        while time.time() < until and proc.poll() is None and not up:
+            with open(log.name) as f:
+                up = "cluster up" in f.read()
+            time.sleep(0.1)
+        check(up, "scripts/cluster.sh 2: cluster up (log %s)" % log.name)
+        time.sleep(1.2)  # the proxy's first health checks
+        r = chat(base, 0, "hello", max_tokens=4)
+        check(r.status == 200 and r.finished and r.instance in ("r1", "r2"),
+              "scripts/cluster.sh 2: a chat through its proxy (%s, %s)" % (r.status, r.instance or r.error))
+        status, _, text = request(base, "GET", "/replica/r2/metrics", timeout=10)
+        check(status == 200 and 'picolm_instance_info{instance_id="r2"} 1' in text,
+              "scripts/cluster.sh 2: /replica/r2/metrics")
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            rc = proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            rc = "hung"
+    check(rc == 0, "scripts/cluster.sh stopped on SIGINT (rc %s)" % rc)
+    leftovers = []
+    for port in (base, base + 1, base + 2):
+        with socket.socket() as s:
+            if s.connect_ex((HOST, port)) == 0:
+                leftovers.append(port)
+    check(not leftovers, "scripts/cluster.sh left nothing listening (%s)" % leftovers)
+
+
 def main():
     provider, model, workdir = sys.argv[1:4]
     shutil.rmtree(workdir, ignore_errors=True)
     os.makedirs(workdir)
+    check_example_config()
     cache_dir = os.path.join(workdir, "cache")  # one prompt-cache directory shared by the replicas
     replicas = [Replica("r%d" % (i + 1), provider, model, workdir, cache_dir) for i in range(3)]
     haproxy = None
@@ -384,6 +455,9 @@ def main():
               (len(bad), bad[:3]))
         still_running = sum(1 for r in rres if r is None)
         check(still_running == 0, "rolling: no request left over")
+
+        # ---- 4. the try-it-out script ----
+        check_cluster_script(provider, workdir)
     finally:
         for r in replicas:
             if r.proc and r.proc.poll() is None:
