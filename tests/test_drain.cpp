@@ -2,6 +2,8 @@
 // drain (accepted requests finish, new ones and /health get 503), the drain bound, stop() right
 // after start(), and the instance id in /health, /metrics and the X-Picolm-Instance header.
 // Black box over loopback, in-process servers on ephemeral ports, the stories260K model.
+#include <sys/wait.h>
+
 #include <catch2/catch.hpp>
 #include <httplib.h>
 
@@ -116,6 +118,24 @@ TEST_CASE("a provider whose model fails to load stops at once, every time (issue
   }
   CHECK(loop.get().empty());
   CHECK(round == 400);
+}
+
+TEST_CASE("picolm-provider with a model that fails to load exits 1, 40 starts in a row", "[drain]") {
+  // The process-level form of the stop race: the load fails at once, the load watcher raises
+  // SIGTERM, main stops the server; `timeout` turns a hang into a kill. About 0.35 s a start, so
+  // fewer rounds than the in-process loop above, which is where the race is reproduced.
+  const std::string exe = std::string(PICOLM_BIN_DIR) + "/picolm-provider";
+  REQUIRE(fs::exists(exe));
+  const std::string missing = (fs::temp_directory_path() / "picolm-no-such-model.gguf").string();
+  const std::string cmd = "timeout -s KILL 20 " + exe + " -m " + missing +
+                          " --port 0 --cache-dir none -j 1 > /dev/null 2>&1";
+  int exited_1 = 0;
+  for (int i = 0; i < 40; ++i) {
+    const int st = std::system(cmd.c_str());
+    if (WIFEXITED(st) && WEXITSTATUS(st) == 1) ++exited_1;
+    else FAIL_CHECK("start " << i << ": wait status " << st);
+  }
+  CHECK(exited_1 == 40);
 }
 
 TEST_CASE("drain: accepted requests finish, new ones and /health get 503, then it is drained", "[drain]") {
