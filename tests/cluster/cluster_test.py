@@ -119,6 +119,17 @@ class Result:
         self.finished = False
 
 
+def calibrate(port):
+    """Reply length (tokens) that takes about 0.25 s on this build and host: long enough for a kill
+    or a SIGTERM to find it running, short enough for a sanitizer build on a loaded host."""
+    t = time.time()
+    r = chat(port, 99, "calibration", max_tokens=64)  # a prompt of its own: not one the test routes
+    if r.status != 200:
+        raise RuntimeError("calibration request failed: %s" % r.error)
+    elapsed = max(time.time() - t, 1e-3)
+    return max(24, min(600, int(64 * 0.25 / elapsed)))
+
+
 def chat(proxy_port, k, user, stream=False, max_tokens=4):
     """One request through the proxy, read to the end."""
     r = Result(k, stream)
@@ -304,6 +315,8 @@ def check_cluster_script(provider, workdir):
 
 
 def main():
+    # ctest's timeout sends SIGTERM: unwind through the finally below, which stops every process.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit("cluster test: terminated"))
     provider, model, workdir = sys.argv[1:4]
     shutil.rmtree(workdir, ignore_errors=True)
     os.makedirs(workdir)
@@ -334,6 +347,8 @@ def main():
                 time.sleep(0.1)
         check(up, "proxy answers on port %d" % proxy_port)
         time.sleep(1.5)  # first health checks (inter 1s) done: all servers UP
+        long_reply = calibrate(replicas[0].port)
+        print("long replies: %d tokens" % long_reply)
 
         # ---- 1. routing and the prompt cache ----
         # One request at a time, 30 ms apart: the bounded-load hashing (hash-balance-factor 150)
@@ -380,15 +395,14 @@ def main():
                   "%s /metrics names its instance" % r.name)
 
         # ---- 2. failover: SIGKILL the replica of prompt 0 while it generates ----
-        # Long replies (600 tokens, 0.1-0.5 s each on the demo model) so that the kill finds
-        # requests running and queued there.
+        # Long replies (calibrate()) so that the kill finds requests running and queued there.
         victim = next(r for r in replicas if r.name == served[0])
         retries_before = proxy_counters(proxy_port)
         jobs = []
         for i in range(30):
             k = i % 3
             stream = i % 5 == 4
-            jobs.append(lambda k=k, i=i, stream=stream: chat(proxy_port, k, "failover %d" % i, stream, 600))
+            jobs.append(lambda k=k, i=i, stream=stream: chat(proxy_port, k, "failover %d" % i, stream, long_reply))
         threads, fres = run_parallel(jobs, 6)
         until = time.time() + 30
         while time.time() < until and sum(1 for r in fres if r and r.instance == victim.name) < 2:
@@ -415,14 +429,14 @@ def main():
 
         # ---- 3. rolling restart while 60 requests run ----
         # 20 requests are released per replica restart (12 system prompts, so every replica owns
-        # some), long enough (600 tokens) that the SIGTERM, sent once the replica generates, finds
+        # some), long enough (calibrate()) that the SIGTERM, sent once the replica generates, finds
         # work to drain.
         roll_start = time.time()
         released = threading.Semaphore(0)
 
         def gated(k, i):
             released.acquire()
-            return chat(proxy_port, k, "rolling %d" % i, i % 2 == 1, 600)
+            return chat(proxy_port, k, "rolling %d" % i, i % 2 == 1, long_reply)
 
         jobs = [lambda k=i % 12, i=i: gated(k, i) for i in range(60)]
         threads, rres = run_parallel(jobs, 4)
