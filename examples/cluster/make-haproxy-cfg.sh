@@ -55,6 +55,11 @@ defaults
     timeout queue 60s
     timeout http-request 30s
     timeout http-keep-alive 5s
+    # The proxy's own errors (no replica up, a replica's answer lost or too slow) in the OpenAI
+    # error shape, which clients parse, instead of HAProxy's HTML pages.
+    http-error status 502 content-type application/json string '{"error":{"message":"no answer from the replica (bad gateway)","type":"server_error","code":"bad_gateway"}}'
+    http-error status 503 content-type application/json string '{"error":{"message":"no replica is available","type":"server_error","code":"no_replica"}}' hdr Retry-After 2
+    http-error status 504 content-type application/json string '{"error":{"message":"the replica did not answer in time","type":"server_error","code":"gateway_timeout"}}'
     # One connection per request to a replica: no idle keep-alive connection holds a draining
     # replica's exit for its keep-alive timeout or races its close against a new request; a
     # loopback or LAN connect is nothing beside a generation.
