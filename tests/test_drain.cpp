@@ -2,7 +2,12 @@
 // drain (accepted requests finish, new ones and /health get 503), the drain bound, stop() right
 // after start(), and the instance id in /health, /metrics and the X-Picolm-Instance header.
 // Black box over loopback, in-process servers on ephemeral ports, the stories260K model.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <catch2/catch.hpp>
 #include <httplib.h>
@@ -188,6 +193,44 @@ TEST_CASE("drain: what is left at the bound is cancelled by stop() and answered"
   CHECK(std::chrono::steady_clock::now() - t0 < 10s);
   CHECK(ra.status >= 500);  // the queued job was failed, not left hanging
   CHECK(r.server->in_flight() == 0);
+}
+
+TEST_CASE("a queued stream sends its headers with the first token, so a proxy can still retry it", "[drain]") {
+  Running r = start_loaded();
+  auto eng = r.server->engine();
+  REQUIRE(eng);
+  eng->set_paused(true);
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  REQUIRE(fd >= 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(r.port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+  const std::string body = chat(true, 4);
+  const std::string head = "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                           "Content-Length: " + std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n";
+  const std::string req = head + body;
+  REQUIRE(::send(fd, req.data(), req.size(), 0) == static_cast<ssize_t>(req.size()));
+  wait_in_flight(*r.server, 1);
+  pollfd p{fd, POLLIN, 0};
+  CHECK(::poll(&p, 1, 400) == 0);  // queued: not a byte yet, not even the status line
+
+  eng->set_paused(false);
+  std::string got;
+  char buf[4096];
+  for (;;) {
+    p.revents = 0;
+    if (::poll(&p, 1, 30000) <= 0) break;
+    const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+    if (n <= 0) break;
+    got.append(buf, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  CHECK(got.starts_with("HTTP/1.1 200"));
+  CHECK(got.find("text/event-stream") != std::string::npos);
+  CHECK(got.find("data: [DONE]") != std::string::npos);
+  r.server->stop();
 }
 
 TEST_CASE("instance id: /health, /metrics and the response header name the replica", "[drain]") {
