@@ -10,6 +10,11 @@ void Metrics::count_request(std::string_view endpoint, int status) {
   ++requests_[{std::string(endpoint), status}];
 }
 
+void Metrics::set_instance_id(std::string id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  instance_id_ = std::move(id);
+}
+
 void Metrics::set_queue_depth_source(std::function<size_t()> fn) {
   std::lock_guard<std::mutex> lock(mu_);
   queue_depth_ = std::move(fn);
@@ -69,6 +74,18 @@ std::string Metrics::render() const {
   std::function<PromptCacheFigures()> cache;
   {
     std::lock_guard<std::mutex> lock(mu_);
+    if (!instance_id_.empty()) {
+      // A label value escapes backslash, double quote and newline (exposition format 0.0.4).
+      std::string v;
+      for (char c : instance_id_) {
+        if (c == '\\' || c == '"') v += '\\';
+        if (c == '\n') v += "\\n";
+        else v += c;
+      }
+      out += "# HELP picolm_instance_info The replica's --instance-id.\n";
+      out += "# TYPE picolm_instance_info gauge\n";
+      out += "picolm_instance_info{instance_id=\"" + v + "\"} 1\n";
+    }
     out += "# HELP picolm_requests_total HTTP requests by endpoint and status.\n";
     out += "# TYPE picolm_requests_total counter\n";
     for (const auto& [k, v] : requests_) {

@@ -40,6 +40,8 @@ class Metrics {
   void set_slots_busy(int busy) { slots_busy_ = busy; }
   void observe_batch(int64_t sequences);
   void add_slot_tokens(int slot, int64_t n);
+  // Rendered as picolm_instance_info{instance_id="..."} 1, so replicas behind one proxy tell apart.
+  void set_instance_id(std::string id);
 
   int64_t cancelled() const { return cancelled_; }
   int64_t completion_tokens() const { return completion_tokens_; }
@@ -62,6 +64,7 @@ class Metrics {
   int n_slots_ = 0;
   mutable std::mutex mu_;
   std::map<std::pair<std::string, int>, int64_t> requests_;  // (endpoint, status) -> count
+  std::string instance_id_;
   std::function<size_t()> queue_depth_;
   std::function<PromptCacheFigures()> prompt_cache_;
 };

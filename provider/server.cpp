@@ -10,6 +10,7 @@
 #include <httplib.h>
 #include <spdlog/spdlog.h>
 
+#include <atomic>
 #include <condition_variable>
 #include <ctime>
 #include <fstream>
@@ -18,6 +19,7 @@
 #include <random>
 #include <thread>
 
+#include "json_writer.h"
 #include "metrics.h"
 #include "openai.h"
 #include "responses.h"
@@ -116,6 +118,10 @@ struct Server::Impl {
   bool load_done = false;
   std::string load_error;
   bool stopped = false;
+  bool draining = false;  // begin_drain(): new generations and /health answer 503
+  int in_flight = 0;      // generations admitted and not yet answered (see admit())
+  std::condition_variable drained_cv;
+  std::atomic<bool> listener_done{false};
 
   std::mutex rng_mu;
   std::mt19937_64 rng{std::random_device{}()};
@@ -134,6 +140,18 @@ struct Server::Impl {
     std::string id(prefix);
     for (int i = 0; i < 24; ++i) id.push_back(kAlphabet[rng() % (sizeof(kAlphabet) - 1)]);
     return id;
+  }
+
+  // Admits a generation unless draining: the count stays up until the returned token is released,
+  // which the response (a streamed one's content provider included) does when it is written.
+  std::shared_ptr<void> admit() {
+    std::lock_guard<std::mutex> lock(mu);
+    if (draining || stopped) return nullptr;
+    ++in_flight;
+    return std::shared_ptr<void>(static_cast<void*>(this), [this](void*) {
+      std::lock_guard<std::mutex> l(mu);
+      if (--in_flight == 0) drained_cv.notify_all();
+    });
   }
 
   void setup_routes();
@@ -215,6 +233,11 @@ void Server::Impl::load_model() {
 }
 
 void Server::Impl::handle_generation(const httplib::Request& req, httplib::Response& res, bool tool_call_api) {
+  std::shared_ptr<void> flight = admit();
+  if (!flight) {  // nothing started: a proxy's `retry-on 503` sends it to another replica
+    res.set_header("Retry-After", "1");
+    return send_error(res, ApiError{503, "the server is shutting down (draining)", "server_error", "", "draining"});
+  }
   ChatRequest r;
   ApiError err;
   bool parsed = tool_call_api ? parse_tool_call_request(req.body, r, err) : parse_chat_request(req.body, r, err);
@@ -235,14 +258,21 @@ void Server::Impl::handle_generation(const httplib::Request& req, httplib::Respo
       bool sent_role = false;
       bool finished = false;
       std::vector<TokenLogprob> logprobs;  // recorded, not yet attached to a chunk
+      std::vector<Delta> first;  // what arrived before the headers went out
     };
     auto state = std::make_shared<StreamState>();
+    // The headers leave with the first piece of the reply, not at admission: until then the client
+    // has nothing, so a proxy in front can still retry the request on another replica if this one
+    // dies or restarts while the job waits in the queue (examples/cluster).
+    while (!job->wait(std::chrono::milliseconds(100), state->first) && state->first.empty()) {
+      if (watch->closed()) { job->cancel(); break; }
+    }
     const bool include_usage = r.include_usage;
     res.set_header("Cache-Control", "no-cache");
     res.set_header("X-Accel-Buffering", "no");
     res.set_chunked_content_provider(
         "text/event-stream",
-        [job, ids, include_usage, state, watch, eng](size_t, httplib::DataSink& sink) -> bool {
+        [job, ids, include_usage, state, watch, eng, flight](size_t, httplib::DataSink& sink) -> bool {
           try {
             auto write_event = [&](const std::string& data) {
               std::string line = "data: " + data + "\n\n";
@@ -253,8 +283,9 @@ void Server::Impl::handle_generation(const httplib::Request& req, httplib::Respo
               state->sent_role = true;
               if (!write_event(chunk_role_json(ids))) { job->cancel(); return false; }
             }
-            std::vector<Delta> deltas;
-            bool done = job->wait(std::chrono::milliseconds(100), deltas);
+            std::vector<Delta> deltas = std::move(state->first);
+            state->first.clear();
+            bool done = job->wait(std::chrono::milliseconds(deltas.empty() ? 100 : 0), deltas);
             const bool logprobs = job->logprobs_top >= 0;
             if (logprobs) {
               std::vector<TokenLogprob> more = job->take_logprobs();
@@ -332,6 +363,11 @@ std::shared_ptr<Job> Server::Impl::start_job(const std::shared_ptr<Engine>& eng,
 // POST /v1/responses (responses.h): the same ChatRequest and job as chat completions, answered as
 // a response object or its typed events; stored for previous_response_id unless store is false.
 void Server::Impl::handle_responses(const httplib::Request& req, httplib::Response& res) {
+  std::shared_ptr<void> flight = admit();
+  if (!flight) {  // nothing started: a proxy's `retry-on 503` sends it to another replica
+    res.set_header("Retry-After", "1");
+    return send_error(res, ApiError{503, "the server is shutting down (draining)", "server_error", "", "draining"});
+  }
   auto rr = std::make_shared<ResponsesRequest>();
   ApiError err;
   if (!parse_responses_request(req.body, &responses, *rr, err)) return send_error(res, err);
@@ -361,7 +397,7 @@ void Server::Impl::handle_responses(const httplib::Request& req, httplib::Respon
     res.set_header("Cache-Control", "no-cache");
     res.set_header("X-Accel-Buffering", "no");
     res.set_chunked_content_provider(
-        "text/event-stream", [job, state, watch, eng, keep](size_t, httplib::DataSink& sink) -> bool {
+        "text/event-stream", [job, state, watch, eng, keep, flight](size_t, httplib::DataSink& sink) -> bool {
           try {
             auto write = [&](const std::string& events) { return events.empty() || sink.write(events.data(), events.size()); };
             if (state->finished) return false;
@@ -437,6 +473,7 @@ void Server::Impl::setup_routes() {
   auto edge = [this](std::string endpoint, bool needs_auth, auto fn) {
     return [this, endpoint, needs_auth, fn](const httplib::Request& req, httplib::Response& res) {
       try {
+        res.set_header("X-Picolm-Instance", opts.instance_id);
         if (needs_auth && !opts.api_key.empty()) {
           const std::string auth = req.get_header_value("Authorization");
           if (auth != "Bearer " + opts.api_key) {
@@ -508,9 +545,13 @@ void Server::Impl::setup_routes() {
 
   http.Get("/health", edge("health", false, [this](const httplib::Request&, httplib::Response& res) {
     std::lock_guard<std::mutex> lock(mu);
-    if (engine) send_json(res, 200, R"({"status":"ok"})");
-    else if (!load_done) send_json(res, 503, R"({"status":"loading"})");
-    else send_json(res, 503, R"({"status":"error","message":"the model failed to load"})");
+    std::string id_field = ",\"instance_id\":";
+    json::append_json_string(id_field, opts.instance_id);
+    // Draining first: a proxy must stop sending here even though the engine still runs.
+    if (draining) send_json(res, 503, R"({"status":"draining")" + id_field + "}");
+    else if (engine) send_json(res, 200, R"({"status":"ok")" + id_field + "}");
+    else if (!load_done) send_json(res, 503, R"({"status":"loading")" + id_field + "}");
+    else send_json(res, 503, R"({"status":"error","message":"the model failed to load")" + id_field + "}");
   }));
   http.Get("/metrics", edge("metrics", true, [this](const httplib::Request&, httplib::Response& res) {
     res.set_content(metrics.render(), "text/plain; version=0.0.4");
@@ -579,7 +620,23 @@ Result<int> Server::start() {
   } else if (!s.http.bind_to_port(s.opts.host, port)) {
     return Error{"cannot bind to " + s.opts.host + ":" + std::to_string(port)};
   }
-  s.listener = std::thread([&s] { s.http.listen_after_bind(); });
+  if (s.opts.instance_id.empty()) {
+    // A wildcard address is the same on every board; the host name tells replicas apart.
+    std::string host = s.opts.host;
+    char name[256] = {};
+    if ((host == "0.0.0.0" || host == "::" || host.empty()) && ::gethostname(name, sizeof name - 1) == 0) host = name;
+    s.opts.instance_id = host + ":" + std::to_string(port);
+  }
+  s.metrics.set_instance_id(s.opts.instance_id);
+  s.listener = std::thread([&s] {
+    s.http.listen_after_bind();
+    s.listener_done = true;
+  });
+  // httplib's stop() does nothing until the listener thread has marked itself running, and the
+  // listener then accepts forever: a stop() right after start() (a model that fails to load at
+  // once) hung the process about once in 200 starts (issue 15 item 5). The flag is set first thing
+  // in the listener thread, so this wait is short.
+  while (!s.http.is_running() && !s.listener_done) std::this_thread::sleep_for(std::chrono::microseconds(200));
   s.loader = std::thread([&s] { s.load_model(); });
   return port;
 }
@@ -595,6 +652,24 @@ Status Server::wait_loaded(std::chrono::milliseconds timeout) {
 void Server::wait() {
   if (impl_->listener.joinable()) impl_->listener.join();
 }
+
+void Server::begin_drain() {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  impl_->draining = true;
+}
+
+bool Server::wait_drained(std::chrono::milliseconds timeout) {
+  Impl& s = *impl_;
+  std::unique_lock<std::mutex> lock(s.mu);
+  return s.drained_cv.wait_for(lock, timeout, [&] { return s.in_flight == 0; });
+}
+
+int Server::in_flight() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->in_flight;
+}
+
+const std::string& Server::instance_id() const { return impl_->opts.instance_id; }
 
 void Server::stop() {
   Impl& s = *impl_;

@@ -6,6 +6,10 @@
 //   GET  /v1/models, /models, /v1/models/{id}, /health, /metrics
 //   OPTIONS *                                      (CORS preflight, with --cors)
 //
+// Graceful drain (SIGTERM in picolm-provider, rolling restarts behind a proxy): begin_drain() makes
+// /health and every new generation answer 503 (a proxy retries those elsewhere) while the requests
+// already accepted, running or queued, finish; wait_drained() says when none is left; then stop().
+//
 // HTTP threads parse, validate and enqueue; the Engine's single worker generates. The model loads
 // in the background after start(): /health answers 503 until it is ready.
 // Thread-safety: start/stop/wait_loaded from one controlling thread; everything else is internal.
@@ -30,6 +34,9 @@ struct ServerOptions {
   int http_threads = 0;                   // 0 = max_queue + 4 (at least 8)
   // CORS: origins allowed to call from a browser ("*" = any); empty = no CORS headers, OPTIONS 404.
   std::vector<std::string> cors_origins;
+  // Names this replica in log lines, /health, /metrics (picolm_instance_info) and the
+  // X-Picolm-Instance response header. "" = HOST:PORT once bound (the host name for 0.0.0.0 / ::).
+  std::string instance_id;
 };
 
 class Server {
@@ -45,7 +52,16 @@ class Server {
   Status wait_loaded(std::chrono::milliseconds timeout = std::chrono::hours(24));
   // Blocks until stop() is called or the listener fails.
   void wait();
+  // From now on /health and new generations answer 503 (code "draining"); accepted ones go on.
+  void begin_drain();
+  // Blocks until no accepted generation is left unanswered (true) or the timeout passes (false).
+  bool wait_drained(std::chrono::milliseconds timeout);
+  // Generations accepted and not yet answered (running, queued or streaming).
+  int in_flight() const;
+  // Cancels whatever still runs and stops listening; safe right after start() (issue 15 item 5).
   void stop();
+  // The instance id in use (ServerOptions::instance_id, or HOST:PORT once started).
+  const std::string& instance_id() const;
 
   // The engine once loaded, else null (tests use it to pause the worker).
   std::shared_ptr<Engine> engine() const;

@@ -1,5 +1,6 @@
 // picolm-provider: the OpenAI-compatible HTTP server. See provider/server.h for the endpoints.
 #include <signal.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <spdlog/cfg/env.h>
@@ -7,6 +8,7 @@
 #include <spdlog/spdlog.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -62,6 +64,11 @@ void usage(FILE* out) {
       "  --grammar-cache-mb N    compiled JSON-schema/tool grammars kept in RAM (default 64)\n"
       "  --warm FILE             a chat request (JSON) whose prompt is prefilled at start-up\n"
       "  --model-id NAME         the id /v1/models reports (default: the file name)\n"
+      "  --instance-id NAME      this replica's name in log lines, /health, /metrics and the X-Picolm-Instance\n"
+      "                          header (default HOST:PORT, the host name for 0.0.0.0)\n"
+      "  --drain-timeout SEC     on SIGTERM/SIGINT: /health and new requests answer 503 while accepted ones\n"
+      "                          finish, for at most SEC seconds, then the rest is cancelled (default 60;\n"
+      "                          0 = stop at once; a second signal also stops at once)\n"
       "  --version               print version, git commit and the CPU features in use, and exit\n"
       "  -h, --help\n");
 }
@@ -89,6 +96,7 @@ int main(int argc, char** argv) {
   o.engine.max_queue = 16;
   bool cache_dir_given = false;
   std::string hf;
+  long drain_timeout_sec = 60;
   for (int i = 1; i < argc; ++i) {
     std::string k = argv[i];
     auto val = [&]() -> const char* {
@@ -171,6 +179,8 @@ int main(int argc, char** argv) {
     else if (k == "--grammar-cache-mb") o.engine.grammar_cache_mb = static_cast<size_t>(num(0, 1 << 20));
     else if (k == "--warm") o.warm_file = val();
     else if (k == "--model-id") o.engine.model_id = val();
+    else if (k == "--instance-id") o.instance_id = val();
+    else if (k == "--drain-timeout") drain_timeout_sec = num(0, 1 << 24);
     else {
       std::fprintf(stderr, "picolm-provider: unknown option '%s'\n", k.c_str());
       usage(stderr);
@@ -225,6 +235,10 @@ int main(int argc, char** argv) {
     spdlog::error("{}", port.error());
     return 1;
   }
+  // Every line from here on names the replica, so the logs of several can be merged.
+  std::string id_pattern;
+  for (char c : server.instance_id()) id_pattern += c == '%' ? std::string("%%") : std::string(1, c);
+  spdlog::set_pattern("[%Y-%m-%d %H:%M:%S.%e] [picolm " + id_pattern + "] [%^%l%$] %v");
   spdlog::info("picolm-provider listening on http://{}:{}/v1 (model loading: /health says 503 until ready)", o.host,
                port.value());
   // Print the port on stdout too, so scripts that ask for --port 0 can find it.
@@ -242,8 +256,28 @@ int main(int argc, char** argv) {
   });
   int sig = 0;
   sigwait(&sigs, &sig);
-  spdlog::info("signal {}: shutting down", sig);
+  if (!load_failed) {
+    // Graceful drain (rolling restarts behind a proxy): /health and new requests answer 503, so the
+    // proxy sends them elsewhere, while the requests already taken finish within the bound.
+    server.begin_drain();
+    spdlog::info("signal {}: draining: {} request(s) to finish (at most {} s; a second signal stops at once)", sig,
+                 server.in_flight(), drain_timeout_sec);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(drain_timeout_sec);
+    while (!server.wait_drained(std::chrono::milliseconds(100))) {
+      const timespec poll_now{0, 0};
+      if (sigtimedwait(&sigs, nullptr, &poll_now) > 0) {
+        spdlog::warn("second signal: stopping now, cancelling {} request(s)", server.in_flight());
+        break;
+      }
+      if (std::chrono::steady_clock::now() >= deadline) {
+        spdlog::warn("drain timeout ({} s): cancelling {} request(s)", drain_timeout_sec, server.in_flight());
+        break;
+      }
+    }
+  }
+  spdlog::info("shutting down");
   server.stop();
   load_watch.join();
+  spdlog::info("stopped");
   return load_failed ? 1 : 0;
 }
