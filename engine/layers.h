@@ -58,11 +58,13 @@ struct Forward {
     const Segment& s = seg_of(t);
     return s.pos0 + int32_t(t - s.row0);
   }
-  // fn(t) for every row t < n; spread over the pool when there are enough rows.
+  // fn(t) for every row t < n; spread over the pool when there are enough rows. A decode step of a
+  // few sequences stays on the calling thread: a row's elementwise work (~n_embd floats) costs less
+  // than waking the workers, and a step issues about 4 of these loops per layer.
   template <class Fn>
   void for_rows(int64_t n, const Fn& fn) {
     const int n_workers = pool.size();
-    if (n < 4 || n_workers == 1) {
+    if (n < 16 || n_workers == 1) {
       for (int64_t t = 0; t < n; ++t) fn(t);
       return;
     }

@@ -351,6 +351,9 @@ Status run_batch(std::span<const SeqBatch> items, const std::function<void(size_
     r.s->n_logit_rows = r.all_logits ? r.toks.size() : 1;
     r.s->logits.resize(r.s->n_logit_rows * nv);
   }
+  // n_batch bounds a prefill's micro-batch; one decode row per sequence always fits in one step
+  // (every session's segment stays within its n_batch + 1 rows, which its KV rings are sized for).
+  cap = std::max(cap, int32_t(run.size()));
   std::vector<Segment> segs;
   std::vector<OutputRow> out;
   size_t done_total = 0;
@@ -369,7 +372,8 @@ Status run_batch(std::span<const SeqBatch> items, const std::function<void(size_
       if (rem == 0) continue;
       const int64_t room = int64_t(cap) - T;
       if (room <= 0) break;
-      size_t n = std::min(rem, size_t(room));
+      // Within the session's own n_batch (+1) too: its KV rings hold window + n_batch positions.
+      size_t n = std::min({rem, size_t(room), size_t(r.s->opts.n_batch)});
       if (rem - n == 1) ++n;  // n <= room, so the micro-batch stays within cap + 1
       segs.push_back({r.s, T, int64_t(n), int32_t(r.s->tokens.size())});
       T += int64_t(n);

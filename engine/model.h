@@ -191,8 +191,9 @@ class Session {
 // positions. Afterwards each session's logits()/logits_at()/n_past() are as after its own eval().
 // The sessions must be distinct and share one model and one thread pool. One forward pass per
 // micro-batch covers the tokens of all items (every weight matrix is read once per step for all
-// sequences); a micro-batch holds at most the smallest n_batch of the sessions (+1, as in eval),
-// taking items in order, so a long prefill item is split across steps. The first item's session's
+// sequences); a micro-batch holds at most max(the smallest n_batch of the sessions, the number of
+// items) rows (+1, as in eval) and each item's session's n_batch (+1), taking items in order, so a
+// long prefill item is split across steps while one decode row per item always fits in one. The first item's session's
 // workspace is used. Batch invariance: where batch_invariant(model), a sequence's logits are the
 // same bits whatever else is in the batch and however it is split (ARCHITECTURE.md, Numerics).
 // Bad input (no items, empty tokens, a session twice, another model or pool, a token out of

@@ -122,7 +122,9 @@ std::vector<Trace> run_together(const std::shared_ptr<Model>& m, ThreadPool& poo
 
 struct Case {
   const char* file;
-  int32_t n_batch;  // small for gemma3: a ring of 64 slots that the sequences wrap around
+  // Small for gemma3: a ring of 64 slots that the sequences wrap around. 1: micro-batches of one
+  // decode row per sequence, prefill chunks cut to 2 rows per sequence.
+  int32_t n_batch;
   bool file_rows;   // also with Repack::Off
 };
 
@@ -186,7 +188,7 @@ TEST_CASE("eval_batch: every sequence's logits equal its own eval's (N = 1..4, d
                         {"qwen3-tiny-q4km.gguf", 16, false}, {"gemma3-tiny-q4km.gguf", 8, true},
                         {"qwen2-bpe-q4km.gguf", 16, false},  {"zoo-Q6_K.gguf", 16, false},
                         {"zoo-Q8_0.gguf", 16, false},        {"zoo-Q3_K.gguf", 16, false},
-                        {"gemma3-tiny-f16.gguf", 8, false}};
+                        {"gemma3-tiny-f16.gguf", 8, false},  {"gemma3-tiny-q4km.gguf", 1, false}};
   ThreadPool pool(2);
   for (const Case& c : cases) {
     check_batches(pool, c, Repack::On, {1, 2, 3, 4});

@@ -333,6 +333,7 @@ int main(int argc, char** argv) {
 
   // N sequences decoding together: N fresh sessions sharing one workspace, each step one
   // eval_batch of one random token per sequence; returns aggregate tokens/s.
+  double seq_cpu = 0;  // the last run_tg_seqs' tokens per CPU-second x threads
   auto run_tg_seqs = [&](int n_seqs, int n) -> double {
     SessionOptions sso = so;
     sso.workspace = make_eval_workspace();
@@ -340,6 +341,7 @@ int main(int argc, char** argv) {
     for (int i = 0; i < n_seqs; ++i) ss.push_back(std::make_unique<Session>(model, pool, sso));
     std::vector<int32_t> toks(static_cast<size_t>(n_seqs));
     std::vector<SeqBatch> items(static_cast<size_t>(n_seqs));
+    const double c0 = cpu_seconds();
     const auto t0 = Clock::now();
     for (int step = 0; step < n; ++step) {
       for (int i = 0; i < n_seqs; ++i) {
@@ -353,6 +355,7 @@ int main(int argc, char** argv) {
       }
     }
     const double dt = seconds_since(t0);
+    seq_cpu = double(n_seqs) * n * a.threads / std::max(1e-9, cpu_seconds() - c0);
     sample_private();
     return double(n_seqs) * n / dt;
   };
@@ -379,11 +382,14 @@ int main(int argc, char** argv) {
   const double cpu_util = (cpu_seconds() - cpu0) / (seconds_since(wall0) * a.threads);
   // --seqs: the counts interleaved run by run (N = 1, 2, 4, 1, 2, 4, ...), so that a change in the
   // machine's load touches every count alike.
-  std::vector<std::vector<double>> seq_runs(a.seqs.size());
+  std::vector<std::vector<double>> seq_runs(a.seqs.size()), seq_runs_cpu(a.seqs.size());
   if (!a.seqs.empty() && a.n > 0) {
     for (int n_seqs : a.seqs) run_tg_seqs(n_seqs, std::min(a.n, 4));  // warm-up: scratch of each size
     for (int i = 0; i < a.r; ++i)
-      for (size_t j = 0; j < a.seqs.size(); ++j) seq_runs[j].push_back(run_tg_seqs(a.seqs[j], a.n));
+      for (size_t j = 0; j < a.seqs.size(); ++j) {
+        seq_runs[j].push_back(run_tg_seqs(a.seqs[j], a.n));
+        seq_runs_cpu[j].push_back(seq_cpu);
+      }
   }
   const Stats spp = stats(pp), stg = stats(tg), spp_cpu = stats(pp_cpu), stg_cpu = stats(tg_cpu);
   const double peak_rss_mb = status_kb("VmHWM") / 1024.0;
@@ -417,8 +423,10 @@ int main(int argc, char** argv) {
       std::printf(",\"tg_seqs\":[");
       for (size_t j = 0; j < seq_runs.size(); ++j) {
         const Stats st = stats(seq_runs[j]);
-        std::printf("%s{\"seqs\":%d,\"tok_s\":%.3f,\"min\":%.3f,\"max\":%.3f,\"per_seq_tok_s\":%.3f}", j ? "," : "",
-                    a.seqs[j], st.median, st.min, st.max, st.median / a.seqs[j]);
+        std::printf("%s{\"seqs\":%d,\"tok_s\":%.3f,\"min\":%.3f,\"max\":%.3f,\"per_seq_tok_s\":%.3f,"
+                    "\"tok_per_cpu_s\":%.3f}",
+                    j ? "," : "", a.seqs[j], st.median, st.min, st.max, st.median / a.seqs[j],
+                    stats(seq_runs_cpu[j]).median);
       }
       std::printf("]");
     }
@@ -441,6 +449,9 @@ int main(int argc, char** argv) {
     const Stats st = stats(seq_runs[j]);
     std::printf("tg%-5d x%-3d %7.2f tok/s aggregate, %.2f per sequence  (min %.2f, max %.2f, %d runs)\n", a.n,
                 a.seqs[j], st.median, st.median / a.seqs[j], st.min, st.max, a.r);
+    if (cpu_util < 0.9)
+      std::printf("              per CPU-second x threads: %.2f tok/s aggregate (estimate)\n",
+                  stats(seq_runs_cpu[j]).median);
   }
   if (cpu_util < 0.9)
     std::printf("busy machine: per CPU-second x threads: pp %.2f tok/s, tg %.2f tok/s (estimate)\n", spp_cpu.median,
