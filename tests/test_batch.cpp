@@ -147,7 +147,7 @@ void check_batches(ThreadPool& pool, const Case& c, Repack rp, std::initializer_
   so.n_batch = c.n_batch;
   const std::vector<std::vector<int32_t>> prompts = {prompt(0, 5, nv), prompt(1, 23, nv), prompt(2, 1, nv),
                                                      prompt(3, 70, nv)};
-  const int steps = 24;
+  const int steps = 16;
   std::vector<Trace> alone;
   for (const auto& p : prompts) alone.push_back(run_alone(m.value(), pool, so, p, steps));
   for (size_t n : ns) {

@@ -334,6 +334,7 @@ int main(int argc, char** argv) {
   // N sequences decoding together: N fresh sessions sharing one workspace, each step one
   // eval_batch of one random token per sequence; returns aggregate tokens/s.
   double seq_cpu = 0;  // the last run_tg_seqs' tokens per CPU-second x threads
+  double seq_kv_mb = 0, seq_ws_mb = 0;  // KV cache per sequence; the shared workspace (largest)
   auto run_tg_seqs = [&](int n_seqs, int n) -> double {
     SessionOptions sso = so;
     sso.workspace = make_eval_workspace();
@@ -356,6 +357,8 @@ int main(int argc, char** argv) {
     }
     const double dt = seconds_since(t0);
     seq_cpu = double(n_seqs) * n * a.threads / std::max(1e-9, cpu_seconds() - c0);
+    seq_kv_mb = double(ss[0]->kv_bytes()) / (1024.0 * 1024.0);
+    seq_ws_mb = std::max(seq_ws_mb, double(ss[0]->workspace_bytes()) / (1024.0 * 1024.0));
     sample_private();
     return double(n_seqs) * n / dt;
   };
@@ -428,7 +431,7 @@ int main(int argc, char** argv) {
                     j ? "," : "", a.seqs[j], st.median, st.min, st.max, st.median / a.seqs[j],
                     stats(seq_runs_cpu[j]).median);
       }
-      std::printf("]");
+      std::printf("],\"seq_kv_mb\":%.2f,\"seq_workspace_mb\":%.2f", seq_kv_mb, seq_ws_mb);
     }
     if (a.bandwidth)
       std::printf(",\"bandwidth_gb_s\":%.2f,\"bandwidth_cpu_gb_s\":%.2f,\"tg_roofline_tok_s\":%.2f,"
@@ -453,6 +456,9 @@ int main(int argc, char** argv) {
       std::printf("              per CPU-second x threads: %.2f tok/s aggregate (estimate)\n",
                   stats(seq_runs_cpu[j]).median);
   }
+  if (!seq_runs.empty())
+    std::printf("              memory: KV %.2f MiB per sequence, one shared workspace %.2f MiB\n", seq_kv_mb,
+                seq_ws_mb);
   if (cpu_util < 0.9)
     std::printf("busy machine: per CPU-second x threads: pp %.2f tok/s, tg %.2f tok/s (estimate)\n", spp_cpu.median,
                 stg_cpu.median);
