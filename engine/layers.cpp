@@ -1,5 +1,6 @@
 #include "layers.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -94,14 +95,14 @@ void gelu_mul(int n, float* gate, const float* up) {
 // ---- blocks -------------------------------------------------------------------------------------
 
 void embed(Forward& f, float scale) {
-  Session::Impl& S = f.s;
+  EvalWorkspace& W = f.w;
   const WeightView& emb = f.m.tok_embd;
   const int64_t E = f.hp().n_embd;
   const size_t emb_row_bytes = row_bytes(emb.type, E);
   const auto dequantize = f.m.kernels->dequantize_row[static_cast<uint32_t>(emb.type)];
-  S.for_tokens(f.T, [&](int64_t t) {
+  f.for_rows(f.T, [&](int64_t t) {
     const auto* row = static_cast<const uint8_t*>(emb.data) + size_t(f.toks[t]) * emb_row_bytes;
-    float* xt = S.x.data() + t * E;
+    float* xt = W.x.data() + t * E;
     dequantize(row, xt, E);
     if (scale != 1.0f)
       for (int64_t i = 0; i < E; ++i) xt[i] *= scale;
@@ -109,14 +110,14 @@ void embed(Forward& f, float scale) {
 }
 
 void norm_input(Forward& f, const std::vector<float>& w) {
-  Session::Impl& S = f.s;
+  EvalWorkspace& W = f.w;
   const int64_t E = f.hp().n_embd;
   const float eps = f.hp().rms_eps;
-  S.for_tokens(f.T, [&](int64_t t) { rms_norm(&S.x[t * E], w.data(), &S.xn[t * E], E, eps); });
+  f.for_rows(f.T, [&](int64_t t) { rms_norm(&W.x[t * E], w.data(), &W.xn[t * E], E, eps); });
 }
 
 void attention(Forward& f, int layer) {
-  Session::Impl& S = f.s;
+  EvalWorkspace& W = f.w;
   const HParams& hp = f.hp();
   const LayerHParams& lp = hp.layers[size_t(layer)];
   const AttnWeights& w = f.m.layers[size_t(layer)].attn;
@@ -124,23 +125,21 @@ void attention(Forward& f, int layer) {
   const VecOps& ops = *f.m.vec_ops;
   const ActivationMode mode = f.m.opts.activations;
   const int hd = hp.head_dim;
-  const int64_t q_dim = int64_t(hp.n_head) * hd, kv_row = S.kv_row;
+  const int64_t q_dim = int64_t(hp.n_head) * hd, kv_row = int64_t(hp.n_head_kv) * hd;  // the cache's row
   const int64_t T = f.T;
-  const int32_t pos0 = f.pos0;
 
-  // q/k/v share their input: one activation quantization and one pass of the pool.
-  const MatmulTarget qkv[3] = {{w.wq.type, w.wq.data, w.wq.rows, S.q.data(), w.wq.packed},
-                               {w.wk.type, w.wk.data, w.wk.rows, S.k.data(), w.wk.packed},
-                               {w.wv.type, w.wv.data, w.wv.rows, S.v.data(), w.wv.packed}};
-  matmul_multi(K, *S.pool, mode, qkv, 3, w.wq.cols, S.xn.data(), T);
+  // q/k/v share their input: one activation quantization and one pass of the pool, for the rows
+  // of every sequence.
+  const MatmulTarget qkv[3] = {{w.wq.type, w.wq.data, w.wq.rows, W.q.data(), w.wq.packed},
+                               {w.wk.type, w.wk.data, w.wk.rows, W.k.data(), w.wk.packed},
+                               {w.wv.type, w.wv.data, w.wv.rows, W.v.data(), w.wv.packed}};
+  matmul_multi(K, f.pool, mode, qkv, 3, w.wq.cols, W.xn.data(), T);
 
-  const RopeTable* tab = lp.rope >= 0 ? &S.rope[size_t(lp.rope)] : nullptr;
-  uint16_t* const kc_layer = S.k_layer(layer);
-  uint16_t* const vc_layer = S.v_layer(layer);
-  S.for_tokens(T, [&](int64_t t) {
-    float* qt = &S.q[t * q_dim];
-    float* kt = &S.k[t * kv_row];
-    float* vt = &S.v[t * kv_row];
+  f.for_rows(T, [&](int64_t t) {
+    Session::Impl& S = *f.seg_of(t).seq;
+    float* qt = &W.q[t * q_dim];
+    float* kt = &W.k[t * kv_row];
+    float* vt = &W.v[t * kv_row];
     if (!w.bq.empty()) {
       for (int64_t i = 0; i < q_dim; ++i) qt[i] += w.bq[i];
       for (int64_t i = 0; i < kv_row; ++i) kt[i] += w.bk[i];
@@ -150,92 +149,127 @@ void attention(Forward& f, int layer) {
       for (int h = 0; h < hp.n_head; ++h) rms_norm(qt + h * hd, w.q_norm.data(), qt + h * hd, hd, hp.rms_eps);
       for (int h = 0; h < lp.n_head_kv; ++h) rms_norm(kt + h * hd, w.k_norm.data(), kt + h * hd, hd, hp.rms_eps);
     }
-    const int32_t pos = pos0 + int32_t(t);
-    if (tab) {
-      rope(qt, hp.n_head, hd, hp.rope_neox, *tab, pos);
-      rope(kt, lp.n_head_kv, hd, hp.rope_neox, *tab, pos);
+    const int32_t pos = f.pos(t);
+    if (lp.rope >= 0) {
+      const RopeTable& tab = S.rope[size_t(lp.rope)];
+      rope(qt, hp.n_head, hd, hp.rope_neox, tab, pos);
+      rope(kt, lp.n_head_kv, hd, hp.rope_neox, tab, pos);
     }
-    ops.f32_to_f16(int(kv_row), kt, kc_layer + S.kv_slot(layer, pos) * kv_row);
-    ops.f32_to_f16(int(kv_row), vt, vc_layer + S.kv_slot(layer, pos) * kv_row);
+    const size_t slot = S.kv_slot(layer, pos);
+    ops.f32_to_f16(int(kv_row), kt, S.k_layer(layer) + slot * size_t(kv_row));
+    ops.f32_to_f16(int(kv_row), vt, S.v_layer(layer) + slot * size_t(kv_row));
   });
 
-  // One task per (token tile, KV head[, slice of its query heads]): the query heads of a KV head
-  // share its K/V blocks. Tasks are handed out last tile first, since later tokens see more positions.
+  // One task per (token tile of one sequence, KV head[, slice of its query heads]): the query
+  // heads of a KV head share its K/V blocks; rows of different sequences never share a tile (each
+  // has its own cache). Tiles start at each segment's first row, so a sequence is tiled as when it
+  // runs alone. Tasks are handed out latest position first, since later tokens see more positions.
+  struct Tile {
+    int seg;
+    int64_t t0;  // first row (of the micro-batch)
+    int n;
+    int32_t last;  // position of the tile's last row
+  };
+  const int tile_tokens = W.attn_tile_tokens;
+  std::vector<Tile> tiles;
+  for (size_t si = 0; si < f.segs.size(); ++si) {
+    const Segment& sg = f.segs[si];
+    for (int64_t t0 = sg.row0; t0 < sg.row0 + sg.n; t0 += tile_tokens) {
+      const int n = int(std::min<int64_t>(tile_tokens, sg.row0 + sg.n - t0));
+      tiles.push_back({int(si), t0, n, sg.pos0 + int32_t(t0 - sg.row0) + n - 1});
+    }
+  }
+  std::stable_sort(tiles.begin(), tiles.end(), [](const Tile& a, const Tile& b) { return a.last > b.last; });
   const int group = hp.n_head / lp.n_head_kv;
-  const int tile_tokens = S.attn_tile_tokens;
-  const int n_tiles = int((T + tile_tokens - 1) / tile_tokens);
-  const int n_workers = S.pool->size();
+  const int n_tiles = int(tiles.size());
+  const int n_workers = f.pool.size();
   // Few tiles (decode): split the query heads of a group so that every worker has a task.
   int n_split = 1;
   if (n_tiles * lp.n_head_kv < n_workers)
     n_split = std::min(group, (n_workers + n_tiles * lp.n_head_kv - 1) / (n_tiles * lp.n_head_kv));
   const int per_tile = lp.n_head_kv * n_split;
-  float* const att = S.xn.data();  // the attention output (xn is dead once q/k/v are computed)
-  S.pool->parallel_for(n_tiles * per_tile, [&](int task, int worker) {
-    const int tile = n_tiles - 1 - task / per_tile;
+  float* const att = W.xn.data();  // the attention output (xn is dead once q/k/v are computed)
+  f.pool.parallel_for(n_tiles * per_tile, [&](int task, int worker) {
+    const Tile& tl = tiles[size_t(task / per_tile)];
+    const Segment& sg = f.segs[size_t(tl.seg)];
+    Session::Impl& S = *sg.seq;
     const int kvh = task % per_tile / n_split, part = task % n_split;
     const int g0 = group * part / n_split, g1 = group * (part + 1) / n_split;
-    const int64_t t0 = int64_t(tile) * tile_tokens;
     AttentionTile a;
     a.head_dim = hd;
-    a.n_tok = int(std::min<int64_t>(tile_tokens, T - t0));
+    a.n_tok = tl.n;
     a.n_grp = g1 - g0;
-    a.pos0 = pos0 + int32_t(t0);
+    a.pos0 = sg.pos0 + int32_t(tl.t0 - sg.row0);
     a.window = lp.window;
     a.scale = hp.attn_scale;
-    a.q = S.q.data() + t0 * q_dim + (int64_t(kvh) * group + g0) * hd;
-    a.out = att + t0 * q_dim + (int64_t(kvh) * group + g0) * hd;
+    a.q = W.q.data() + tl.t0 * q_dim + (int64_t(kvh) * group + g0) * hd;
+    a.out = att + tl.t0 * q_dim + (int64_t(kvh) * group + g0) * hd;
     a.row_stride = q_dim;
-    a.k = kc_layer + int64_t(kvh) * hd;
-    a.v = vc_layer + int64_t(kvh) * hd;
+    a.k = S.k_layer(layer) + int64_t(kvh) * hd;
+    a.v = S.v_layer(layer) + int64_t(kvh) * hd;
     a.kv_stride = kv_row;
     a.kv_ring = S.kv_ring[size_t(layer)];
-    a.work = S.attn_work.data() + S.attn_work_base + size_t(worker) * S.attn_work_stride;
+    a.work = W.attn_work.data() + W.attn_work_base + size_t(worker) * W.attn_work_stride;
     ops.attention(a);
   });
-  matmul(K, *S.pool, mode, w.wo.type, w.wo.data, w.wo.rows, w.wo.cols, att, T, S.q.data(), w.wo.packed);
+  matmul(K, f.pool, mode, w.wo.type, w.wo.data, w.wo.rows, w.wo.cols, att, T, W.q.data(), w.wo.packed);
 }
 
 void ffn(Forward& f, int layer, FfnActivation act) {
-  Session::Impl& S = f.s;
+  EvalWorkspace& W = f.w;
   const FfnWeights& w = f.m.layers[size_t(layer)].ffn;
   const KernelTable& K = *f.m.kernels;
   const ActivationMode mode = f.m.opts.activations;
   const PairCombineFn combine = act == FfnActivation::SiluGated ? f.m.vec_ops->silu_mul : gelu_mul;
   // act(gate) * up, chunk of rows by chunk of rows: the up products are never stored whole.
-  matmul_pair(K, *S.pool, mode, {w.gate.type, w.gate.data, w.gate.rows, S.gate.data(), w.gate.packed},
-              {w.up.type, w.up.data, w.up.rows, nullptr, w.up.packed}, w.gate.cols, S.xn.data(), f.T, combine);
-  matmul(K, *S.pool, mode, w.down.type, w.down.data, w.down.rows, w.down.cols, S.gate.data(), f.T, S.q.data(),
+  matmul_pair(K, f.pool, mode, {w.gate.type, w.gate.data, w.gate.rows, W.gate.data(), w.gate.packed},
+              {w.up.type, w.up.data, w.up.rows, nullptr, w.up.packed}, w.gate.cols, W.xn.data(), f.T, combine);
+  matmul(K, f.pool, mode, w.down.type, w.down.data, w.down.rows, w.down.cols, W.gate.data(), f.T, W.q.data(),
          w.down.packed);
 }
 
 void residual(Forward& f, const std::vector<float>* post_norm, const std::vector<float>* next_norm) {
-  Session::Impl& S = f.s;
+  EvalWorkspace& W = f.w;
   const int64_t E = f.hp().n_embd;
   const float eps = f.hp().rms_eps;
-  float* const y = S.q.data();
-  S.for_tokens(f.T, [&](int64_t t) {
+  float* const y = W.q.data();
+  f.for_rows(f.T, [&](int64_t t) {
     float* yt = y + t * E;
-    float* xt = S.x.data() + t * E;
+    float* xt = W.x.data() + t * E;
     if (post_norm) rms_norm(yt, post_norm->data(), yt, E, eps);
     for (int64_t i = 0; i < E; ++i) xt[i] += yt[i];
-    if (next_norm) rms_norm(xt, next_norm->data(), &S.xn[t * E], E, eps);
+    if (next_norm) rms_norm(xt, next_norm->data(), &W.xn[t * E], E, eps);
   });
 }
 
-void output(Forward& f, bool all_logits, float* logits) {
-  Session::Impl& S = f.s;
+void output(Forward& f) {
+  EvalWorkspace& W = f.w;
   const Model::Impl& m = f.m;
   const int64_t E = f.hp().n_embd;
+  const size_t nv = size_t(f.hp().n_vocab);
   const float eps = f.hp().rms_eps;
-  const int64_t first = all_logits ? 0 : f.T - 1;
-  const int64_t n_out = f.T - first;
-  S.for_tokens(n_out, [&](int64_t i) { rms_norm(&S.x[(first + i) * E], m.output_norm.data(), &S.xn[i * E], E, eps); });
-  matmul(*m.kernels, *S.pool, m.opts.activations, m.output.type, m.output.data, m.output.rows, m.output.cols,
-         S.xn.data(), n_out, logits, m.output.packed);
+  const int64_t n_out = int64_t(f.out.size());
+  if (n_out == 0) return;
+  f.for_rows(n_out, [&](int64_t i) {
+    rms_norm(&W.x[f.out[size_t(i)].row * E], m.output_norm.data(), &W.xn[i * E], E, eps);
+  });
+  // One matmul for every output row. Rows bound for one session's consecutive logits (a prefill
+  // with all_logits, or a single sequence) are written in place; others go through W.logits.
+  bool in_place = true;
+  const auto addr = [&](int64_t i) { return reinterpret_cast<uintptr_t>(f.out[size_t(i)].dst); };
+  for (int64_t i = 1; i < n_out && in_place; ++i) in_place = addr(i) == addr(0) + size_t(i) * nv * sizeof(float);
+  float* dst = f.out[0].dst;
+  if (!in_place) {
+    if (W.logits.size() < size_t(n_out) * nv) W.logits.resize(size_t(n_out) * nv);
+    dst = W.logits.data();
+  }
+  matmul(*m.kernels, f.pool, m.opts.activations, m.output.type, m.output.data, m.output.rows, m.output.cols,
+         W.xn.data(), n_out, dst, m.output.packed);
+  if (!in_place)
+    for (int64_t i = 0; i < n_out; ++i) std::memcpy(f.out[size_t(i)].dst, dst + size_t(i) * nv, nv * sizeof(float));
 }
 
-void forward_prenorm_decoder(Forward& f, FfnActivation act, bool need_logits, bool all_logits, float* logits) {
+void forward_prenorm_decoder(Forward& f, FfnActivation act) {
   const auto& layers = f.m.layers;
   embed(f, 1.0f);
   norm_input(f, layers[0].attn_norm);
@@ -246,7 +280,7 @@ void forward_prenorm_decoder(Forward& f, FfnActivation act, bool need_logits, bo
     ffn(f, l, act);
     residual(f, nullptr, l + 1 < f.hp().n_layer ? &layers[size_t(l) + 1].attn_norm : nullptr);
   }
-  if (need_logits) output(f, all_logits, logits);
+  output(f);
 }
 
 // ---- loading ------------------------------------------------------------------------------------

@@ -1,15 +1,27 @@
 // Internal: the layer blocks that architectures compose (engine/arch/*.cpp), and the loaders of
-// their weights. A block runs one micro-batch of T tokens through the session's scratch:
+// their weights. A block runs one micro-batch of T rows through the workspace's scratch:
 //
 //   x   the residual stream, [T][n_embd]
 //   xn  the input of the next block (normed x), [T][max(n_embd, n_head * head_dim)]; blocks may
 //       clobber it (attention writes its heads' output there before attn_output reads it)
-//   y   the output of the last attention or FFN block, [T][n_embd]
+//   y   the output of the last attention or FFN block, [T][n_embd] (in the q buffer)
 //
-// Every block treats each token with the same float operations whatever the batch holds (the
-// matmuls' contract, and elementwise work split by token), so logits do not depend on how a
-// prompt is split into micro-batches.
+// A micro-batch holds the rows of one or more sequences (eval_batch: parallel slots), each a
+// Segment: rows [row0, row0 + n) are one session's tokens at positions pos0, pos0 + 1, ... . The
+// matmuls run once over all T rows (the weights are read once per step for every sequence);
+// elementwise work runs per row (f.for_rows), with the row's own position (f.pos(t)) and session
+// (f.seg_of(t).seq: its RoPE tables and KV cache); attention runs per sequence over its own KV,
+// tiling only rows of one segment together. Anything that carries state along a sequence (a
+// recurrent mixer's conv window or delta-net state) loops over f.segs and keeps the state in the
+// segment's Session::Impl; rows of different segments never mix.
+//
+// Every block treats each row with the same float operations whatever the batch holds (the
+// matmuls' contract, and elementwise work split by row), so logits do not depend on how a prompt
+// is split into micro-batches, nor on which other sequences share the batch (where the matmuls
+// promise it: batch_invariant() in model.h, ARCHITECTURE.md "Numerics").
 #pragma once
+#include <algorithm>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -18,14 +30,49 @@
 
 namespace picolm {
 
-// One micro-batch: tokens toks[0..T) at positions pos0.. .
+// One sequence's rows in a micro-batch.
+struct Segment {
+  Session::Impl* seq = nullptr;
+  int64_t row0 = 0, n = 0;  // rows [row0, row0 + n) of the micro-batch
+  int32_t pos0 = 0;         // position of row row0 in seq
+};
+
+// A row whose logits the micro-batch computes (n_vocab floats to dst).
+struct OutputRow {
+  int64_t row = 0;
+  float* dst = nullptr;
+};
+
+// One micro-batch: tokens toks[0..T) of the sequences in segs (in row order, covering [0, T)).
 struct Forward {
-  Session::Impl& s;
   const Model::Impl& m;
+  ThreadPool& pool;
+  EvalWorkspace& w;
   const int32_t* toks;
   int64_t T;
-  int32_t pos0;
+  std::span<const Segment> segs;
+  std::span<const OutputRow> out;  // empty: no logits needed (a prefill chunk before the last)
   const HParams& hp() const { return m.hp; }
+  const Segment& seg_of(int64_t t) const { return segs[size_t(w.row_seg[size_t(t)])]; }
+  int32_t pos(int64_t t) const {
+    const Segment& s = seg_of(t);
+    return s.pos0 + int32_t(t - s.row0);
+  }
+  // fn(t) for every row t < n; spread over the pool when there are enough rows. A decode step of a
+  // few sequences stays on the calling thread: a row's elementwise work (~n_embd floats) costs less
+  // than waking the workers, and a step issues about 4 of these loops per layer.
+  template <class Fn>
+  void for_rows(int64_t n, const Fn& fn) {
+    const int n_workers = pool.size();
+    if (n < 16 || n_workers == 1) {
+      for (int64_t t = 0; t < n; ++t) fn(t);
+      return;
+    }
+    const int n_tasks = int(std::min<int64_t>(n, int64_t(n_workers) * 4));
+    pool.parallel_for(n_tasks, [&](int task, int) {
+      for (int64_t t = n * task / n_tasks; t < n * (task + 1) / n_tasks; ++t) fn(t);
+    });
+  }
 };
 
 // x = scale * token_embd[toks] (the dequantized rows).
@@ -33,21 +80,21 @@ void embed(Forward& f, float scale);
 // xn = rms_norm(x) * w.
 void norm_input(Forward& f, const std::vector<float>& w);
 // y = attention block of `layer` on xn: q/k/v projections (one matmul_multi), optional biases and
-// per-head QK-norm, RoPE (the layer's table, none for NoPE layers), K/V into the cache, attention
-// (the layer's window and q scale), attn_output. Clobbers xn.
+// per-head QK-norm, RoPE (the layer's table, none for NoPE layers), K/V into each row's session's
+// cache, attention (per sequence; the layer's window and q scale), attn_output. Clobbers xn.
 void attention(Forward& f, int layer);
 // y = down(act(gate(xn)) * up(xn)) for `layer` (gate and up through matmul_pair).
 void ffn(Forward& f, int layer, FfnActivation act);
 // x += post_norm ? rms_norm(y) * post_norm : y; then xn = rms_norm(x) * next_norm when given (the
 // next block's input, normed while the row is in cache).
 void residual(Forward& f, const std::vector<float>* post_norm, const std::vector<float>* next_norm);
-// Final norm and output projection of every position (all_logits) or the last one, into logits.
-void output(Forward& f, bool all_logits, float* logits);
+// Final norm and output projection of the rows in f.out (one matmul for all of them).
+void output(Forward& f);
 
 // The pre-norm decoder of llama, qwen2, qwen3 and smollm3: per layer
 //   x += attention(attn_norm(x));  x += ffn(ffn_norm(x))
-// then the final norm and the output projection.
-void forward_prenorm_decoder(Forward& f, FfnActivation act, bool need_logits, bool all_logits, float* logits);
+// then the final norm and the output projection of f.out.
+void forward_prenorm_decoder(Forward& f, FfnActivation act);
 
 // ---- loading ------------------------------------------------------------------------------------
 

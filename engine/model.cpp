@@ -179,6 +179,15 @@ Result<std::shared_ptr<Model>> Model::from_gguf(std::unique_ptr<GgufFile> file, 
   if (opts.activations == ActivationMode::Quantized &&
       (opts.repack == Repack::On || (opts.repack == Repack::Auto && small)))
     repack_weights(I, *file, opts.pool);
+  // A matrix left in the file's rows whose type has a many-row GEMM multiplies one row (fused
+  // dots) and several rows (GEMM) with different float rounding orders.
+  if (opts.activations == ActivationMode::Quantized) {
+    auto invariant = [&](const WeightView& v) {
+      return v.packed != nullptr || I.kernels->gemm[static_cast<uint32_t>(v.type)].run == nullptr || v.rows % 16 != 0;
+    };
+    I.batch_invariant = invariant(I.output);
+    for (LayerWeights& w : I.layers) for_each_matrix(w, [&](WeightView& v) { I.batch_invariant &= invariant(v); });
+  }
   I.file = std::move(file);
   return m;
 }
@@ -191,6 +200,7 @@ uint64_t Model::fingerprint() const { return impl_->fingerprint; }
 bool Model::memory_locked() const { return impl_->locked; }
 size_t Model::packed_bytes() const { return impl_->packed.size(); }
 double Model::pack_seconds() const { return impl_->pack_seconds; }
+bool batch_invariant(const Model& m) { return m.impl().batch_invariant; }
 
 std::string Model::description() const {
   const HParams& hp = impl_->hp;
@@ -246,63 +256,166 @@ Session::Session(std::shared_ptr<const Model> model, ThreadPool& pool, const Ses
       }
     }
   }
-  // Attention tiles of about kTileRows query rows share each K/V block converted to f32.
-  constexpr int kTileRows = 128;
-  const int group = hp.n_head / hp.n_head_kv;
-  S.attn_tile_tokens = std::max(1, kTileRows / group);
-  S.attn_work_stride = (attention_work_bytes(hp.head_dim, S.attn_tile_tokens * group) + 63) / 64 * 64;
-  S.attn_work.resize(S.attn_work_stride * size_t(pool.size()) + 64);
-  S.attn_work_base = (64 - reinterpret_cast<uintptr_t>(S.attn_work.data()) % 64) % 64;
+  // Held once (not also in opts), so that use_count() tells whether another session shares it.
+  S.ws = S.opts.workspace ? std::move(S.opts.workspace) : std::make_shared<EvalWorkspace>();
 }
 
 Session::~Session() = default;
 
-void Session::Impl::ensure_scratch(int64_t T) {
-  const HParams& hp = m->hp;
+std::shared_ptr<EvalWorkspace> make_eval_workspace() { return std::make_shared<EvalWorkspace>(); }
+
+void EvalWorkspace::ensure(const HParams& hp, int n_workers, int64_t T) {
   const size_t t = size_t(T);
-  if (x.size() >= t * hp.n_embd) return;
   const size_t wide = std::max<size_t>(size_t(hp.n_embd), size_t(hp.n_head) * size_t(hp.head_dim));
-  x.resize(t * hp.n_embd);
-  xn.resize(t * wide);
-  q.resize(t * wide);
-  k.resize(t * kv_row);
-  v.resize(t * kv_row);
-  gate.resize(t * hp.n_ff);
+  const size_t kv = size_t(hp.n_head_kv) * size_t(hp.head_dim);
+  auto grow = [](auto& v, size_t n) {
+    if (v.size() < n) v.resize(n);
+  };
+  grow(x, t * hp.n_embd);
+  grow(xn, t * wide);
+  grow(q, t * wide);
+  grow(k, t * kv);
+  grow(v, t * kv);
+  grow(gate, t * hp.n_ff);
+  grow(toks, t);
+  grow(row_seg, t);
+  // Attention tiles of about kTileRows query rows share each K/V block converted to f32.
+  constexpr int kTileRows = 128;
+  const int group = hp.n_head / hp.n_head_kv;
+  attn_tile_tokens = std::max(1, kTileRows / group);
+  const size_t stride = (attention_work_bytes(hp.head_dim, attn_tile_tokens * group) + 63) / 64 * 64;
+  if (stride > attn_work_stride || attn_work.size() < stride * size_t(n_workers) + 64) {
+    attn_work_stride = std::max(stride, attn_work_stride);
+    attn_work.assign(attn_work_stride * size_t(n_workers) + 64, 0);
+    attn_work_base = (64 - reinterpret_cast<uintptr_t>(attn_work.data()) % 64) % 64;
+  }
 }
 
-Status Session::eval(std::span<const int32_t> toks, bool all_logits, const std::function<void(size_t, size_t)>& progress) {
-  Impl& S = *impl_;
-  const HParams& hp = S.m->hp;
-  if (toks.empty()) return Error{"eval: no tokens"};
-  if (size_t(S.tokens.size()) + toks.size() > size_t(S.n_ctx))
-    return Error{"context is full: " + std::to_string(S.tokens.size()) + " + " + std::to_string(toks.size()) +
-                 " tokens exceed n_ctx " + std::to_string(S.n_ctx)};
-  for (int32_t t : toks)
-    if (t < 0 || t >= hp.n_vocab) return Error{"token id " + std::to_string(t) + " is out of range"};
-  const size_t n_rows = all_logits ? toks.size() : 1;
-  S.logits.resize(n_rows * size_t(hp.n_vocab));
-  S.n_logit_rows = n_rows;
+size_t EvalWorkspace::bytes() const {
+  auto b = [](const auto& v) { return v.capacity() * sizeof(v[0]); };
+  return b(x) + b(xn) + b(q) + b(k) + b(v) + b(gate) + b(toks) + b(row_seg) + b(logits) + b(attn_work);
+}
+
+namespace {
+
+// One item of eval_batch while it runs: its tokens and how many are done.
+struct ItemRun {
+  Session::Impl* s;
+  std::span<const int32_t> toks;
+  bool all_logits;
   size_t done = 0;
-  while (done < toks.size()) {
-    size_t n = std::min(toks.size() - done, size_t(S.opts.n_batch));
-    // Never leave a single token for the last micro-batch of a longer eval (this one takes it):
-    // one-token matmuls run the decode kernels, whose float rounding order differs from the
-    // many-token GEMM, and every token of a multi-token eval must get the same arithmetic
-    // whatever the split (the prompt cache restores prefixes bit-exactly).
-    if (toks.size() - done - n == 1) ++n;
-    const bool last_chunk = done + n == toks.size();
-    const int32_t pos0 = int32_t(S.tokens.size());
-    S.ensure_scratch(int64_t(n));
-    Forward f{S, *S.m, toks.data() + done, int64_t(n), pos0};
-    float* logits = S.logits.data() + (all_logits ? done : 0) * size_t(hp.n_vocab);
-    S.m->arch->forward(f, all_logits || last_chunk, all_logits, logits);
-    S.tokens.insert(S.tokens.end(), toks.begin() + done, toks.begin() + done + n);
-    for (size_t l = 0; l < S.kv_ring.size(); ++l)  // this batch reused the slots of older positions
-      if (S.kv_ring[l]) S.kv_first[l] = std::max(S.kv_first[l], int32_t(S.tokens.size()) - S.kv_ring[l]);
-    done += n;
-    if (progress) progress(done, toks.size());
+};
+
+Status check_items(std::span<const SeqBatch> items, std::vector<ItemRun>& run) {
+  if (items.empty()) return Error{"eval_batch: no sequences"};
+  const Session::Impl* first = nullptr;
+  for (size_t i = 0; i < items.size(); ++i) {
+    const SeqBatch& it = items[i];
+    if (!it.session) return Error{"eval_batch: item " + std::to_string(i) + " has no session"};
+    Session::Impl& S = it.session->impl();
+    const HParams& hp = S.m->hp;
+    if (it.tokens.empty()) return Error{"eval: no tokens"};
+    if (first == nullptr) {
+      first = &S;
+    } else {
+      if (S.m != first->m) return Error{"eval_batch: the sessions do not share one model"};
+      if (S.pool != first->pool) return Error{"eval_batch: the sessions do not share one thread pool"};
+    }
+    for (const ItemRun& r : run)
+      if (r.s == &S) return Error{"eval_batch: a session appears twice (item " + std::to_string(i) + ")"};
+    if (S.tokens.size() + it.tokens.size() > size_t(S.n_ctx))
+      return Error{"context is full: " + std::to_string(S.tokens.size()) + " + " + std::to_string(it.tokens.size()) +
+                   " tokens exceed n_ctx " + std::to_string(S.n_ctx)};
+    for (int32_t t : it.tokens)
+      if (t < 0 || t >= hp.n_vocab) return Error{"token id " + std::to_string(t) + " is out of range"};
+    run.push_back({&S, it.tokens, it.all_logits});
   }
   return Ok{};
+}
+
+Status run_batch(std::span<const SeqBatch> items, const std::function<void(size_t, size_t)>& progress) {
+  std::vector<ItemRun> run;
+  run.reserve(items.size());
+  if (Status st = check_items(items, run); !st) return st;
+  Session::Impl& S0 = *run[0].s;
+  const Model::Impl& m = *S0.m;
+  const HParams& hp = m.hp;
+  ThreadPool& pool = *S0.pool;
+  EvalWorkspace& W = *S0.ws;
+  const size_t nv = size_t(hp.n_vocab);
+  size_t total = 0;
+  int32_t cap = S0.opts.n_batch;
+  for (ItemRun& r : run) {
+    total += r.toks.size();
+    cap = std::min(cap, r.s->opts.n_batch);
+    r.s->n_logit_rows = r.all_logits ? r.toks.size() : 1;
+    r.s->logits.resize(r.s->n_logit_rows * nv);
+  }
+  // n_batch bounds a prefill's micro-batch; one decode row per sequence always fits in one step
+  // (every session's segment stays within its n_batch + 1 rows, which its KV rings are sized for).
+  cap = std::max(cap, int32_t(run.size()));
+  std::vector<Segment> segs;
+  std::vector<OutputRow> out;
+  size_t done_total = 0;
+  while (done_total < total) {
+    // Rows of this micro-batch: items in order, at most cap in all (cap + 1 to take an item's
+    // last token along). An item never keeps a single token back for the next micro-batch: a
+    // micro-batch of one row runs the decode kernels, and every token of a multi-token item must
+    // get the same arithmetic whatever the split (for tables without batch_invariant it is the
+    // rule that keeps a prompt's split from mattering; the prompt cache restores prefixes
+    // bit-exactly).
+    segs.clear();
+    out.clear();
+    int64_t T = 0;
+    for (ItemRun& r : run) {
+      const size_t rem = r.toks.size() - r.done;
+      if (rem == 0) continue;
+      const int64_t room = int64_t(cap) - T;
+      if (room <= 0) break;
+      // Within the session's own n_batch (+1) too: its KV rings hold window + n_batch positions.
+      size_t n = std::min({rem, size_t(room), size_t(r.s->opts.n_batch)});
+      if (rem - n == 1) ++n;  // n <= room, so the micro-batch stays within cap + 1
+      segs.push_back({r.s, T, int64_t(n), int32_t(r.s->tokens.size())});
+      T += int64_t(n);
+    }
+    W.ensure(hp, pool.size(), T);
+    size_t ri = 0;
+    for (size_t si = 0; si < segs.size(); ++si) {
+      const Segment& sg = segs[si];
+      while (run[ri].s != sg.seq) ++ri;
+      const ItemRun& r = run[ri];
+      std::copy_n(r.toks.begin() + ptrdiff_t(r.done), sg.n, W.toks.begin() + sg.row0);
+      std::fill_n(W.row_seg.begin() + sg.row0, sg.n, int32_t(si));
+      float* logits = sg.seq->logits.data();
+      if (r.all_logits) {
+        for (int64_t j = 0; j < sg.n; ++j) out.push_back({sg.row0 + j, logits + (r.done + size_t(j)) * nv});
+      } else if (r.done + size_t(sg.n) == r.toks.size()) {
+        out.push_back({sg.row0 + sg.n - 1, logits});
+      }
+    }
+    Forward f{m, pool, W, W.toks.data(), T, segs, out};
+    m.arch->forward(f);
+    ri = 0;
+    for (const Segment& sg : segs) {
+      while (run[ri].s != sg.seq) ++ri;
+      ItemRun& r = run[ri];
+      Session::Impl& S = *sg.seq;
+      S.tokens.insert(S.tokens.end(), r.toks.begin() + ptrdiff_t(r.done), r.toks.begin() + ptrdiff_t(r.done) + sg.n);
+      for (size_t l = 0; l < S.kv_ring.size(); ++l)  // this batch reused the slots of older positions
+        if (S.kv_ring[l]) S.kv_first[l] = std::max(S.kv_first[l], int32_t(S.tokens.size()) - S.kv_ring[l]);
+      r.done += size_t(sg.n);
+    }
+    done_total += size_t(T);
+    if (progress) progress(done_total, total);
+  }
+  return Ok{};
+}
+
+}  // namespace
+
+Status Session::eval(std::span<const int32_t> toks, bool all_logits, const std::function<void(size_t, size_t)>& progress) {
+  const SeqBatch item{this, toks, all_logits};
+  return run_batch(std::span(&item, 1), progress);
 }
 
 std::span<const float> Session::logits() const {
@@ -355,22 +468,17 @@ size_t Session::memory_bytes() const {
   auto b = [](const auto& v) { return v.capacity() * sizeof(v[0]); };
   size_t rope = 0;
   for (const RopeTable& t : S.rope) rope += b(t.cos) + b(t.sin);
-  return b(S.k_cache) + b(S.v_cache) + rope + b(S.x) + b(S.xn) + b(S.q) + b(S.k) + b(S.v) +
-         b(S.gate) + b(S.logits) + b(S.tokens) + b(S.attn_work);
+  return kv_bytes() + rope + b(S.logits) + b(S.tokens) + (S.ws.use_count() == 1 ? S.ws->bytes() : 0);
 }
 
-Status eval_batch(std::span<const SeqBatch> items) {
-  // Reference behaviour: one eval per sequence (the batched forward pass replaces this loop).
-  for (const SeqBatch& it : items) {
-    if (!it.session) return Error{"eval_batch: no session"};
-    if (it.session->n_past() + int64_t(it.tokens.size()) > it.session->n_ctx())
-      return Error{"context is full: " + std::to_string(it.session->n_past()) + " + " +
-                   std::to_string(it.tokens.size()) + " tokens exceed n_ctx " + std::to_string(it.session->n_ctx())};
-  }
-  for (const SeqBatch& it : items)
-    if (Status st = it.session->eval(it.tokens, it.all_logits); !st) return st;
-  return Ok{};
+size_t Session::kv_bytes() const {
+  const Impl& S = *impl_;
+  return (S.k_cache.capacity() + S.v_cache.capacity()) * sizeof(uint16_t);
 }
+
+size_t Session::workspace_bytes() const { return impl_->ws->bytes(); }
+
+Status eval_batch(std::span<const SeqBatch> items) { return run_batch(items, {}); }
 
 const Model& Session::model() const { return *impl_->model; }
 

@@ -105,6 +105,12 @@ class Model {
   std::unique_ptr<Impl> impl_;
 };
 
+// The forward pass's scratch: the activations of one micro-batch (about 10 KB per row per 1k of
+// n_embd for a llama shape, rows up to n_batch + 1) and the attention work areas. Opaque; grows
+// to the largest micro-batch it has served.
+struct EvalWorkspace;
+std::shared_ptr<EvalWorkspace> make_eval_workspace();
+
 struct SessionOptions {
   int32_t n_ctx = 0;        // 0: min(n_ctx_train, 4096)
   // Tokens per prefill micro-batch (one more when that avoids a last micro-batch of one token).
@@ -114,6 +120,11 @@ struct SessionOptions {
   // Sliding-window layers keep a ring of about window + n_batch positions instead of n_ctx (false:
   // every layer keeps n_ctx positions; for tests comparing the two).
   bool ring_kv = true;
+  // Where the forward passes compute (make_eval_workspace); null: the session makes its own on
+  // first use. Sessions evaluated from one thread (the slots of one scheduler) can share one, so N
+  // slots hold one set of micro-batch scratch instead of N. A workspace is used by one eval at a
+  // time: sessions sharing it must not be evaluated concurrently.
+  std::shared_ptr<EvalWorkspace> workspace = nullptr;
 };
 
 class Session;
@@ -162,10 +173,15 @@ class Session {
   // window layer only its last kv_window(layer) positions are required (and then assumed).
   void set_cached_tokens(std::span<const int32_t> tokens);
 
-  size_t memory_bytes() const;  // KV cache + scratch buffers owned by this session
+  // KV cache, RoPE tables, logits and token list, plus the workspace when no other session
+  // shares it (a shared workspace: make_eval_workspace's owner counts it once).
+  size_t memory_bytes() const;
+  size_t kv_bytes() const;         // the K/V cache alone (allocated whole at construction)
+  size_t workspace_bytes() const;  // the workspace this session computes in (shared or not)
   const Model& model() const;
 
   struct Impl;  // engine-internal (session_impl.h: the layer blocks compute on it)
+  Impl& impl() { return *impl_; }
 
  private:
   std::unique_ptr<Impl> impl_;
@@ -173,9 +189,25 @@ class Session {
 
 // Evaluates several sequences together (parallel slots): every item's tokens at its session's next
 // positions. Afterwards each session's logits()/logits_at()/n_past() are as after its own eval().
-// The sessions must be distinct and share one model and one thread pool. Batch invariance: a
-// sequence's logits do not depend on what else is in the batch (see ARCHITECTURE.md, Numerics).
-// On error no session has advanced.
+// The sessions must be distinct and share one model and one thread pool. One forward pass per
+// micro-batch covers the tokens of all items (every weight matrix is read once per step for all
+// sequences); a micro-batch holds at most max(the smallest n_batch of the sessions, the number of
+// items) rows (+1, as in eval) and each item's session's n_batch (+1), taking items in order, so a
+// long prefill item is split across steps while one decode row per item always fits in one. The first item's session's
+// workspace is used. Batch invariance: where batch_invariant(model), a sequence's logits are the
+// same bits whatever else is in the batch and however it is split (ARCHITECTURE.md, Numerics).
+// Bad input (no items, empty tokens, a session twice, another model or pool, a token out of
+// range, context full in any item) is refused before anything runs: on error no session has
+// advanced.
 Status eval_batch(std::span<const SeqBatch> items);
+
+// Whether eval_batch keeps every sequence's logits bit-identical to evaluating it alone (and any
+// split of a prompt bit-identical to any other). True when every matrix multiplies the same way
+// for 1 and for many rows: Exact activations, or Quantized with every matrix repacked (or of a
+// type the kernel table has no many-row GEMM for). False on AVX-512 with Repack::Off (or a model
+// too large to repack under Repack::Auto): there a lone decode row takes the fused dots and a
+// row beside others the GEMM, which round in another order (logits differ in the last bits and
+// greedy choices can flip on near-ties).
+bool batch_invariant(const Model& m);
 
 }  // namespace picolm

@@ -83,6 +83,8 @@ struct Model::Impl {
   bool locked = false;  // mlock succeeded
   AnonMemory packed;    // repacked weights (WeightView::packed points into it)
   double pack_seconds = 0.0;
+  // Every matrix multiplies a row the same way alone or beside others (batch_invariant()).
+  bool batch_invariant = true;
   const KernelTable* kernels = nullptr;
   const VecOps* vec_ops = nullptr;
 };

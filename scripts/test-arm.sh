@@ -88,7 +88,7 @@ catch_include() {
 }
 
 # ---- build ----------------------------------------------------------------------------------------
-TEST_TARGETS=(test_kernels test_golden test_gguf picolm)
+TEST_TARGETS=(test_kernels test_golden test_gguf test_batch picolm)
 
 build() {
   local t=$1 toolchain debarch
@@ -142,7 +142,12 @@ run_aarch64() {
   run_test "aarch64 test_gguf" max "${q[@]}" "$b/test_gguf"
   run_test "aarch64 test_golden" max "${q[@]}" "$b/test_golden" "$GOLDEN_ARM"
   run_test "aarch64 test_golden" cortex-a72 "${q[@]}" "$b/test_golden" "golden: stories260K*,golden: zoo-Q4_0,golden: zoo-Q4_K,golden: zoo-Q6_K"
+  # eval_batch against each sequence alone (NEON packed tiles: bit-identical batches).
+  run_test "aarch64 test_batch" max "${q[@]}" "$b/test_batch" "$BATCH_ARM"
 }
+
+# test_batch's quick case (two tiny models, four sequences) and the all_logits split case.
+BATCH_ARM="[quick],eval_batch: all_logits*"
 
 run_armhf() {
   local b=$PREFIX"armhf"/bin q=(qemu-arm -L /usr/arm-linux-gnueabihf)
@@ -150,6 +155,7 @@ run_armhf() {
   run_test "armhf test_kernels" cortex-a7 "${q[@]}" "$b/test_kernels"
   run_test "armhf test_gguf" cortex-a7 "${q[@]}" "$b/test_gguf"
   run_test "armhf test_golden" cortex-a7 "${q[@]}" "$b/test_golden" "golden: stories260K*,golden: zoo-Q4_0,golden: zoo-Q4_K,golden: zoo-Q6_K"
+  run_test "armhf test_batch" cortex-a7 "${q[@]}" "$b/test_batch" "$BATCH_ARM"
 }
 
 for t in "${targets[@]}"; do

@@ -3,6 +3,8 @@
 //
 //   pp: p random tokens in ONE eval() call on a fresh session (n_batch defaults to p).
 //   tg: n single-token eval() calls on a fresh session, starting at position 0.
+//   tg with --seqs N: N fresh sessions (one shared workspace) step together, one eval_batch of N
+//       single tokens per step, n steps; aggregate tokens/s = N * n / time (parallel slots).
 // Each is repeated r times after one untimed warm-up (which also faults the model's pages in);
 // we report the median and the min/max in tokens per second.
 //
@@ -129,6 +131,8 @@ void usage(FILE* out) {
                "  --exact             F32 activations (reference path)\n"
                "  --repack MODE       auto|on|off: weights repacked at load (default auto: on when the\n"
                "                      CPU has packed kernels and the model is under half the RAM)\n"
+               "  --seqs LIST         also tg with N sequences decoding together (eval_batch), for each N\n"
+               "                      of a comma-separated list (e.g. 1,2,4): aggregate and per-sequence tok/s\n"
                "  --bandwidth         also probe memory read bandwidth (512 MiB buffer)\n"
                "  --json              one JSON object on stdout\n"
                "Kernels: env PICOLM_KERNELS=scalar|avx2|avx512 overrides the automatic choice.\n");
@@ -139,6 +143,7 @@ struct Args {
   int threads = 0, p = 512, n = 64, r = 5, batch = 0, ctx = 0;
   bool json = false, bandwidth = false, exact = false;
   Repack repack = Repack::Auto;
+  std::vector<int> seqs;  // --seqs
 };
 
 bool parse_int(const char* s, int& out) {
@@ -201,6 +206,19 @@ int main(int argc, char** argv) {
       a.bandwidth = true;
     } else if (k == "--exact") {
       a.exact = true;
+    } else if (k == "--seqs" && i + 1 < argc) {
+      const std::string v = argv[++i];
+      size_t b = 0;
+      while (b <= v.size()) {
+        const size_t e = std::min(v.find(',', b), v.size());
+        int n = 0;
+        if (!parse_int(v.substr(b, e - b).c_str(), n) || n < 1 || n > 256) {
+          std::fprintf(stderr, "picolm-bench: --seqs takes a list of counts 1..256, not '%s'\n", v.c_str());
+          return 2;
+        }
+        a.seqs.push_back(n);
+        b = e + 1;
+      }
     } else if (k == "--repack" && i + 1 < argc) {
       const std::string v = argv[++i];
       const auto r = parse_repack(v);
@@ -313,6 +331,38 @@ int main(int argc, char** argv) {
     return n / dt;
   };
 
+  // N sequences decoding together: N fresh sessions sharing one workspace, each step one
+  // eval_batch of one random token per sequence; returns aggregate tokens/s.
+  double seq_cpu = 0;  // the last run_tg_seqs' tokens per CPU-second x threads
+  double seq_kv_mb = 0, seq_ws_mb = 0;  // KV cache per sequence; the shared workspace (largest)
+  auto run_tg_seqs = [&](int n_seqs, int n) -> double {
+    SessionOptions sso = so;
+    sso.workspace = make_eval_workspace();
+    std::vector<std::unique_ptr<Session>> ss;
+    for (int i = 0; i < n_seqs; ++i) ss.push_back(std::make_unique<Session>(model, pool, sso));
+    std::vector<int32_t> toks(static_cast<size_t>(n_seqs));
+    std::vector<SeqBatch> items(static_cast<size_t>(n_seqs));
+    const double c0 = cpu_seconds();
+    const auto t0 = Clock::now();
+    for (int step = 0; step < n; ++step) {
+      for (int i = 0; i < n_seqs; ++i) {
+        toks[size_t(i)] = rand_tok();
+        items[size_t(i)] = {ss[size_t(i)].get(), std::span<const int32_t>(&toks[size_t(i)], 1), false};
+      }
+      Status st = eval_batch(items);
+      if (!st) {
+        std::fprintf(stderr, "picolm-bench: eval_batch failed: %s\n", st.error().c_str());
+        std::exit(1);
+      }
+    }
+    const double dt = seconds_since(t0);
+    seq_cpu = double(n_seqs) * n * a.threads / std::max(1e-9, cpu_seconds() - c0);
+    seq_kv_mb = double(ss[0]->kv_bytes()) / (1024.0 * 1024.0);
+    seq_ws_mb = std::max(seq_ws_mb, double(ss[0]->workspace_bytes()) / (1024.0 * 1024.0));
+    sample_private();
+    return double(n_seqs) * n / dt;
+  };
+
   // Warm-up: faults the weights in and sizes the scratch buffers.
   if (a.p > 0) {
     Session s(model, pool, so);
@@ -333,6 +383,17 @@ int main(int argc, char** argv) {
     if (a.n > 0) tg.push_back(run_tg(a.n));
   }
   const double cpu_util = (cpu_seconds() - cpu0) / (seconds_since(wall0) * a.threads);
+  // --seqs: the counts interleaved run by run (N = 1, 2, 4, 1, 2, 4, ...), so that a change in the
+  // machine's load touches every count alike.
+  std::vector<std::vector<double>> seq_runs(a.seqs.size()), seq_runs_cpu(a.seqs.size());
+  if (!a.seqs.empty() && a.n > 0) {
+    for (int n_seqs : a.seqs) run_tg_seqs(n_seqs, std::min(a.n, 4));  // warm-up: scratch of each size
+    for (int i = 0; i < a.r; ++i)
+      for (size_t j = 0; j < a.seqs.size(); ++j) {
+        seq_runs[j].push_back(run_tg_seqs(a.seqs[j], a.n));
+        seq_runs_cpu[j].push_back(seq_cpu);
+      }
+  }
   const Stats spp = stats(pp), stg = stats(tg), spp_cpu = stats(pp_cpu), stg_cpu = stats(tg_cpu);
   const double peak_rss_mb = status_kb("VmHWM") / 1024.0;
   const double private_mb = private_kb / 1024.0;
@@ -361,6 +422,17 @@ int main(int argc, char** argv) {
                 stg.median, stg.min, stg.max, so.n_ctx, kv_mb, packed_mb, model->pack_seconds(), private_mb - kv_mb - packed_mb, peak_rss_mb, private_mb, file_mb, load_s,
                 static_cast<unsigned long long>(model_bytes), static_cast<unsigned long long>(weight_bytes_per_token), cpu_util,
                 spp_cpu.median, stg_cpu.median);
+    if (!seq_runs.empty()) {
+      std::printf(",\"tg_seqs\":[");
+      for (size_t j = 0; j < seq_runs.size(); ++j) {
+        const Stats st = stats(seq_runs[j]);
+        std::printf("%s{\"seqs\":%d,\"tok_s\":%.3f,\"min\":%.3f,\"max\":%.3f,\"per_seq_tok_s\":%.3f,"
+                    "\"tok_per_cpu_s\":%.3f}",
+                    j ? "," : "", a.seqs[j], st.median, st.min, st.max, st.median / a.seqs[j],
+                    stats(seq_runs_cpu[j]).median);
+      }
+      std::printf("],\"seq_kv_mb\":%.2f,\"seq_workspace_mb\":%.2f", seq_kv_mb, seq_ws_mb);
+    }
     if (a.bandwidth)
       std::printf(",\"bandwidth_gb_s\":%.2f,\"bandwidth_cpu_gb_s\":%.2f,\"tg_roofline_tok_s\":%.2f,"
                 "\"tg_fraction_of_roofline\":%.3f",
@@ -376,6 +448,17 @@ int main(int argc, char** argv) {
                 a.r, so.n_batch);
   if (a.n > 0)
     std::printf("tg%-5d   %9.2f tok/s  (min %.2f, max %.2f, %d runs)\n", a.n, stg.median, stg.min, stg.max, a.r);
+  for (size_t j = 0; j < seq_runs.size(); ++j) {
+    const Stats st = stats(seq_runs[j]);
+    std::printf("tg%-5d x%-3d %7.2f tok/s aggregate, %.2f per sequence  (min %.2f, max %.2f, %d runs)\n", a.n,
+                a.seqs[j], st.median, st.median / a.seqs[j], st.min, st.max, a.r);
+    if (cpu_util < 0.9)
+      std::printf("              per CPU-second x threads: %.2f tok/s aggregate (estimate)\n",
+                  stats(seq_runs_cpu[j]).median);
+  }
+  if (!seq_runs.empty())
+    std::printf("              memory: KV %.2f MiB per sequence, one shared workspace %.2f MiB\n", seq_kv_mb,
+                seq_ws_mb);
   if (cpu_util < 0.9)
     std::printf("busy machine: per CPU-second x threads: pp %.2f tok/s, tg %.2f tok/s (estimate)\n", spp_cpu.median,
                 stg_cpu.median);

@@ -18,8 +18,8 @@ struct Architecture {
   Status (*read_hparams)(const GgufFile& f, HParams& hp);
   // Every tensor the forward pass reads (problems go to L.errors).
   void (*load_weights)(WeightLoader& L, Model::Impl& m);
-  // One micro-batch; logits of every position (all_logits) or the last one when need_logits.
-  void (*forward)(Forward& f, bool need_logits, bool all_logits, float* logits);
+  // One micro-batch (the rows of one or more sequences, layers.h), ending with output(f).
+  void (*forward)(Forward& f);
 };
 
 // nullptr when unsupported.

@@ -47,7 +47,7 @@ void load_weights(WeightLoader& L, Model::Impl& m) {
   }
 }
 
-void forward(Forward& f, bool need_logits, bool all_logits, float* logits) {
+void forward(Forward& f) {
   const auto& layers = f.m.layers;
   const int n_layer = f.hp().n_layer;
   embed(f, std::sqrt(float(f.hp().n_embd)));
@@ -59,7 +59,7 @@ void forward(Forward& f, bool need_logits, bool all_logits, float* logits) {
     ffn(f, l, FfnActivation::GeluTanhGated);
     residual(f, &w.ffn_post_norm, l + 1 < n_layer ? &layers[size_t(l) + 1].attn_norm : nullptr);
   }
-  if (need_logits) output(f, all_logits, logits);
+  output(f);
 }
 
 }  // namespace

@@ -16,9 +16,7 @@ void load_weights(WeightLoader& L, Model::Impl& m) {
   load_prenorm_decoder(L, m, {.qkv_bias = Presence::Absent, .qk_norm = Presence::Required});
 }
 
-void forward(Forward& f, bool need_logits, bool all_logits, float* logits) {
-  forward_prenorm_decoder(f, FfnActivation::SiluGated, need_logits, all_logits, logits);
-}
+void forward(Forward& f) { forward_prenorm_decoder(f, FfnActivation::SiluGated); }
 
 }  // namespace
 

@@ -163,7 +163,9 @@ void matmul_impl(const KernelTable& k, ThreadPool& pool, ActivationMode mode, co
       for (const Plan& p : plan)
         if (p.prep != nullptr) p.prep->prepare(cols, p.act, p.arow, t0, t1, p.meta);
     };
-    if (n_threads > 1 && n_tokens >= 2 * n_threads) {
+    // Spread over the pool only when there is enough to quantize: a few decode rows (parallel
+    // slots) take a few microseconds, less than a pass of the pool.
+    if (n_threads > 1 && n_tokens >= 2 * n_threads && n_tokens * cols >= (int64_t{1} << 15)) {
       const int64_t per = (n_tokens + 4 * n_threads - 1) / (4 * n_threads);
       pool.parallel_for(static_cast<int>((n_tokens + per - 1) / per), [&](int task, int) {
         const int64_t t0 = task * per;
