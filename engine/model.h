@@ -174,7 +174,7 @@ class Session {
   void set_cached_tokens(std::span<const int32_t> tokens);
 
   // KV cache, RoPE tables, logits and token list, plus the workspace when no other session
-  // shares it (a shared workspace: make_eval_workspace's owner counts it once).
+  // shares it (a shared one is counted by none of them: add workspace_bytes() once).
   size_t memory_bytes() const;
   size_t kv_bytes() const;         // the K/V cache alone (allocated whole at construction)
   size_t workspace_bytes() const;  // the workspace this session computes in (shared or not)
