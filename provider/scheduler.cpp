@@ -1013,6 +1013,8 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineOptions& opts, Metric
   // ---- slots: one Session (KV cache) each, all of the same context ----
   SessionOptions so;
   so.n_ctx = opts.n_ctx;
+  // The slots are evaluated together by the one worker: one set of micro-batch scratch serves all.
+  so.workspace = make_eval_workspace();
   auto first = std::make_unique<Session>(impl->model, *impl->pool, so);
   impl->n_ctx = first->n_ctx();
   const SlotMemory mem = slot_memory(*first);
@@ -1024,8 +1026,9 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineOptions& opts, Metric
     n_slots = default_slot_count(avail, cache_ram, mem.total);
     why = avail ? fmt::format("auto: {} MiB available", avail >> 20) : std::string("auto: available memory unknown");
   }
-  spdlog::info("slots: {} x {} tokens of context, {:.1f} MiB per slot (KV {:.1f} MiB) ({})", n_slots, impl->n_ctx,
-               double(mem.total) / (1 << 20), double(mem.kv) / (1 << 20), why);
+  spdlog::info("slots: {} x {} tokens of context, {:.1f} MiB per slot (KV {:.1f} MiB) ({}); {} batch-invariant", n_slots,
+               impl->n_ctx, double(mem.total) / (1 << 20), double(mem.kv) / (1 << 20), why,
+               batch_invariant(*impl->model) ? "answers are" : "answers are NOT (AVX-512 without repacked weights)");
   impl->slots.resize(static_cast<size_t>(n_slots));
   for (int i = 0; i < n_slots; ++i) {
     Slot& slot = impl->slots[static_cast<size_t>(i)];
