@@ -79,8 +79,12 @@ StreamTiming stream(int port, int tag, int prompt_words, int max_tokens, const s
   bool first = false;
   req.content_receiver = [&](const char* data, size_t len, uint64_t, uint64_t) {
     const std::string chunk(data, len);
-    if (!first && chunk.find("\"content\":\"") != std::string::npos &&
-        chunk.find("\"content\":\"\"") == std::string::npos) {
+    // The first non-empty content delta (the role chunk carries "content":"").
+    bool has_text = false;
+    const std::string key = "\"content\":\"";
+    for (size_t at = chunk.find(key); !has_text && at != std::string::npos; at = chunk.find(key, at + 1))
+      has_text = at + key.size() < chunk.size() && chunk[at + key.size()] != '"';
+    if (!first && has_text) {
       first = true;
       t.first = Clock::now();
       if (started) ++*started;
