@@ -24,7 +24,13 @@ struct ServerOptions {
   std::string api_key;                    // "" = no authentication
   size_t max_body_bytes = 8u << 20;       // larger bodies get 413
   std::string warm_file;                  // a chat request (JSON) whose prompt is prefilled at start-up
-  int http_threads = 0;                   // 0 = max_queue + 4 (at least 8)
+  // Connections served at once, one thread each (docs/RELIABILITY.md); more wait for a free thread.
+  // Idle and slow clients hold a connection only as long as the timeouts below allow.
+  size_t max_connections = 512;
+  int read_timeout_sec = 15;        // a request's headers or body stalled this long: connection closed
+  int keep_alive_timeout_sec = 5;   // an idle keep-alive connection is closed after this
+  int write_timeout_sec = 60;       // a client that stops reading its answer this long: closed
+  int listen_backlog = 1024;        // connections the kernel holds before accept
 };
 
 class Server {
