@@ -64,10 +64,12 @@ void ConnectionPool::run() {
     if (jobs_.empty()) continue;
     std::function<void()> fn = std::move(jobs_.front());
     jobs_.pop_front();
+    ++running_;
     lock.unlock();
     fn();  // httplib's process_and_close_socket: catches what the handlers throw
     fn = nullptr;
     lock.lock();
+    --running_;
   }
   --live_;
   exited_.push_back(pthread_self());
@@ -86,7 +88,7 @@ void ConnectionPool::shutdown() {
 
 ConnectionPool::Stats ConnectionPool::stats() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return Stats{live_, live_ - idle_, jobs_.size(), peak_};
+  return Stats{live_, running_, jobs_.size(), peak_};
 }
 
 }  // namespace picolm

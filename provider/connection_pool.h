@@ -43,7 +43,7 @@ class ConnectionPool final : public httplib::TaskQueue {
   void shutdown() override;
 
   struct Stats {
-    size_t threads = 0, busy = 0, queued = 0, peak_threads = 0;
+    size_t threads = 0, busy = 0, queued = 0, peak_threads = 0;  // busy: running a connection
   };
   Stats stats() const;
 
@@ -59,7 +59,7 @@ class ConnectionPool final : public httplib::TaskQueue {
   std::condition_variable exit_cv_;  // a worker left, for shutdown()
   std::deque<std::function<void()>> jobs_;
   std::vector<pthread_t> exited_;    // finished threads not joined yet
-  size_t live_ = 0, idle_ = 0, peak_ = 0;
+  size_t live_ = 0, idle_ = 0, running_ = 0, peak_ = 0;
   bool shutdown_ = false, joined_ = false;
 };
 

@@ -20,6 +20,7 @@
 #include <atomic>
 #include <chrono>
 #include <cinttypes>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -30,6 +31,7 @@
 #include <thread>
 #include <vector>
 
+#include "connection_pool.h"
 #include "constant_time.h"
 #include "model.h"
 #include "server.h"
@@ -482,4 +484,47 @@ TEST_CASE("a FIFO in the cache directory blocks neither requests nor /metrics (i
   }
   CHECK(reported);
   fs::remove_all(dir);
+}
+
+TEST_CASE("ConnectionPool: grows to its cap, queues beyond it, shrinks when idle, runs every job", "[server][harden]") {
+  ConnectionPoolOptions po;
+  po.min_threads = 2;
+  po.max_threads = 6;
+  po.idle_exit = std::chrono::milliseconds(200);
+  ConnectionPool pool(po);
+  std::mutex mu;
+  std::condition_variable cv;
+  bool release = false;
+  std::atomic<int> ran{0};
+  for (int i = 0; i < 10; ++i)
+    pool.enqueue([&] {
+      std::unique_lock<std::mutex> lk(mu);
+      cv.wait(lk, [&] { return release; });
+      ++ran;
+    });
+  const auto deadline = Clock::now() + std::chrono::seconds(5);
+  while (pool.stats().busy < 6 && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  auto st = pool.stats();
+  CHECK(st.threads == 6);
+  CHECK(st.busy == 6);
+  CHECK(st.queued == 4);
+  {
+    std::lock_guard<std::mutex> lk(mu);
+    release = true;
+  }
+  cv.notify_all();
+  while (ran < 10 && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  CHECK(ran == 10);
+  // Idle threads above the minimum leave after idle_exit.
+  const auto shrink_deadline = Clock::now() + std::chrono::seconds(5);
+  while (pool.stats().threads > 2 && Clock::now() < shrink_deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  CHECK(pool.stats().threads == 2);
+  CHECK(pool.stats().peak_threads == 6);
+  // Jobs queued at shutdown still run (each is a connection that must be closed).
+  std::atomic<int> late{0};
+  for (int i = 0; i < 5; ++i) pool.enqueue([&] { ++late; });
+  pool.shutdown();
+  CHECK(late == 5);
+  CHECK(pool.stats().threads == 0);
 }
