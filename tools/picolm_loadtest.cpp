@@ -20,6 +20,7 @@
 #include <httplib.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -95,23 +96,35 @@ class Provider {
     const auto deadline = Clock::now() + std::chrono::seconds(30);
     while (line.find('\n') == std::string::npos && Clock::now() < deadline) {
       pollfd pf{out_, POLLIN, 0};
-      if (::poll(&pf, 1, 100) <= 0) continue;
+      if (::poll(&pf, 1, 100) <= 0) continue;  // (a signal: try again)
       char buf[256];
       const ssize_t n = ::read(out_, buf, sizeof buf);
+      if (n < 0 && errno == EINTR) continue;
       if (n <= 0) break;
       line.append(buf, size_t(n));
     }
     const size_t at = line.find("listening on 127.0.0.1:");
     if (at != std::string::npos) port_ = std::atoi(line.c_str() + at + 23);
+    else why_ = "no 'listening on' line (got '" + line + "')";
   }
   ~Provider() { kill(SIGKILL); }
   Provider(const Provider&) = delete;
   Provider& operator=(const Provider&) = delete;
 
   int port() const { return port_; }
+  const std::string& why() const { return why_; }
   pid_t pid() const { return pid_; }
-  bool wait_healthy(std::chrono::seconds within) const {
-    if (port_ <= 0) return false;
+  bool wait_healthy(std::chrono::seconds within) {
+    if (port_ <= 0) {
+      int status = 0;
+      if (pid_ > 0 && ::waitpid(pid_, &status, WNOHANG) == pid_) {
+        why_ += WIFEXITED(status) ? "; exited with " + std::to_string(WEXITSTATUS(status))
+                                  : "; killed by signal " + std::to_string(WTERMSIG(status));
+        pid_ = -1;
+      }
+      std::fprintf(stderr, "picolm-loadtest: the provider did not start: %s\n", why_.c_str());
+      return false;
+    }
     httplib::Client c("127.0.0.1", port_);
     c.set_read_timeout(2, 0);
     const auto deadline = Clock::now() + within;
@@ -120,6 +133,8 @@ class Provider {
       if (r && r->status == 200) return true;
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
+    std::fprintf(stderr, "picolm-loadtest: the provider on port %d was not healthy within %d s\n", port_,
+                 int(within.count()));
     return false;
   }
   void kill(int sig) {
@@ -150,6 +165,7 @@ class Provider {
  private:
   pid_t pid_ = -1;
   int out_ = -1, port_ = 0;
+  std::string why_;
 };
 
 std::unique_ptr<httplib::Client> client(int port, int read_timeout_sec) {
