@@ -57,7 +57,7 @@ void usage(FILE* out) {
                "  --provider BIN      the picolm-provider binary to start (loopback, port 0)\n"
                "  -m, --model FILE    model for the provider (a small one: the test measures the server)\n"
                "  --phases LIST       comma-separated: conn,schema,kill (default all)\n"
-               "  --short             CI size: 200 idle + 64 slow, 40 schemas of 1000 properties, 3 kill rounds\n"
+               "  --short             CI size: 200 idle + 64 slow, 20 schemas of 1000 properties, 3 kill rounds\n"
                "  --idle N            idle keep-alive connections (default 200)\n"
                "  --slow N            slow connections (default 64)\n"
                "  --schemas N         requests with distinct schemas (default 500)\n"
@@ -424,7 +424,7 @@ int main(int argc, char** argv) {
     else if (k == "-m" || k == "--model") o.model = val();
     else if (k == "--dir") o.work_dir = val();
     else if (k == "--short") {
-      o.schemas = 40;
+      o.schemas = 20;
       o.schema_props = 1000;
       o.kill_rounds = 3;
       o.probes = 10;
