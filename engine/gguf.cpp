@@ -323,6 +323,19 @@ std::vector<int32_t> GgufFile::get_i32_array(std::string_view key) const {
   return out;
 }
 
+std::vector<int64_t> GgufFile::get_int_array(std::string_view key) const {
+  const GgufValue* v = find(key);
+  if (!v || v->type != GgufValueType::ARRAY || !is_integer(v->elem_type)) return {};
+  std::vector<int64_t> out(v->count);
+  Cursor c(v->elems, v->count * scalar_size(v->elem_type));
+  for (uint64_t i = 0; i < v->count; ++i) {
+    GgufValue x;
+    read_scalar(c, v->elem_type, x);
+    out[i] = x.i;
+  }
+  return out;
+}
+
 const GgufTensor* GgufFile::tensor(std::string_view name) const {
   for (const GgufTensor& t : tensors_)
     if (t.name == name) return &t;

@@ -77,6 +77,9 @@ class GgufFile {
   std::vector<std::string_view> get_string_array(std::string_view key) const;
   std::vector<float> get_f32_array(std::string_view key) const;
   std::vector<int32_t> get_i32_array(std::string_view key) const;  // any integer element type
+  // Integer array elements widened to 64 bits (uint64 above INT64_MAX wrapped, as in GgufValue::i), for
+  // values that must be range-checked before they are narrowed. Empty if absent or not integers.
+  std::vector<int64_t> get_int_array(std::string_view key) const;
 
   const std::vector<GgufTensor>& tensors() const { return tensors_; }
   const GgufTensor* tensor(std::string_view name) const;

@@ -315,6 +315,7 @@ bool write_full(int fd, const void* buf, size_t n) {
 std::string read_meta(int fd, const Identity& want, DiskEntry& e) {
   struct stat st {};
   if (::fstat(fd, &st) != 0) return std::string("fstat: ") + std::strerror(errno);
+  if (!S_ISREG(st.st_mode)) return "not a regular file";
   const uint64_t size = uint64_t(st.st_size);
   uint8_t h[kHeaderBytes];
   if (size < kHeaderBytes || !read_full(fd, h, kHeaderBytes, 0)) return "truncated header";
@@ -364,6 +365,20 @@ uint64_t block_checksum(const std::vector<std::pair<const uint16_t*, size_t>>& p
 
 bool pid_alive(long pid) { return pid > 0 && (::kill(pid_t(pid), 0) == 0 || errno == EPERM); }
 
+// Opens a cache file for reading. O_NONBLOCK: opening a FIFO for reading would otherwise wait for a
+// writer forever, with the store's mutex held (issue 15 item 4); on a regular file it changes nothing.
+int open_for_reading(const std::string& p) { return ::open(p.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC); }
+
+// mkdir -p; true if `dir` is a directory afterwards.
+bool make_dirs(const std::string& dir) {
+  for (size_t i = 1; i <= dir.size(); ++i)
+    if (i == dir.size() || dir[i] == '/') ::mkdir(dir.substr(0, i).c_str(), 0755);
+  struct stat ds {};
+  return ::stat(dir.c_str(), &ds) == 0 && S_ISDIR(ds.st_mode);
+}
+
+bool no_space(int err) { return err == ENOSPC || err == EDQUOT; }
+
 }  // namespace
 
 // ------------------------------------------------------------------------------------------------
@@ -379,6 +394,9 @@ struct PromptCacheStore::Impl {
   bool scanned = false;
   PromptCacheStats st;
   uint64_t tmp_seq = 0;
+  // Names that are not regular files, with the inode seen: reported once, not on every scan.
+  std::unordered_map<std::string, ino_t> ignored;
+  time_t no_writes_until = 0;  // the filesystem was full even after evicting: pause writing
 
   using Logs = std::vector<std::pair<PromptCacheLogLevel, std::string>>;
   void emit(Logs& logs) const {
@@ -417,6 +435,10 @@ struct PromptCacheStore::Impl {
       if (name.size() <= 4 || name.compare(name.size() - 4, 4, kExt) != 0 || name[0] == '.') continue;
       struct stat fs {};
       if (::stat(path(name).c_str(), &fs) != 0) continue;  // vanished
+      if (!S_ISREG(fs.st_mode)) {
+        ignore_locked(name, fs.st_ino, logs);
+        continue;
+      }
       total += uint64_t(fs.st_size);
       if (name.rfind(mine, 0) != 0) continue;  // another model's file: not ours to judge
       seen[name] = true;
@@ -425,8 +447,14 @@ struct PromptCacheStore::Impl {
     ::closedir(d);
     for (auto it = index.begin(); it != index.end();) it = seen.count(it->first) ? std::next(it) : index.erase(it);
     for (const std::string& name : fresh) {
-      Fd f(::open(path(name).c_str(), O_RDONLY | O_CLOEXEC));
+      Fd f(open_for_reading(path(name)));
       if (f.fd < 0) continue;
+      struct stat fs {};
+      if (::fstat(f.fd, &fs) != 0) continue;
+      if (!S_ISREG(fs.st_mode)) {  // replaced since the stat() above
+        ignore_locked(name, fs.st_ino, logs);
+        continue;
+      }
       auto e = std::make_shared<DiskEntry>();
       e->name = name;
       std::string why = read_meta(f.fd, id, *e);
@@ -444,6 +472,18 @@ struct PromptCacheStore::Impl {
     // process in the same tick after our stat() would leave the mtime unchanged. Only trust an
     // mtime that is a few seconds old; until then, rescan (cheap: headers are read once per name).
     scanned = ::time(nullptr) - ds.st_mtim.tv_sec > 2;
+  }
+
+  // A *.pkv name that is not a regular file (a directory, a FIFO, a socket) is not a cache file:
+  // it is never read (a FIFO would block) nor deleted (not ours to delete; a directory cannot be
+  // unlink()ed anyway), and it is reported once per inode instead of on every scan.
+  void ignore_locked(const std::string& name, ino_t ino, Logs& logs) {
+    auto [it, fresh] = ignored.try_emplace(name, ino);
+    if (!fresh && it->second == ino) return;
+    it->second = ino;
+    index.erase(name);
+    ++st.files_ignored;
+    logs.emplace_back(PromptCacheLogLevel::Warn, "prompt cache: ignoring " + path(name) + ": not a regular file");
   }
 
   void touch_ram_locked(const RamSnapshot* s) {
@@ -464,15 +504,16 @@ struct PromptCacheStore::Impl {
   }
 
   // Removes stale temp files and the least recently used files until the directory fits the
-  // budget. Holds an exclusive flock on <dir>/.lock so that two processes do not both delete.
-  void evict_disk(Logs& logs) {
+  // budget, and `must_free` bytes below its current size (a full filesystem). Holds an exclusive
+  // flock on <dir>/.lock so that two processes do not both delete. Returns the bytes removed.
+  uint64_t evict_disk(Logs& logs, uint64_t must_free = 0) {
     Fd lock(::open(path(".lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644));
     if (lock.fd < 0 || ::flock(lock.fd, LOCK_EX) != 0) {
       logs.emplace_back(PromptCacheLogLevel::Warn, "prompt cache: cannot lock " + path(".lock") + ": " + std::strerror(errno));
-      return;
+      return 0;
     }
     DIR* d = ::opendir(opts.dir.c_str());
-    if (!d) return;
+    if (!d) return 0;
     struct F {
       std::string name;
       uint64_t size;
@@ -497,7 +538,7 @@ struct PromptCacheStore::Impl {
         continue;
       }
       if (name.size() <= 4 || name[0] == '.' || name.compare(name.size() - 4, 4, kExt) != 0) continue;
-      if (::stat(path(name).c_str(), &fs) != 0) continue;
+      if (::stat(path(name).c_str(), &fs) != 0 || !S_ISREG(fs.st_mode)) continue;
       files.push_back({name, uint64_t(fs.st_size), fs.st_mtim});
       total += uint64_t(fs.st_size);
     }
@@ -505,16 +546,20 @@ struct PromptCacheStore::Impl {
     std::sort(files.begin(), files.end(), [](const F& a, const F& b) {
       return a.mtime.tv_sec != b.mtime.tv_sec ? a.mtime.tv_sec < b.mtime.tv_sec : a.mtime.tv_nsec < b.mtime.tv_nsec;
     });
+    const uint64_t limit = std::min(opts.max_disk_bytes, total > must_free ? total - must_free : 0);
+    uint64_t removed = 0;
     for (const F& f : files) {
-      if (total <= opts.max_disk_bytes) break;
+      if (total <= limit) break;
       if (::unlink(path(f.name).c_str()) == 0 || errno == ENOENT) {
         total -= f.size;
+        removed += f.size;
         ++st.disk_evictions;
         index.erase(f.name);
         logs.emplace_back(PromptCacheLogLevel::Debug, "prompt cache: evicted " + path(f.name));
       }
     }
     st.disk_bytes = total;
+    return removed;
   }
 
   // Copies positions [from, n) of a snapshot into the session; window layers get the snapshot's
@@ -633,8 +678,22 @@ struct PromptCacheStore::Impl {
     return pieces;
   }
 
+  // Writes through the test hook (PromptCacheOptions::write_fault); false with errno set on failure.
+  bool write_part(int fd, const void* buf, size_t n, uint64_t& written) const {
+    if (opts.write_fault)
+      if (const int e = opts.write_fault(written + n)) {
+        errno = e;
+        return false;
+      }
+    if (!write_full(fd, buf, n)) return false;
+    written += n;
+    return true;
+  }
+
+  // On failure returns false and sets `err` to the errno (ENOSPC: the caller may evict and retry).
   bool write_file(Session& session, const Identity& id, std::span<const int32_t> toks, const std::string& name,
-                  Logs& logs) {
+                  Logs& logs, int& err) {
+    err = 0;
     const uint32_t B = uint32_t(opts.block_tokens);
     const FileLayout L = layout_of(id, uint32_t(toks.size()), B);
     const size_t row = id.row_bytes / 2;
@@ -701,29 +760,64 @@ struct PromptCacheStore::Impl {
     std::snprintf(uniq, sizeof uniq, ".%ld.%" PRIxPTR "-%" PRIu64, long(::getpid()), uintptr_t(this), seq);
     const std::string tmp = path("." + name.substr(0, name.size() - 4) + uniq + kTmpExt);
     Fd f(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
+    if (f.fd < 0 && errno == ENOENT && make_dirs(opts.dir)) {
+      // Someone deleted the cache directory while we run: make it again (issue 15 item 10).
+      logs.emplace_back(PromptCacheLogLevel::Info, "prompt cache: created " + opts.dir + " again (it was removed)");
+      f.fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    }
     if (f.fd < 0) {
-      logs.emplace_back(PromptCacheLogLevel::Warn, "prompt cache: cannot create " + tmp + ": " + std::strerror(errno));
+      err = errno;
+      logs.emplace_back(PromptCacheLogLevel::Warn, "prompt cache: cannot create " + tmp + ": " + std::strerror(err));
       return false;
     }
-    bool ok = write_full(f.fd, meta.data(), meta.size());
+    uint64_t written = 0;
+    bool ok = write_part(f.fd, meta.data(), meta.size(), written);
     for (size_t b = 0; ok && b < L.n_blocks; ++b)
       for (uint32_t l = 0; ok && l < id.n_layer; ++l) {
         if (id.layers[l].window) continue;
-        ok = write_full(f.fd, session.k_cache(int32_t(l)) + b * B * row, B * id.row_bytes) &&
-             write_full(f.fd, session.v_cache(int32_t(l)) + b * B * row, B * id.row_bytes);
+        ok = write_part(f.fd, session.k_cache(int32_t(l)) + b * B * row, B * id.row_bytes, written) &&
+             write_part(f.fd, session.v_cache(int32_t(l)) + b * B * row, B * id.row_bytes, written);
       }
-    if (ok) ok = write_full(f.fd, tail.data(), L.tail_bytes);
+    if (ok) ok = write_part(f.fd, tail.data(), L.tail_bytes, written);
     // fsync before rename: after a crash the final name holds either nothing or the whole file.
     if (ok) ok = ::fsync(f.fd) == 0;
     if (ok) ok = ::rename(tmp.c_str(), path(name).c_str()) == 0;
     if (!ok) {
-      logs.emplace_back(PromptCacheLogLevel::Warn, "prompt cache: writing " + tmp + " failed: " + std::strerror(errno));
+      err = errno;
+      logs.emplace_back(no_space(err) ? PromptCacheLogLevel::Info : PromptCacheLogLevel::Warn,
+                        "prompt cache: writing " + tmp + " failed: " + std::strerror(err));
       ::unlink(tmp.c_str());
       return false;
     }
     Fd dfd(::open(opts.dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
     if (dfd.fd >= 0) ::fsync(dfd.fd);  // make the rename itself durable
     return true;
+  }
+
+  // write_file; on a full filesystem (issue 15 item 10) evicts least recently used files worth the
+  // new file's size and tries once more, and if that fails too stops writing for a minute (reads
+  // go on) instead of failing every request's write.
+  bool write_file_or_make_room(Session& session, const Identity& id, std::span<const int32_t> toks,
+                               const std::string& name, uint64_t bytes, Logs& logs) {
+    int err = 0;
+    if (write_file(session, id, toks, name, logs, err)) return true;
+    if (!no_space(err)) return false;
+    uint64_t freed = 0;
+    {
+      std::lock_guard<std::mutex> lk(mu);
+      ++st.disk_full;
+      freed = evict_disk(logs, bytes);
+    }
+    if (freed > 0 && write_file(session, id, toks, name, logs, err)) return true;
+    std::lock_guard<std::mutex> lk(mu);
+    if (no_space(err)) {
+      if (freed > 0) ++st.disk_full;
+      no_writes_until = ::time(nullptr) + 60;
+      logs.emplace_back(PromptCacheLogLevel::Warn, "prompt cache: " + opts.dir + " is full (" + std::strerror(err) +
+                                                       ") after evicting " + std::to_string(freed) +
+                                                       " bytes; not writing for 60 s");
+    }
+    return false;
   }
 };
 
@@ -735,16 +829,7 @@ PromptCacheStore::PromptCacheStore(PromptCacheOptions opts) : impl_(std::make_un
   if (I.opts.block_tokens <= 0) I.opts.block_tokens = PromptCacheOptions{}.block_tokens;
   while (I.opts.dir.size() > 1 && I.opts.dir.back() == '/') I.opts.dir.pop_back();
   if (!I.opts.dir.empty()) {
-    // mkdir -p
-    std::string p;
-    for (size_t i = 0; i <= I.opts.dir.size(); ++i) {
-      if (i == I.opts.dir.size() || (I.opts.dir[i] == '/' && i > 0)) {
-        p = I.opts.dir.substr(0, i);
-        ::mkdir(p.c_str(), 0755);
-      }
-    }
-    struct stat ds {};
-    I.disk = ::stat(I.opts.dir.c_str(), &ds) == 0 && S_ISDIR(ds.st_mode) && ::access(I.opts.dir.c_str(), W_OK) == 0;
+    I.disk = make_dirs(I.opts.dir) && ::access(I.opts.dir.c_str(), W_OK) == 0;
     if (!I.disk && I.opts.log)
       I.opts.log(PromptCacheLogLevel::Warn, "prompt cache: directory " + I.opts.dir + " is not usable; RAM only");
   }
@@ -815,7 +900,7 @@ size_t PromptCacheStore::restore(Session& session, std::span<const int32_t> prom
   for (auto& [m, e] : disk) {
     if (m <= std::max(live, ram_len)) break;
     const std::string p = I.path(e->name);
-    Fd f(::open(p.c_str(), O_RDONLY | O_CLOEXEC));
+    Fd f(open_for_reading(p));
     if (f.fd < 0) {  // evicted or replaced by another process: a miss, not an error
       std::lock_guard<std::mutex> lk(I.mu);
       I.index.erase(e->name);
@@ -963,7 +1048,9 @@ size_t PromptCacheStore::store(Session& session, size_t stable_len) {
     } else if (L.file_bytes > I.opts.max_disk_bytes) {
       logs.emplace_back(PromptCacheLogLevel::Debug, "prompt cache: " + std::to_string(L.file_bytes) +
                                                         "-byte prefix exceeds the disk budget; not written");
-    } else if (I.write_file(session, id, toks, name, logs)) {
+    } else if (::time(nullptr) < I.no_writes_until) {
+      logs.emplace_back(PromptCacheLogLevel::Debug, "prompt cache: the filesystem was full; not written");
+    } else if (I.write_file_or_make_room(session, id, toks, name, L.file_bytes, logs)) {
       std::lock_guard<std::mutex> lk(I.mu);
       ++I.st.files_written;
       for (const std::string& c : covered) {

@@ -7,6 +7,10 @@
 // the prompt's and (for files) its header and every KV block it contributes pass their checksums.
 // File format: docs/KV_CACHE_FORMAT.md.
 //
+// Hostile directories: only regular files are read (opened non-blocking, so a FIFO named like a
+// cache file cannot block the scan); a deleted directory is created again on the next write; a
+// full filesystem evicts least recently used files and retries once, then pauses writing.
+//
 // Thread-safety: a PromptCacheStore may be shared by any number of threads (one internal mutex
 // guards the RAM LRU, the file index, directory scans and eviction; copying KV data in and out of
 // sessions and reading/writing the KV blocks of files run outside it). Each
@@ -43,6 +47,9 @@ struct PromptCacheOptions {
   int64_t stale_temp_seconds = 3600;
   // Receives rejected files, evictions and I/O problems. Optional; called with no lock held.
   std::function<void(PromptCacheLogLevel, std::string_view)> log;
+  // Tests only: called before each write of a cache file with the file's size after that write;
+  // a nonzero errno fails the write with it (ENOSPC simulates a full filesystem without one).
+  std::function<int(uint64_t file_bytes_after)> write_fault;
 };
 
 struct PromptCacheStats {
@@ -54,6 +61,9 @@ struct PromptCacheStats {
   uint64_t ram_snapshots = 0;      // snapshots taken by store()
   uint64_t files_written = 0;
   uint64_t files_rejected = 0;     // ignored and deleted: bad magic/version/identity/checksum/size
+  uint64_t files_ignored = 0;      // names ending in .pkv that are not regular files (FIFO, directory):
+                                   // never opened for reading nor deleted, counted once per name
+  uint64_t disk_full = 0;          // writes that failed for lack of space (ENOSPC, EDQUOT)
   uint64_t ram_evictions = 0;
   uint64_t disk_evictions = 0;     // files this process removed to keep the budget
   uint64_t ram_bytes = 0;          // current

@@ -25,7 +25,22 @@ struct JValue {
   bool is_bool() const { return kind == Kind::Bool; }
   bool is_integer_valued() const;  // a Number whose value is an integer (1.0 counts, per 2020-12)
   const JValue* get(std::string_view key) const;
+
+  // Declared here, defaulted after the class: clang with libstdc++ 12 instantiates the copy of
+  // vector<pair<string, JValue>> at an implicit definition, where JValue is still incomplete.
+  JValue();
+  JValue(const JValue&);
+  JValue(JValue&&) noexcept;
+  JValue& operator=(const JValue&);
+  JValue& operator=(JValue&&) noexcept;
+  ~JValue();
 };
+inline JValue::JValue() = default;
+inline JValue::JValue(const JValue&) = default;
+inline JValue::JValue(JValue&&) noexcept = default;
+inline JValue& JValue::operator=(const JValue&) = default;
+inline JValue& JValue::operator=(JValue&&) noexcept = default;
+inline JValue::~JValue() = default;
 
 // Parses a whole document (RFC 8259; trailing garbage is an error). Returns false and sets err.
 bool parse_json(std::string_view text, JValue& out, std::string& err);

@@ -35,7 +35,22 @@ struct Json {
   }
   bool is_string() const { return kind == Kind::String; }
   bool is_object() const { return kind == Kind::Object; }
+
+  // Defaulted after the class: clang with libstdc++ 12 (the fuzz build) instantiates the copy of
+  // vector<pair<string, Json>> at an implicit definition, where Json is still incomplete.
+  Json();
+  Json(const Json&);
+  Json(Json&&) noexcept;
+  Json& operator=(const Json&);
+  Json& operator=(Json&&) noexcept;
+  ~Json();
 };
+Json::Json() = default;
+Json::Json(const Json&) = default;
+Json::Json(Json&&) noexcept = default;
+Json& Json::operator=(const Json&) = default;
+Json& Json::operator=(Json&&) noexcept = default;
+Json::~Json() = default;
 
 void append_utf8(std::string& out, uint32_t cp) {
   if (cp < 0x80) {

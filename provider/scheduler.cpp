@@ -1042,10 +1042,10 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineOptions& opts, Metric
     co.dir = opts.cache_dir;
     co.max_disk_bytes = uint64_t(opts.cache_max_mb) << 20;
     co.max_ram_bytes = uint64_t(opts.cache_ram_mb) << 20;
-    co.log = [](PromptCacheLogLevel level, std::string_view msg) {
-      if (level == PromptCacheLogLevel::Warn) spdlog::warn("prompt cache: {}", msg);
-      else if (level == PromptCacheLogLevel::Info) spdlog::info("prompt cache: {}", msg);
-      else spdlog::debug("prompt cache: {}", msg);
+    co.log = [](PromptCacheLogLevel level, std::string_view msg) {  // msg starts "prompt cache: "
+      if (level == PromptCacheLogLevel::Warn) spdlog::warn("{}", msg);
+      else if (level == PromptCacheLogLevel::Info) spdlog::info("{}", msg);
+      else spdlog::debug("{}", msg);
     };
     impl->cache = std::make_unique<PromptCacheStore>(std::move(co));
   }

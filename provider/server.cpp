@@ -11,15 +11,20 @@
 #include <spdlog/spdlog.h>
 
 #include <atomic>
+#include <cerrno>
 #include <condition_variable>
+#include <cstring>
 #include <ctime>
 #include <fstream>
 #include <iterator>
+#include <map>
 #include <mutex>
 #include <random>
 #include <thread>
 
 #include "json_writer.h"
+#include "connection_pool.h"
+#include "constant_time.h"
 #include "metrics.h"
 #include "openai.h"
 #include "responses.h"
@@ -126,6 +131,9 @@ struct Server::Impl {
   std::mutex rng_mu;
   std::mt19937_64 rng{std::random_device{}()};
   ResponseStore responses;  // stored Responses API conversations (previous_response_id, item_reference)
+
+  std::map<std::string, std::string> allowed_methods;  // route path -> its Allow header (405s)
+  int listen_fd = -1;                                  // set while binding (socket options hook)
 
   explicit Impl(ServerOptions o) : opts(std::move(o)) {}
 
@@ -476,7 +484,8 @@ void Server::Impl::setup_routes() {
         res.set_header("X-Picolm-Instance", opts.instance_id);
         if (needs_auth && !opts.api_key.empty()) {
           const std::string auth = req.get_header_value("Authorization");
-          if (auth != "Bearer " + opts.api_key) {
+          // Constant time: how long a wrong key takes must not tell how much of it was right.
+          if (!constant_time_equal(auth, "Bearer " + opts.api_key)) {
             send_error(res, ApiError{401, "invalid or missing API key (Authorization: Bearer ...)",
                                      "invalid_request_error", "", "invalid_api_key"});
             metrics.count_request(endpoint, res.status);
@@ -484,6 +493,9 @@ void Server::Impl::setup_routes() {
           }
         }
         fn(req, res);
+        // A streamed answer (chunked provider) and /metrics leave the status unset (-1) when the
+        // handler returns; httplib sends them as 200 (issue 15 item 9).
+        if (res.status == -1) res.status = 200;
       } catch (const std::exception& e) {
         spdlog::error("{} {}: {}", req.method, req.path, e.what());
         send_error(res, server_error(std::string("internal error: ") + e.what()));
@@ -494,27 +506,40 @@ void Server::Impl::setup_routes() {
     };
   };
 
+  // Routes are registered through these two so that another method on a known path gets 405 with
+  // an Allow header instead of httplib's 404 (issue 15 item 10).
+  auto post = [this](const char* path, httplib::Server::Handler h) {
+    http.Post(path, std::move(h));
+    std::string& allow = allowed_methods[path];
+    allow += allow.empty() ? "POST" : ", POST";
+  };
+  auto get = [this](const char* path, httplib::Server::Handler h) {
+    http.Get(path, std::move(h));  // httplib answers HEAD from the GET handler
+    std::string& allow = allowed_methods[path];
+    allow += allow.empty() ? "GET, HEAD" : ", GET, HEAD";
+  };
+
   auto chat = edge("chat_completions", true,
                    [this](const httplib::Request& q, httplib::Response& s) { handle_generation(q, s, false); });
-  http.Post("/v1/chat/completions", chat);
-  http.Post("/chat/completions", chat);
+  post("/v1/chat/completions", chat);
+  post("/chat/completions", chat);
   auto tool_call = edge("tool_call", true,
                         [this](const httplib::Request& q, httplib::Response& s) { handle_generation(q, s, true); });
-  http.Post("/tool_call", tool_call);
-  http.Post("/v1/tool_call", tool_call);
+  post("/tool_call", tool_call);
+  post("/v1/tool_call", tool_call);
 
   auto models = edge("models", true, [this](const httplib::Request&, httplib::Response& res) {
     auto eng = get_engine();
     send_json(res, 200, models_json(model_id, started_unix, eng ? eng->n_ctx() : 0));
   });
-  http.Get("/v1/models", models);
-  http.Get("/models", models);
+  get("/v1/models", models);
+  get("/models", models);
 
   // ---- issue 21: the Responses API, one model by id, CORS ----
   auto responses_route = edge("responses", true,
                               [this](const httplib::Request& q, httplib::Response& s) { handle_responses(q, s); });
-  http.Post("/v1/responses", responses_route);
-  http.Post("/responses", responses_route);
+  post("/v1/responses", responses_route);
+  post("/responses", responses_route);
   auto model = edge("models", true, [this](const httplib::Request& req, httplib::Response& res) {
     const std::string id = req.matches.size() > 1 ? std::string(req.matches[1]) : std::string();
     if (id != model_id) {
@@ -543,7 +568,7 @@ void Server::Impl::setup_routes() {
     });
   }
 
-  http.Get("/health", edge("health", false, [this](const httplib::Request&, httplib::Response& res) {
+  get("/health", edge("health", false, [this](const httplib::Request&, httplib::Response& res) {
     std::lock_guard<std::mutex> lock(mu);
     std::string id_field = ",\"instance_id\":";
     json::append_json_string(id_field, opts.instance_id);
@@ -553,7 +578,7 @@ void Server::Impl::setup_routes() {
     else if (!load_done) send_json(res, 503, R"({"status":"loading")" + id_field + "}");
     else send_json(res, 503, R"({"status":"error","message":"the model failed to load")" + id_field + "}");
   }));
-  http.Get("/metrics", edge("metrics", true, [this](const httplib::Request&, httplib::Response& res) {
+  get("/metrics", edge("metrics", true, [this](const httplib::Request&, httplib::Response& res) {
     res.set_content(metrics.render(), "text/plain; version=0.0.4");
   }));
 
@@ -565,7 +590,13 @@ void Server::Impl::setup_routes() {
   http.set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) return;
     ApiError e{res.status, "HTTP error " + std::to_string(res.status), "invalid_request_error", "", ""};
-    if (res.status == 404) {
+    auto allowed = allowed_methods.find(req.path);
+    if (res.status == 404 && allowed != allowed_methods.end()) {
+      res.status = 405;
+      res.set_header("Allow", allowed->second);
+      e = ApiError{405, req.method + " is not allowed on " + req.path + " (allowed: " + allowed->second + ")",
+                   "invalid_request_error", "", "method_not_allowed"};
+    } else if (res.status == 404) {
       e.message = "no such endpoint: " + req.method + " " + req.path;
       e.code = "not_found";
     } else if (res.status == 413) {
@@ -604,22 +635,48 @@ Result<int> Server::start() {
   }
   s.setup_routes();
   s.http.set_payload_max_length(s.opts.max_body_bytes);
-  size_t threads = s.opts.http_threads > 0 ? static_cast<size_t>(s.opts.http_threads)
-                                           : std::max<size_t>(8, s.opts.engine.max_queue + 4);
-  s.http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
-  // An idle keep-alive connection holds one HTTP thread, and stop() waits for it to time out.
-  s.http.set_keep_alive_timeout(5);
-  s.http.set_read_timeout(60);
-  // Long generations stream slowly; a write must not time out while the client is reading.
-  s.http.set_write_timeout(600);
+  // Every connection holds one thread from accept to close (cpp-httplib), so idle and slow clients
+  // are bounded twice: by the timeouts (each read or write, and an idle keep-alive, gives up after
+  // so long) and by the pool, which grows to max_connections threads of 1 MiB stack before a new
+  // connection has to wait (docs/RELIABILITY.md; issue 15 item 1).
+  ConnectionPoolOptions pool;
+  pool.max_threads = std::max<size_t>(8, s.opts.max_connections);
+#if defined(__SANITIZE_ADDRESS__)
+  pool.stack_bytes = size_t(4) << 20;  // ASan's redzones make frames several times larger
+#endif
+  s.http.new_task_queue = [pool] { return new ConnectionPool(pool); };
+  s.http.set_keep_alive_timeout(s.opts.keep_alive_timeout_sec);
+  s.http.set_keep_alive_max_count(100);
+  s.http.set_read_timeout(s.opts.read_timeout_sec);
+  // A write blocks only while the client's receive window is full, i.e. it stopped reading; a slow
+  // generation waits between writes, not in them.
+  s.http.set_write_timeout(s.opts.write_timeout_sec);
+  // httplib's default sets SO_REUSEPORT, which lets a second provider bind the same port and take a
+  // share of the connections (issue 15 item 3). SO_REUSEADDR only allows a restart while old
+  // connections are in TIME_WAIT; a port someone listens on stays refused.
+  s.http.set_socket_options([&s](socket_t sock) {
+    int yes = 1;
+    ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+    s.listen_fd = sock;  // the last call is the socket that gets bound
+  });
 
   int port = s.opts.port;
+  bool bound = false;
   if (port == 0) {
     port = s.http.bind_to_any_port(s.opts.host);
-    if (port <= 0) return Error{"cannot bind to " + s.opts.host};
-  } else if (!s.http.bind_to_port(s.opts.host, port)) {
-    return Error{"cannot bind to " + s.opts.host + ":" + std::to_string(port)};
+    bound = port > 0;
+  } else {
+    bound = s.http.bind_to_port(s.opts.host, port);
   }
+  if (!bound) {
+    const int err = errno;
+    std::string why = err == EADDRINUSE ? "the address is already in use (is another provider running on it?)"
+                                        : std::strerror(err);
+    return Error{"cannot listen on " + s.opts.host + ":" + std::to_string(s.opts.port) + ": " + why};
+  }
+  // The library listens with a backlog of 5 (compiled in); a burst of connections beyond that got
+  // SYN retries of a second or more. listen() again on a listening socket only resizes its backlog.
+  if (s.listen_fd >= 0) ::listen(s.listen_fd, std::max(16, s.opts.listen_backlog));
   if (s.opts.instance_id.empty()) {
     // A wildcard address is the same on every board; the host name tells replicas apart.
     std::string host = s.opts.host;

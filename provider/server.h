@@ -37,6 +37,13 @@ struct ServerOptions {
   // Names this replica in log lines, /health, /metrics (picolm_instance_info) and the
   // X-Picolm-Instance response header. "" = HOST:PORT once bound (the host name for 0.0.0.0 / ::).
   std::string instance_id;
+  // Connections served at once, one thread each (docs/RELIABILITY.md); more wait for a free thread.
+  // Idle and slow clients hold a connection only as long as the timeouts below allow.
+  size_t max_connections = 512;
+  int read_timeout_sec = 15;        // a request's headers or body stalled this long: connection closed
+  int keep_alive_timeout_sec = 5;   // an idle keep-alive connection is closed after this
+  int write_timeout_sec = 60;       // a client that stops reading its answer this long: closed
+  int listen_backlog = 1024;        // connections the kernel holds before accept
 };
 
 class Server {

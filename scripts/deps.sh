@@ -4,6 +4,11 @@ set -euo pipefail
 # libcurl4-openssl-dev + libssl-dev: model download (--hf) and its SHA-256 check; curl: tests/scripts_test.sh.
 PKGS=(build-essential cmake ninja-build pkg-config catch2 libsimdjson-dev libcpp-httplib-dev libspdlog-dev
       libcurl4-openssl-dev libssl-dev curl python3 python3-jsonschema python3-jinja2)
+# Fuzzing only (`scripts/deps.sh --fuzz`, run by scripts/fuzz.sh): clang, and its runtime with
+# libFuzzer and the sanitizers (Debian 12: libclang-rt-14-dev).
+if [ "${1:-}" = "--fuzz" ]; then
+  PKGS+=(clang libclang-rt-14-dev)
+fi
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

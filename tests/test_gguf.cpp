@@ -2,11 +2,15 @@
 #include <catch2/catch.hpp>
 
 #include <cstring>
+#include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <random>
 
 #include "gguf.h"
+#include "gguf_writer.h"
+#include "model.h"
 #include "test_util.h"
 
 using namespace picolm;
@@ -119,4 +123,58 @@ TEST_CASE("gguf: vocabulary-only files without padding open", "[gguf]") {
   REQUIRE(f.ok());
   CHECK((*f)->tensors().empty());
   CHECK((*f)->get_string_array("tokenizer.ggml.tokens").size() == 32000);
+}
+
+namespace {
+
+// stories260K rewritten with one metadata value replaced (`edit` sets it on the writer), as a file.
+std::string stories_with(const std::string& out_name, const std::function<void(GgufWriter&)>& edit) {
+  auto f = GgufFile::open(model_path("stories260K.gguf"));
+  REQUIRE(f.ok());
+  GgufWriter w;
+  for (const auto& [key, value] : (*f)->metadata())
+    if (key != "general.alignment") w.set_value(key, value);
+  edit(w);
+  for (const GgufTensor& t : (*f)->tensors()) REQUIRE(w.add_tensor(t.name, t.type, t.ne).ok());
+  const std::string path = (std::filesystem::temp_directory_path() / out_name).string();
+  REQUIRE(w.begin(path).ok());
+  for (const GgufTensor& t : (*f)->tensors()) REQUIRE(w.write_tensor_data(t.data, t.n_bytes).ok());
+  REQUIRE(w.finish().ok());
+  return path;
+}
+
+}  // namespace
+
+TEST_CASE("model: hyper-parameters are range-checked in 64 bits before narrowing", "[gguf]") {
+  // The unmodified copy loads (the rewrite itself is sound).
+  const std::string same = stories_with("picolm-gguf-same.gguf", [](GgufWriter&) {});
+  CHECK(Model::load(same).ok());
+  std::filesystem::remove(same);
+  // 2^32 + 64 truncated to int32 is 64, stories260K's real width: it must not load as a valid model.
+  struct Case {
+    const char* key;
+    uint64_t value;
+  };
+  for (const Case c : {Case{"llama.embedding_length", (uint64_t(1) << 32) + 64},
+                       Case{"llama.block_count", (uint64_t(1) << 32) + 5},
+                       Case{"llama.context_length", (uint64_t(1) << 32) + 128},
+                       Case{"llama.feed_forward_length", (uint64_t(1) << 32) + 172},
+                       Case{"llama.attention.head_count", ~uint64_t(0)}}) {
+    INFO(c.key);
+    const std::string path = stories_with("picolm-gguf-u64.gguf", [&](GgufWriter& w) { w.set_u64(c.key, c.value); });
+    auto m = Model::load(path);
+    std::filesystem::remove(path);
+    REQUIRE(!m.ok());
+    CHECK_THAT(m.error(), Catch::Contains(c.key));
+  }
+  // A per-layer array entry out of int32 range is refused the same way.
+  const std::string arr = stories_with("picolm-gguf-arr.gguf", [](GgufWriter& w) {
+    std::vector<int64_t> kv(5, 8);
+    kv[3] = (int64_t(1) << 32) + 8;
+    w.set_array("llama.attention.head_count_kv", GgufValueType::INT64, kv.data(), kv.size());
+  });
+  auto m = Model::load(arr);
+  std::filesystem::remove(arr);
+  REQUIRE(!m.ok());
+  CHECK_THAT(m.error(), Catch::Contains("head_count_kv"));
 }

@@ -27,6 +27,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
 #include <random>
 #include <string>
 #include <thread>
@@ -771,5 +772,165 @@ TEST_CASE("window layers without a store: the live prefix is kept within the rin
     CHECK(r->evaluated_tokens == prompt.size() - r->cached_tokens);
     CHECK(s.n_past() == int32_t(prompt.size()));
     CHECK(same_bits(s.logits(), full_prefill_logits(m, pool, prompt)));
+  }
+}
+
+// ---- issue 15: hostile cache directories ---------------------------------------------------------
+
+namespace {
+
+// The "<model fingerprint>-" prefix this model's files carry: only such names are judged (and
+// opened) by a store, so the hostile entries below must use it.
+std::string model_file_prefix(const std::shared_ptr<const Model>& m, ThreadPool& pool, const TempDir& dir) {
+  {
+    PromptCacheStore st(opts_for(dir.path, 16, 0));
+    Session s(m, pool);
+    REQUIRE(prefill_with_cache(&st, s, random_tokens(40, 900, m->hparams().n_vocab), 40).ok());
+  }
+  auto f = dir.files(".pkv");
+  REQUIRE(f.size() == 1);
+  const std::string name = fs::path(f[0]).filename().string();
+  fs::remove(f[0]);
+  return name.substr(0, name.find('-') + 1);
+}
+
+}  // namespace
+
+TEST_CASE("a FIFO named like a cache file never blocks restore or store", "[prompt_cache]") {
+  auto m = load_model("stories260K.gguf");
+  ThreadPool pool(2);
+  TempDir dir;
+  const std::string fifo = dir.path + "/" + model_file_prefix(m, pool, dir) + "00000000000000aa.pkv";
+  REQUIRE(::mkfifo(fifo.c_str(), 0644) == 0);
+  std::vector<std::string> logged;
+  std::mutex log_mu;
+  PromptCacheOptions o = opts_for(dir.path, 16, 0);
+  o.log = [&](PromptCacheLogLevel, std::string_view msg) {
+    std::lock_guard<std::mutex> lk(log_mu);
+    logged.emplace_back(msg);
+  };
+  PromptCacheStore st(o);
+  const auto p = random_tokens(40, 901, m->hparams().n_vocab);
+  // Before the fix the open() of the FIFO waited for a writer forever: run the work on a thread and,
+  // if it does not finish, open the FIFO's writing end once so that the thread (and the test) end.
+  std::atomic<bool> done{false};
+  std::thread worker([&] {
+    Session s(m, pool);
+    (void)prefill_with_cache(&st, s, p, p.size());
+    (void)st.restore(s, p);
+    done = true;
+  });
+  for (int i = 0; i < 200 && !done; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  const bool finished = done;
+  if (!finished) {
+    int w = ::open(fifo.c_str(), O_WRONLY | O_NONBLOCK);
+    if (w >= 0) ::close(w);
+  }
+  worker.join();
+  REQUIRE(finished);
+  CHECK(fs::is_fifo(fifo));  // not ours: left alone
+  CHECK(st.stats().files_ignored == 1);
+  CHECK(st.stats().files_rejected == 0);
+  CHECK(st.stats().files_written == 1);
+  CHECK(st.stats().disk_hits + st.stats().live_hits >= 1);
+  std::lock_guard<std::mutex> lk(log_mu);
+  CHECK(std::count_if(logged.begin(), logged.end(), [](const std::string& l) {
+          return l.find("not a regular file") != std::string::npos;
+        }) == 1);
+  for (const auto& l : logged) CHECK(l.rfind("prompt cache: ", 0) == 0);
+}
+
+TEST_CASE("a directory named like a cache file is reported once, not on every scan", "[prompt_cache]") {
+  auto m = load_model("stories260K.gguf");
+  ThreadPool pool(2);
+  TempDir dir;
+  const std::string sub = dir.path + "/" + model_file_prefix(m, pool, dir) + "00000000000000bb.pkv";
+  REQUIRE(fs::create_directory(sub));
+  std::vector<std::string> logged;
+  PromptCacheOptions o = opts_for(dir.path, 16, 0);
+  o.log = [&](PromptCacheLogLevel, std::string_view msg) { logged.emplace_back(msg); };
+  PromptCacheStore st(o);
+  // The directory's mtime is recent, so every restore rescans it.
+  for (uint32_t i = 0; i < 4; ++i) {
+    Session s(m, pool);
+    CHECK(st.restore(s, random_tokens(40, 910 + i, m->hparams().n_vocab)) == 0);
+  }
+  CHECK(fs::is_directory(sub));
+  CHECK(st.stats().files_rejected == 0);
+  CHECK(st.stats().files_ignored == 1);
+  CHECK(logged.size() == 1);
+}
+
+TEST_CASE("a cache directory removed while in use is created again on the next write", "[prompt_cache]") {
+  auto m = load_model("stories260K.gguf");
+  ThreadPool pool(2);
+  TempDir dir;
+  const std::string cache = dir.path + "/cache";
+  PromptCacheStore st(opts_for(cache, 16, 0));
+  const auto a = random_tokens(40, 920, m->hparams().n_vocab), b = random_tokens(40, 921, m->hparams().n_vocab);
+  {
+    Session s(m, pool);
+    REQUIRE(prefill_with_cache(&st, s, a, a.size()).ok());
+  }
+  REQUIRE(st.stats().files_written == 1);
+  fs::remove_all(cache);
+  {
+    Session s(m, pool);
+    REQUIRE(prefill_with_cache(&st, s, b, b.size()).ok());
+  }
+  CHECK(st.stats().files_written == 2);
+  REQUIRE(fs::is_directory(cache));
+  PromptCacheStore fresh(opts_for(cache, 16, 0));
+  Session s(m, pool);
+  CHECK(fresh.restore(s, b) == 32);
+}
+
+TEST_CASE("a full filesystem evicts the least recently used files and retries once", "[prompt_cache]") {
+  auto m = load_model("stories260K.gguf");
+  ThreadPool pool(2);
+  TempDir dir;
+  std::vector<std::vector<int32_t>> prompts;
+  for (uint32_t i = 0; i < 5; ++i) prompts.push_back(random_tokens(40, 930 + i, m->hparams().n_vocab));
+  uint64_t one = 0;
+  {
+    PromptCacheStore st(opts_for(dir.path, 16, 0));
+    Session s(m, pool);
+    REQUIRE(prefill_with_cache(&st, s, prompts[0], 40).ok());
+    one = dir.pkv_bytes();
+    REQUIRE(one > 0);
+  }
+  // A "filesystem" with room for 2.5 files, far below the store's own budget (1 GB): writes past
+  // it fail with ENOSPC, as on a full disk.
+  uint64_t capacity = one * 2 + one / 2;
+  PromptCacheOptions o = opts_for(dir.path, 16, 0);
+  o.max_disk_bytes = uint64_t(1) << 30;
+  o.write_fault = [&](uint64_t file_bytes) { return dir.pkv_bytes() + file_bytes > capacity ? ENOSPC : 0; };
+  PromptCacheStore st(o);
+  for (size_t i = 1; i < 5; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // distinct mtimes for LRU
+    Session s(m, pool);
+    REQUIRE(prefill_with_cache(&st, s, prompts[i], 40).ok());
+  }
+  CHECK(st.stats().files_written == 4);
+  CHECK(st.stats().disk_full >= 1);
+  CHECK(dir.pkv_bytes() <= capacity);
+  CHECK(dir.files(".tmp").empty());
+  PromptCacheStore probe(opts_for(dir.path, 16, 0));
+  for (size_t i = 0; i < 5; ++i) {
+    Session s(m, pool);
+    INFO("prompt " << i);
+    CHECK(probe.restore(s, prompts[i]) == (i >= 3 ? 32u : 0u));  // the two newest survive
+  }
+
+  SECTION("still full after evicting: writing pauses instead of failing every request") {
+    capacity = 0;  // nothing fits any more
+    Session s(m, pool);
+    REQUIRE(prefill_with_cache(&st, s, random_tokens(40, 940, m->hparams().n_vocab), 40).ok());
+    const uint64_t full_after_first = st.stats().disk_full;
+    Session s2(m, pool);
+    REQUIRE(prefill_with_cache(&st, s2, random_tokens(40, 941, m->hparams().n_vocab), 40).ok());
+    CHECK(st.stats().disk_full == full_after_first);  // the second store did not even try
+    CHECK(st.stats().files_written == 4);
+    CHECK(dir.files(".tmp").empty());
   }
 }

@@ -239,9 +239,10 @@ int main(int argc, char** argv) {
   std::string id_pattern;
   for (char c : server.instance_id()) id_pattern += c == '%' ? std::string("%%") : std::string(1, c);
   spdlog::set_pattern("[%Y-%m-%d %H:%M:%S.%e] [picolm " + id_pattern + "] [%^%l%$] %v");
-  spdlog::info("picolm-provider listening on http://{}:{}/v1 (model loading: /health says 503 until ready)", o.host,
-               port.value());
-  // Print the port on stdout too, so scripts that ask for --port 0 can find it.
+  // "listening on HOST:PORT" is printed once, on stdout, where scripts that ask for --port 0 read
+  // it; the log line says the rest without repeating it (issue 15 item 10).
+  spdlog::info("picolm-provider: OpenAI API at http://{}:{}/v1 (model loading: /health says 503 until ready)",
+               o.host, port.value());
   std::printf("listening on %s:%d\n", o.host.c_str(), port.value());
   std::fflush(stdout);
 

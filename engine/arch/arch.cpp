@@ -2,22 +2,39 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 namespace picolm {
 namespace {
 
 const Architecture* const kAll[] = {&kArchLlama, &kArchQwen2, &kArchQwen3, &kArchGemma3, &kArchSmollm3};
 
+// Integers are checked in 64 bits before they are narrowed: a uint64 of 2^32 + 64 must not pass as
+// 64 (issue 15 item 10). Values outside int32 are refused here; plausibility is validate_hparams'.
+bool fits_i32(int64_t v) { return v >= 0 && v <= std::numeric_limits<int32_t>::max(); }
+
 // A per-layer value: the file may store a scalar (every layer) or an array of n_layer values.
 bool per_layer(const GgufFile& f, const std::string& key, int32_t n_layer, std::vector<int32_t>& out,
                std::vector<std::string>& problems) {
   if (auto v = f.get_int(key)) {
+    if (!fits_i32(*v)) {
+      problems.push_back(key + " = " + std::to_string(*v) + " is out of range");
+      return false;
+    }
     out.assign(size_t(n_layer), int32_t(*v));
     return true;
   }
   const GgufValue* raw = f.find(key);
   if (raw && raw->type == GgufValueType::ARRAY) {
-    out = f.get_i32_array(key);
+    const std::vector<int64_t> wide = f.get_int_array(key);
+    out.clear();
+    for (int64_t v : wide) {
+      if (!fits_i32(v)) {
+        problems.push_back(key + " has an out-of-range entry " + std::to_string(v));
+        return false;
+      }
+      out.push_back(int32_t(v));
+    }
     if (out.size() != size_t(n_layer)) {
       problems.push_back(key + " has " + std::to_string(raw->count) + " entries for " + std::to_string(n_layer) +
                          " layers");
@@ -45,18 +62,23 @@ std::string supported_architectures() {
 Status read_common_hparams(const GgufFile& f, HParams& hp) {
   const std::string a = hp.arch_name + ".";
   std::vector<std::string> missing, problems;
-  auto need = [&](const std::string& key) -> int64_t {
+  auto need = [&](const std::string& key) -> int32_t {
     auto v = f.get_int(a + key);
     if (!v) {
       missing.push_back(a + key);
       return 0;
     }
-    return *v;
+    if (!fits_i32(*v)) {
+      problems.push_back(a + key + " = " + std::to_string(*v) + " is out of range");
+      return 0;
+    }
+    return int32_t(*v);
   };
-  hp.n_embd = static_cast<int32_t>(need("embedding_length"));
-  hp.n_layer = static_cast<int32_t>(need("block_count"));
-  hp.n_head = static_cast<int32_t>(need("attention.head_count"));
-  hp.n_ctx_train = static_cast<int32_t>(need("context_length"));
+  hp.n_embd = need("embedding_length");
+  hp.n_layer = need("block_count");
+  hp.n_head = need("attention.head_count");
+  hp.n_ctx_train = need("context_length");
+  if (!problems.empty()) return Error{"implausible hyper-parameters: " + problems.front()};
   if (hp.n_layer < 1 || hp.n_layer > 1024) return Error{"implausible hyper-parameters (block_count)"};
   std::vector<int32_t> n_ff, n_kv;
   if (!per_layer(f, a + "feed_forward_length", hp.n_layer, n_ff, problems) && problems.empty())
@@ -72,7 +94,9 @@ Status read_common_hparams(const GgufFile& f, HParams& hp) {
   hp.rope_base = static_cast<float>(f.get_float(a + "rope.freq_base").value_or(10000.0));
   hp.rope_bases = {hp.rope_base};
   if (hp.n_head < 1 || hp.n_embd < 1) return Error{"implausible hyper-parameters"};
-  hp.head_dim = static_cast<int32_t>(f.get_int(a + "attention.key_length").value_or(hp.n_embd / hp.n_head));
+  const int64_t key_length = f.get_int(a + "attention.key_length").value_or(hp.n_embd / hp.n_head);
+  if (!fits_i32(key_length)) return Error{"implausible hyper-parameters: attention.key_length out of range"};
+  hp.head_dim = static_cast<int32_t>(key_length);
   if (auto rd = f.get_int(a + "rope.dimension_count"); rd && *rd != hp.head_dim)
     return Error{"partial rotary embeddings (rope.dimension_count != head_dim) are not supported"};
   if (hp.head_dim > 0) hp.attn_scale = 1.0f / std::sqrt(float(hp.head_dim));

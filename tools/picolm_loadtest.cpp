@@ -1,0 +1,491 @@
+// picolm-loadtest: the provider under hostile load and faults (issue 15), loopback only. It starts
+// picolm-provider itself (on port 0, with its own scratch cache directory) and runs three phases:
+//   conn    idle keep-alives + slow clients (half stop inside their headers, half trickle a body a byte
+//           at a time) held open while /health is probed and a chat request is made;
+//   schema  requests with distinct large json_schema response formats while the provider's RSS is
+//           sampled (the grammar cache is bounded by bytes: --grammar-cache-mb, 64 MB by default);
+//   kill    a cold run (no cache) gives the reference answers; then rounds of start / requests /
+//           kill -9 at a random moment over one cache directory, and every answer after a restart
+//           must be the cold run's, byte for byte.
+// Prints the figures; exits 0 if every bound held, 1 if not, 2 on bad usage.
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <httplib.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
+
+struct Options {
+  std::string provider, model, work_dir;
+  std::vector<std::string> phases{"conn", "schema", "kill"};
+  int idle = 200, slow = 64, probes = 20;
+  int schemas = 500, schema_props = 2000, clients = 2;
+  double rss_limit_mb = 256;
+  int kill_rounds = 10, kill_requests = 4;
+  unsigned seed = 1;
+};
+
+void usage(FILE* out) {
+  std::fprintf(out,
+               "usage: picolm-loadtest --provider BIN -m MODEL [options]\n"
+               "  --provider BIN      the picolm-provider binary to start (loopback, port 0)\n"
+               "  -m, --model FILE    model for the provider (a small one: the test measures the server)\n"
+               "  --phases LIST       comma-separated: conn,schema,kill (default all)\n"
+               "  --short             CI size: 200 idle + 64 slow, 20 schemas of 1000 properties, 3 kill rounds\n"
+               "  --idle N            idle keep-alive connections (default 200)\n"
+               "  --slow N            slow connections (default 64)\n"
+               "  --schemas N         requests with distinct schemas (default 500)\n"
+               "  --props N           properties per schema (default 2000)\n"
+               "  --rss-limit-mb N    bound on the provider's peak RSS in the schema phase (default 256)\n"
+               "  --kill-rounds N     kill -9 rounds (default 10)\n"
+               "  --dir DIR           scratch directory (default: a new one under $TMPDIR or /tmp)\n"
+               "  --seed N            kill timing seed (default 1)\n");
+}
+
+// ---- the provider as a child process --------------------------------------------------------------
+
+class Provider {
+ public:
+  Provider(const Options& o, const std::vector<std::string>& extra) {
+    std::vector<std::string> args{o.provider, "-m", o.model, "--port", "0", "-j", "1", "-c", "512"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    int p[2];
+    if (::pipe2(p, O_CLOEXEC) != 0) return;
+    const std::string log = o.work_dir + "/provider.log";
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      ::dup2(p[1], 1);
+      int lf = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+      if (lf >= 0) ::dup2(lf, 2);
+      std::vector<char*> argv;
+      for (auto& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      ::execv(argv[0], argv.data());
+      ::_exit(127);
+    }
+    ::close(p[1]);
+    out_ = p[0];
+    // "listening on 127.0.0.1:PORT" is the first stdout line.
+    std::string line;
+    const auto deadline = Clock::now() + std::chrono::seconds(30);
+    while (line.find('\n') == std::string::npos && Clock::now() < deadline) {
+      pollfd pf{out_, POLLIN, 0};
+      if (::poll(&pf, 1, 100) <= 0) continue;  // (a signal: try again)
+      char buf[256];
+      const ssize_t n = ::read(out_, buf, sizeof buf);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) break;
+      line.append(buf, size_t(n));
+    }
+    const size_t at = line.find("listening on 127.0.0.1:");
+    if (at != std::string::npos) port_ = std::atoi(line.c_str() + at + 23);
+    else why_ = "no 'listening on' line (got '" + line + "')";
+  }
+  ~Provider() { kill(SIGKILL); }
+  Provider(const Provider&) = delete;
+  Provider& operator=(const Provider&) = delete;
+
+  int port() const { return port_; }
+  const std::string& why() const { return why_; }
+  pid_t pid() const { return pid_; }
+  bool wait_healthy(std::chrono::seconds within) {
+    if (port_ <= 0) {
+      int status = 0;
+      if (pid_ > 0 && ::waitpid(pid_, &status, WNOHANG) == pid_) {
+        why_ += WIFEXITED(status) ? "; exited with " + std::to_string(WEXITSTATUS(status))
+                                  : "; killed by signal " + std::to_string(WTERMSIG(status));
+        pid_ = -1;
+      }
+      std::fprintf(stderr, "picolm-loadtest: the provider did not start: %s\n", why_.c_str());
+      return false;
+    }
+    httplib::Client c("127.0.0.1", port_);
+    c.set_read_timeout(2, 0);
+    const auto deadline = Clock::now() + within;
+    while (Clock::now() < deadline) {
+      auto r = c.Get("/health");
+      if (r && r->status == 200) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    std::fprintf(stderr, "picolm-loadtest: the provider on port %d was not healthy within %d s\n", port_,
+                 int(within.count()));
+    return false;
+  }
+  void kill(int sig) {
+    if (pid_ > 0) {
+      ::kill(pid_, sig);
+      ::waitpid(pid_, nullptr, 0);
+      pid_ = -1;
+    }
+    if (out_ >= 0) ::close(out_);
+    out_ = -1;
+  }
+  // Resident set size in MB (from /proc), 0 if gone.
+  double rss_mb() const {
+    std::ifstream in("/proc/" + std::to_string(pid_) + "/status");
+    std::string key;
+    while (in >> key) {
+      if (key == "VmRSS:") {
+        double kb = 0;
+        in >> kb;
+        return kb / 1024.0;
+      }
+      std::string rest;
+      std::getline(in, rest);
+    }
+    return 0;
+  }
+
+ private:
+  pid_t pid_ = -1;
+  int out_ = -1, port_ = 0;
+  std::string why_;
+};
+
+std::unique_ptr<httplib::Client> client(int port, int read_timeout_sec) {
+  auto c = std::make_unique<httplib::Client>("127.0.0.1", port);
+  c->set_connection_timeout(5, 0);
+  c->set_read_timeout(read_timeout_sec, 0);
+  return c;
+}
+
+int connect_raw(int port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(uint16_t(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (fd >= 0 && ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+bool send_all(int fd, const std::string& s) { return ::send(fd, s.data(), s.size(), MSG_NOSIGNAL) == ssize_t(s.size()); }
+
+// The assistant message's content as its JSON string literal (escapes kept), plus the finish
+// reason; "" if absent. Compared byte for byte; the usage figures legitimately differ with caching.
+std::string content_of(const std::string& body) {
+  const size_t msg = body.find("\"message\"");
+  const size_t at = msg == std::string::npos ? msg : body.find("\"content\":", msg);
+  if (at == std::string::npos) return "";
+  size_t i = at + 10, end = i;
+  if (i < body.size() && body[i] == '"') {
+    for (end = i + 1; end < body.size() && body[end] != '"'; ++end)
+      if (body[end] == '\\') ++end;
+    ++end;
+  }
+  const size_t fr = body.find("\"finish_reason\"");
+  return body.substr(i, end - i) + (fr == std::string::npos ? "" : body.substr(fr, 30));
+}
+
+bool failed_any = false;
+void verdict(bool ok, const char* what) {
+  std::printf("  %-58s %s\n", what, ok ? "ok" : "FAILED");
+  failed_any = failed_any || !ok;
+}
+
+// ---- phases -----------------------------------------------------------------------------------
+
+void phase_conn(const Options& o) {
+  std::printf("conn: %d idle keep-alives + %d slow connections\n", o.idle, o.slow);
+  Provider p(o, {"--cache-dir", "none"});
+  if (!p.wait_healthy(std::chrono::seconds(60))) return verdict(false, "provider started");
+  std::vector<int> fds;
+  // Idle keep-alives: one request each, answered, then silence.
+  for (int i = 0; i < o.idle; ++i) {
+    int fd = connect_raw(p.port());
+    if (fd < 0 || !send_all(fd, "GET /health HTTP/1.1\r\nHost: t\r\n\r\n")) break;
+    fds.push_back(fd);
+  }
+  int answered = 0;
+  const auto deadline = Clock::now() + std::chrono::seconds(10);
+  for (int fd : fds) {
+    std::string got;
+    while (got.find("}") == std::string::npos && Clock::now() < deadline) {
+      pollfd pf{fd, POLLIN, 0};
+      if (::poll(&pf, 1, 100) <= 0) continue;
+      char buf[1024];
+      const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+      if (n <= 0) break;
+      got.append(buf, size_t(n));
+    }
+    answered += got.find(" 200 ") != std::string::npos;
+  }
+  std::printf("  idle keep-alives answered: %d / %d\n", answered, o.idle);
+  // Slow: half stop inside their headers, half trickle a JSON body one byte every 200 ms.
+  std::vector<int> trickle;
+  for (int i = 0; i < o.slow; ++i) {
+    int fd = connect_raw(p.port());
+    if (fd < 0) break;
+    if (i % 2) {
+      send_all(fd, "POST /v1/chat/completions HTTP/1.1\r\nHost: t\r\nContent-Le");
+    } else {
+      send_all(fd, "POST /v1/chat/completions HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n"
+                   "Content-Length: 4000\r\n\r\n{");
+      trickle.push_back(fd);
+    }
+    fds.push_back(fd);
+  }
+  std::atomic<bool> stop{false};
+  std::thread trickler([&] {
+    while (!stop) {
+      for (int fd : trickle) send_all(fd, " ");
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  double worst = 0, total = 0;
+  int ok = 0;
+  for (int i = 0; i < o.probes; ++i) {
+    auto c = client(p.port(), 5);
+    const auto t0 = Clock::now();
+    auto r = c->Get("/health");
+    const double ms = ms_since(t0);
+    worst = std::max(worst, ms);
+    total += ms;
+    ok += r && r->status == 200;
+  }
+  auto c = client(p.port(), 60);
+  const auto t0 = Clock::now();
+  auto chat = c->Post("/v1/chat/completions",
+                      R"({"model":"x","messages":[{"role":"user","content":"Once upon a time"}],"max_tokens":16})",
+                      "application/json");
+  const double chat_ms = ms_since(t0);
+  stop = true;
+  trickler.join();
+  for (int fd : fds) ::close(fd);
+  std::printf("  /health while held: %d / %d answered, mean %.1f ms, worst %.1f ms\n", ok, o.probes,
+              total / std::max(1, o.probes), worst);
+  std::printf("  chat while held: status %d in %.0f ms\n", chat ? chat->status : -1, chat_ms);
+  verdict(answered == o.idle, "every idle keep-alive was answered");
+  verdict(ok == o.probes && worst < 1000.0, "/health answered in < 1 s every time");
+  verdict(chat && chat->status == 200, "the chat request completed");
+}
+
+std::string schema_request(int n, int props) {
+  // Distinct property names per request: every schema is a new grammar (a cache miss). Optional
+  // properties keep the minimum answer "{}" so a short max_tokens is a valid budget.
+  std::string s = R"({"model":"x","messages":[{"role":"user","content":"fill the form"}],"max_tokens":8,)"
+                  R"("response_format":{"type":"json_schema","json_schema":{"name":"f)" +
+                  std::to_string(n) + R"(","schema":{"type":"object","properties":{)";
+  for (int k = 0; k < props; ++k) {
+    if (k) s += ',';
+    s += "\"r" + std::to_string(n) + "_field_" + std::to_string(k) + "\":{\"type\":\"string\",\"maxLength\":8}";
+  }
+  s += "}}}}}";
+  return s;
+}
+
+void phase_schema(const Options& o) {
+  std::printf("schema: %d requests, each a distinct %d-property json_schema, %d clients\n", o.schemas,
+              o.schema_props, o.clients);
+  Provider p(o, {"--cache-dir", "none"});
+  if (!p.wait_healthy(std::chrono::seconds(60))) return verdict(false, "provider started");
+  const double base = p.rss_mb();
+  std::atomic<double> peak{base};
+  std::atomic<bool> stop{false};
+  std::thread sampler([&] {
+    while (!stop) {
+      const double r = p.rss_mb();
+      if (r > peak) peak = r;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  });
+  std::atomic<int> next{0}, ok{0}, other{0};
+  const auto t0 = Clock::now();
+  std::vector<std::thread> clients;
+  for (int t = 0; t < o.clients; ++t)
+    clients.emplace_back([&] {
+      auto c = client(p.port(), 120);
+      for (int n; (n = next++) < o.schemas;) {
+        auto r = c->Post("/v1/chat/completions", schema_request(n, o.schema_props), "application/json");
+        if (r && r->status == 200) ++ok;
+        else ++other;
+      }
+    });
+  for (auto& t : clients) t.join();
+  const double secs = ms_since(t0) / 1000.0;
+  stop = true;
+  sampler.join();
+  const double end = p.rss_mb();
+  std::printf("  %d x 200, %d other, %.1f s (%.1f requests/s)\n", ok.load(), other.load(), secs, o.schemas / secs);
+  std::printf("  provider RSS: %.1f MB at start, peak %.1f MB, %.1f MB at the end (bound %.0f MB)\n", base,
+              peak.load(), end, o.rss_limit_mb);
+  verdict(ok == o.schemas, "every schema request answered 200");
+  verdict(peak <= o.rss_limit_mb, "peak RSS within the bound");
+}
+
+void phase_kill(const Options& o) {
+  std::printf("kill: %d rounds of kill -9 during requests over one cache directory\n", o.kill_rounds);
+  // Prompts with a long shared system part, so that the cache writes a file per conversation.
+  std::vector<std::string> bodies;
+  for (int i = 0; i < o.kill_requests; ++i) {
+    std::string sys = "You are storyteller number " + std::to_string(i) + ".";
+    for (int k = 0; k < 12; ++k) sys += " The little dog ran to the park and saw a big red ball and a tree.";
+    bodies.push_back(R"({"model":"x","temperature":0,"max_tokens":24,"messages":[{"role":"system","content":")" + sys +
+                     R"("},{"role":"user","content":"Tell me about day )" + std::to_string(i) + R"("}]})");
+  }
+  auto ask_all = [&](int port, std::vector<std::string>& out) {
+    auto c = client(port, 60);
+    out.clear();
+    for (const auto& b : bodies) {
+      auto r = c->Post("/v1/chat/completions", b, "application/json");
+      out.push_back(r && r->status == 200 ? content_of(r->body) : "<failed>");
+    }
+  };
+  std::vector<std::string> cold;
+  {
+    Provider p(o, {"--cache-dir", "none"});
+    if (!p.wait_healthy(std::chrono::seconds(60))) return verdict(false, "provider started");
+    ask_all(p.port(), cold);
+  }
+  const std::string dir = o.work_dir + "/cache";
+  fs::create_directories(dir);
+  std::mt19937 rng(o.seed);
+  int mismatches = 0, answers = 0, killed_mid = 0;
+  for (int round = 0; round < o.kill_rounds; ++round) {
+    Provider p(o, {"--cache-dir", dir});
+    if (!p.wait_healthy(std::chrono::seconds(60))) return verdict(false, "provider restarted");
+    // Answers right after a restart over whatever the previous kill left.
+    std::vector<std::string> got;
+    ask_all(p.port(), got);
+    for (size_t i = 0; i < got.size(); ++i, ++answers) mismatches += got[i] != cold[i];
+    // Then requests with a kill -9 at a random moment among them (often inside a cache write).
+    std::thread load([&, port = p.port()] {
+      auto c = client(port, 10);
+      for (int k = 0; k < 3; ++k)
+        for (const auto& b : bodies) (void)c->Post("/v1/chat/completions", b, "application/json");
+    });
+    std::this_thread::sleep_for(std::chrono::milliseconds(std::uniform_int_distribution<int>(0, 150)(rng)));
+    ::kill(p.pid(), SIGKILL);
+    load.join();
+    p.kill(SIGKILL);
+    ++killed_mid;
+  }
+  Provider p(o, {"--cache-dir", dir});
+  if (!p.wait_healthy(std::chrono::seconds(60))) return verdict(false, "provider restarted");
+  std::vector<std::string> last;
+  ask_all(p.port(), last);
+  for (size_t i = 0; i < last.size(); ++i, ++answers) mismatches += last[i] != cold[i];
+  int files = 0;
+  for (auto& e : fs::directory_iterator(dir)) files += e.path().extension() == ".pkv";
+  std::printf("  %d kills, %d answers after restarts compared with the cold run: %d differ; %d cache files\n",
+              killed_mid, answers, mismatches, files);
+  verdict(mismatches == 0 && answers > 0, "answers identical to a cold run after every kill -9");
+  verdict(std::none_of(cold.begin(), cold.end(), [](const std::string& s) { return s == "<failed>"; }),
+          "the cold run answered");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string k = argv[i];
+    auto val = [&]() -> std::string {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "picolm-loadtest: %s needs a value\n", k.c_str());
+        std::exit(2);
+      }
+      return argv[++i];
+    };
+    if (k == "-h" || k == "--help") {
+      usage(stdout);
+      return 0;
+    } else if (k == "--provider") o.provider = val();
+    else if (k == "-m" || k == "--model") o.model = val();
+    else if (k == "--dir") o.work_dir = val();
+    else if (k == "--short") {
+      o.schemas = 20;
+      o.schema_props = 1000;
+      o.kill_rounds = 3;
+      o.probes = 10;
+    } else if (k == "--phases") {
+      o.phases.clear();
+      std::string v = val();
+      for (size_t a = 0; a <= v.size();) {
+        size_t b = v.find(',', a);
+        if (b == std::string::npos) b = v.size();
+        o.phases.push_back(v.substr(a, b - a));
+        a = b + 1;
+      }
+    } else if (k == "--idle") o.idle = std::atoi(val().c_str());
+    else if (k == "--slow") o.slow = std::atoi(val().c_str());
+    else if (k == "--schemas") o.schemas = std::atoi(val().c_str());
+    else if (k == "--props") o.schema_props = std::atoi(val().c_str());
+    else if (k == "--rss-limit-mb") o.rss_limit_mb = std::atof(val().c_str());
+    else if (k == "--kill-rounds") o.kill_rounds = std::atoi(val().c_str());
+    else if (k == "--seed") o.seed = unsigned(std::atoi(val().c_str()));
+    else {
+      std::fprintf(stderr, "picolm-loadtest: unknown option '%s'\n", k.c_str());
+      usage(stderr);
+      return 2;
+    }
+  }
+  if (o.provider.empty() || o.model.empty()) {
+    usage(stderr);
+    return 2;
+  }
+  for (const auto& ph : o.phases)
+    if (ph != "conn" && ph != "schema" && ph != "kill") {
+      std::fprintf(stderr, "picolm-loadtest: unknown phase '%s'\n", ph.c_str());
+      return 2;
+    }
+  signal(SIGPIPE, SIG_IGN);
+  bool own_dir = false;
+  if (o.work_dir.empty()) {
+    const char* t = std::getenv("TMPDIR");
+    std::string tmpl = std::string(t && *t ? t : "/tmp") + "/picolm-loadtest-XXXXXX";
+    if (!::mkdtemp(tmpl.data())) {
+      std::perror("picolm-loadtest: mkdtemp");
+      return 1;
+    }
+    o.work_dir = tmpl;
+    own_dir = true;
+  }
+  std::printf("picolm-loadtest: %s -m %s (work dir %s)\n", o.provider.c_str(), o.model.c_str(), o.work_dir.c_str());
+  for (const auto& ph : o.phases) {
+    const auto t0 = Clock::now();
+    if (ph == "conn") phase_conn(o);
+    else if (ph == "schema") phase_schema(o);
+    else phase_kill(o);
+    std::printf("  (%.1f s)\n", ms_since(t0) / 1000.0);
+    std::fflush(stdout);
+  }
+  std::printf("%s\n", failed_any ? "FAILED" : "all bounds held");
+  if (own_dir && !failed_any) {
+    std::error_code ec;
+    fs::remove_all(o.work_dir, ec);
+  } else if (failed_any) {
+    std::printf("provider logs: %s/provider.log\n", o.work_dir.c_str());
+  }
+  return failed_any ? 1 : 0;
+}
