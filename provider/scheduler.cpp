@@ -1084,8 +1084,9 @@ std::shared_ptr<Job> Engine::prepare(const ChatRequest& req, ApiError& err) {
   job->deadline = job->arrived + std::chrono::milliseconds(static_cast<int64_t>(s.opts.timeout_sec * 1000.0));
 
   const bool tools_active = !req.tools.empty() && req.tool_choice != ToolChoice::None;
-  // Native call syntaxes we constrain: <tool_call>{...}</tool_call> (Qwen2.5, Hermes) and a bare JSON
-  // object {"name": ..., "parameters": {...}} as the whole reply (Llama 3.1/3.2/3.3).
+  // Native call syntaxes we constrain: <tool_call>{...}</tool_call> (Qwen2.5, Hermes), a bare JSON
+  // object {"name": ..., "parameters": {...}} as the whole reply (Llama 3.1/3.2/3.3), Qwen3.5's
+  // XML-parameter <tool_call>s and LFM2's Python-call lists.
   const bool bare_json = traits.tool_call_style == ToolCallStyle::BareJson;
   const bool native = traits.tool_call_style == ToolCallStyle::TaggedJson || bare_json ||
                       traits.tool_call_style == ToolCallStyle::QwenXml || traits.tool_call_style == ToolCallStyle::PythonList;
