@@ -22,9 +22,9 @@ void rms_norm(const float* x, const float* w, float* out, int64_t n, float eps) 
   for (int64_t i = 0; i < n; ++i) out[i] = x[i] * scale * w[i];
 }
 
-// Rotates n_heads heads of vec at position pos with one RoPE table.
+// Rotates the first 2 * tab.half dims of n_heads heads of vec at position pos with one RoPE table.
 void rope(float* vec, int n_heads, int hd, bool neox, const RopeTable& tab, int32_t pos) {
-  const int half = hd / 2;
+  const int half = tab.half;
   const float* c = &tab.cos[size_t(pos) * half];
   const float* s = &tab.sin[size_t(pos) * half];
   for (int h = 0; h < n_heads; ++h) {

@@ -785,10 +785,18 @@ size_t PromptCacheStore::restore(Session& session, std::span<const int32_t> prom
     session.truncate(0);
     return 0;
   }
-  const Identity id = identity_of(session);
   const size_t limit = std::min(prompt.size() - 1, size_t(session.n_ctx()));
   session.truncate(int32_t(match_len(session.tokens(), prompt, limit, 0)));
   size_t live = size_t(session.n_past());  // less if window layers no longer hold what it needs
+  if (session.has_recurrent_state()) {
+    // Hybrid models (recurrent layers): the RAM and disk entries hold K/V only, not the recurrent
+    // state, so only the session's own prefix is reused (truncate went back to its latest state
+    // snapshot at or before the common prefix).
+    std::lock_guard<std::mutex> lk(I.mu);
+    ++(live > 0 ? I.st.live_hits : I.st.misses);
+    return live;
+  }
+  const Identity id = identity_of(session);
 
   Impl::Logs logs;
   std::shared_ptr<const RamSnapshot> ram_best;
@@ -879,7 +887,7 @@ size_t PromptCacheStore::store(Session& session, size_t stable_len) {
   Impl& I = *impl_;
   const size_t B = size_t(I.opts.block_tokens);
   const size_t n = std::min(stable_len, size_t(session.n_past())) / B * B;
-  if (n == 0) return 0;
+  if (n == 0 || session.has_recurrent_state()) return 0;  // hybrids: no state in the entries (restore)
   const Identity id = identity_of(session);
   const std::span<const int32_t> toks(session.tokens().data(), n);
   const size_t row = id.row_bytes / 2;
@@ -1006,6 +1014,13 @@ Result<PrefillWithCacheResult> prefill_with_cache(PromptCacheStore* store, Sessi
     const size_t at = std::min(stable_len, prompt.size()) / B * B;
     if (at >= r.cached_tokens + 2 && at + 2 <= prompt.size()) split = at;
   }
+  // Hybrid models: a state snapshot at the end of the stable prefix and at the end of the prompt, so
+  // that the next turn's restore() can go back to either (Session::truncate).
+  const bool hybrid = session.has_recurrent_state();
+  if (hybrid && !opts.all_logits) {
+    const size_t at = std::min(stable_len, prompt.size());
+    if (at >= r.cached_tokens + 2 && at + 2 <= prompt.size()) split = at;
+  }
   const size_t total = prompt.size() - r.cached_tokens;
   auto eval_part = [&](size_t from, size_t to) -> Status {
     std::function<void(size_t, size_t)> progress;
@@ -1016,10 +1031,12 @@ Result<PrefillWithCacheResult> prefill_with_cache(PromptCacheStore* store, Sessi
   if (split > r.cached_tokens) {
     Status s = eval_part(r.cached_tokens, split);
     if (!s) return Error{s.error()};
-    r.stored_tokens = store->store(session, split);
+    if (hybrid) session.keep_state_snapshot();
+    else r.stored_tokens = store->store(session, split);
   }
   Status s = eval_part(split, prompt.size());
   if (!s) return Error{s.error()};
+  if (hybrid) session.keep_state_snapshot();
   r.evaluated_tokens = total;
   if (store_now && split == r.cached_tokens)
     r.stored_tokens = store->store(session, std::min(stable_len, prompt.size()));
