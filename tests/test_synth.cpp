@@ -545,7 +545,7 @@ TEST_CASE("synth: hybrid shapes (qwen3.5, lfm2.5) load, run, and prefill equals 
     REQUIRE(m.ok());
     const HParams& hp = m.value()->hparams();
     CHECK(hp.arch == Arch::Lfm2);
-    CHECK((hp.n_embd == 2048 && hp.n_head == 32 && hp.n_head_kv == 8 && hp.n_ff == 5632 && hp.sc_taps == 3));
+    CHECK((hp.n_embd == 2048 && hp.n_head == 32 && hp.n_head_kv == 8 && hp.n_ff == 8192 && hp.sc_taps == 3));
     for (int l = 0; l < 6; ++l)
       CHECK(hp.layers[size_t(l)].kind == (l == 2 || l == 5 ? LayerKind::Attention : LayerKind::ShortConv));
     check_runs(m.value());

@@ -69,8 +69,8 @@ constexpr Shape kShapes[] = {
     {"qwen3.5-2b", "qwen35", 24, 2048, 8, 2, 6144, 248320, 262144, 10000000.0f, 1e-6f, true, false, 256, true,
      false, 0, 64, 4, 16, 16, 128, 4},
     // LFM2.5-1.2B (= LFM2-1.2B's shape): attention layers 2, 5, 8, 10, 12, 14, short convs elsewhere;
-    // block_ff_dim 8192 auto-adjusted to 2/3, rounded up to 256 (llama.cpp's converter): 5632.
-    {"lfm2.5-1.2b", "lfm2", 16, 2048, 32, 8, 5632, 65536, 128000, 1000000.0f, 1e-5f, true, false, 64, true,
+    // block_ff_dim 12288 auto-adjusted to 2/3 (llama.cpp's converter; its loader knows 8192 as 1.2B).
+    {"lfm2.5-1.2b", "lfm2", 16, 2048, 32, 8, 8192, 65536, 128000, 1000000.0f, 1e-5f, true, false, 64, true,
      false, 0, 0, 0, 0, 0, 0, 0, (1u << 2) | (1u << 5) | (1u << 8) | (1u << 10) | (1u << 12) | (1u << 14), 3},
 };
 
@@ -563,6 +563,11 @@ int run(const Args& a) {
     w.set_u32(arch + ".ssm.group_count", static_cast<uint32_t>(shape->dn_k_heads));
     w.set_u32(arch + ".ssm.time_step_rank", static_cast<uint32_t>(shape->dn_v_heads));
     w.set_u32(arch + ".ssm.inner_size", static_cast<uint32_t>(shape->dn_v_heads * shape->dn_head_dim));
+    // IMROPE sections of the rotated pairs (text gives them all the same position; llama.cpp needs
+    // the key): Qwen3.5's mrope_section [11, 11, 10] for 64 rotated dims, scaled to n_rot.
+    const int pairs = shape->n_rot / 2, t = pairs * 11 / 32, h = pairs * 11 / 32;
+    const std::vector<int32_t> sections = {t, h, pairs - t - h, 0};
+    w.set_i32_array(arch + ".rope.dimension_sections", sections);
   }
   w.set_f32(arch + ".attention.layer_norm_rms_epsilon", shape->rms_eps);
   w.set_f32(arch + ".rope.freq_base", shape->rope_base);
