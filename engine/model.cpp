@@ -384,6 +384,14 @@ void Session::keep_state_snapshot() {
   snaps.push_back(save_state());  // positions only grow between truncations: the list stays ascending
 }
 
+std::optional<StateSnapshot> Session::state_at(int32_t n) const {
+  const Impl& S = *impl_;
+  if (n == int32_t(S.tokens.size())) return save_state();
+  for (const StateSnapshot& s : S.rec.snapshots)
+    if (s.n_past == n) return s;
+  return std::nullopt;
+}
+
 std::vector<int32_t> Session::state_snapshot_positions() const {
   std::vector<int32_t> out;
   for (const StateSnapshot& s : impl_->rec.snapshots) out.push_back(s.n_past);

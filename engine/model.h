@@ -200,6 +200,8 @@ class Session {
   // truncates the tokens to snap.n_past (whose K/V must be in the cache, e.g. after set_cached_tokens).
   StateSnapshot save_state() const;
   Status restore_state(const StateSnapshot& snap);
+  // The state at position n: save_state() when n == n_past(), else a kept snapshot taken at n.
+  std::optional<StateSnapshot> state_at(int32_t n) const;
 
   size_t memory_bytes() const;  // KV cache + scratch buffers owned by this session
   const Model& model() const;
