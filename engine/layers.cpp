@@ -23,9 +23,9 @@ void rms_norm(const float* x, const float* w, float* out, int64_t n, float eps) 
   for (int64_t i = 0; i < n; ++i) out[i] = x[i] * scale * w[i];
 }
 
-// Rotates n_heads heads of vec at position pos with one RoPE table.
+// Rotates the first 2 * tab.half dims of n_heads heads of vec at position pos with one RoPE table.
 void rope(float* vec, int n_heads, int hd, bool neox, const RopeTable& tab, int32_t pos) {
-  const int half = hd / 2;
+  const int half = tab.half;
   const float* c = &tab.cos[size_t(pos) * half];
   const float* s = &tab.sin[size_t(pos) * half];
   for (int h = 0; h < n_heads; ++h) {
@@ -116,50 +116,13 @@ void norm_input(Forward& f, const std::vector<float>& w) {
   f.for_rows(f.T, [&](int64_t t) { rms_norm(&W.x[t * E], w.data(), &W.xn[t * E], E, eps); });
 }
 
-void attention(Forward& f, int layer) {
+void attend(Forward& f, int layer) {
   EvalWorkspace& W = f.w;
   const HParams& hp = f.hp();
   const LayerHParams& lp = hp.layers[size_t(layer)];
-  const AttnWeights& w = f.m.layers[size_t(layer)].attn;
-  const KernelTable& K = *f.m.kernels;
   const VecOps& ops = *f.m.vec_ops;
-  const ActivationMode mode = f.m.opts.activations;
   const int hd = hp.head_dim;
-  const int64_t q_dim = int64_t(hp.n_head) * hd, kv_row = int64_t(hp.n_head_kv) * hd;  // the cache's row
-  const int64_t T = f.T;
-
-  // q/k/v share their input: one activation quantization and one pass of the pool, for the rows
-  // of every sequence.
-  const MatmulTarget qkv[3] = {{w.wq.type, w.wq.data, w.wq.rows, W.q.data(), w.wq.packed},
-                               {w.wk.type, w.wk.data, w.wk.rows, W.k.data(), w.wk.packed},
-                               {w.wv.type, w.wv.data, w.wv.rows, W.v.data(), w.wv.packed}};
-  matmul_multi(K, f.pool, mode, qkv, 3, w.wq.cols, W.xn.data(), T);
-
-  f.for_rows(T, [&](int64_t t) {
-    Session::Impl& S = *f.seg_of(t).seq;
-    float* qt = &W.q[t * q_dim];
-    float* kt = &W.k[t * kv_row];
-    float* vt = &W.v[t * kv_row];
-    if (!w.bq.empty()) {
-      for (int64_t i = 0; i < q_dim; ++i) qt[i] += w.bq[i];
-      for (int64_t i = 0; i < kv_row; ++i) kt[i] += w.bk[i];
-      for (int64_t i = 0; i < kv_row; ++i) vt[i] += w.bv[i];
-    }
-    if (!w.q_norm.empty()) {  // per-head RMS norm of q and k, before RoPE
-      for (int h = 0; h < hp.n_head; ++h) rms_norm(qt + h * hd, w.q_norm.data(), qt + h * hd, hd, hp.rms_eps);
-      for (int h = 0; h < lp.n_head_kv; ++h) rms_norm(kt + h * hd, w.k_norm.data(), kt + h * hd, hd, hp.rms_eps);
-    }
-    const int32_t pos = f.pos(t);
-    if (lp.rope >= 0) {
-      const RopeTable& tab = S.rope[size_t(lp.rope)];
-      rope(qt, hp.n_head, hd, hp.rope_neox, tab, pos);
-      rope(kt, lp.n_head_kv, hd, hp.rope_neox, tab, pos);
-    }
-    const size_t slot = S.kv_slot(layer, pos);
-    ops.f32_to_f16(int(kv_row), kt, S.k_layer(layer) + slot * size_t(kv_row));
-    ops.f32_to_f16(int(kv_row), vt, S.v_layer(layer) + slot * size_t(kv_row));
-  });
-
+  const int64_t q_dim = int64_t(hp.n_head) * hd, kv_row = int64_t(hp.n_head_kv) * hd;
   // One task per (token tile of one sequence, KV head[, slice of its query heads]): the query
   // heads of a KV head share its K/V blocks; rows of different sequences never share a tile (each
   // has its own cache). Tiles start at each segment's first row, so a sequence is tiled as when it
@@ -212,7 +175,54 @@ void attention(Forward& f, int layer) {
     a.work = W.attn_work.data() + W.attn_work_base + size_t(worker) * W.attn_work_stride;
     ops.attention(a);
   });
-  matmul(K, f.pool, mode, w.wo.type, w.wo.data, w.wo.rows, w.wo.cols, att, T, W.q.data(), w.wo.packed);
+}
+
+void attention(Forward& f, int layer) {
+  EvalWorkspace& W = f.w;
+  const HParams& hp = f.hp();
+  const LayerHParams& lp = hp.layers[size_t(layer)];
+  const AttnWeights& w = f.m.layers[size_t(layer)].attn;
+  const KernelTable& K = *f.m.kernels;
+  const VecOps& ops = *f.m.vec_ops;
+  const ActivationMode mode = f.m.opts.activations;
+  const int hd = hp.head_dim;
+  const int64_t q_dim = int64_t(hp.n_head) * hd, kv_row = int64_t(hp.n_head_kv) * hd;  // the cache's row
+  const int64_t T = f.T;
+
+  // q/k/v share their input: one activation quantization and one pass of the pool, for the rows
+  // of every sequence.
+  const MatmulTarget qkv[3] = {{w.wq.type, w.wq.data, w.wq.rows, W.q.data(), w.wq.packed},
+                               {w.wk.type, w.wk.data, w.wk.rows, W.k.data(), w.wk.packed},
+                               {w.wv.type, w.wv.data, w.wv.rows, W.v.data(), w.wv.packed}};
+  matmul_multi(K, f.pool, mode, qkv, 3, w.wq.cols, W.xn.data(), T);
+
+  f.for_rows(T, [&](int64_t t) {
+    Session::Impl& S = *f.seg_of(t).seq;
+    float* qt = &W.q[t * q_dim];
+    float* kt = &W.k[t * kv_row];
+    float* vt = &W.v[t * kv_row];
+    if (!w.bq.empty()) {
+      for (int64_t i = 0; i < q_dim; ++i) qt[i] += w.bq[i];
+      for (int64_t i = 0; i < kv_row; ++i) kt[i] += w.bk[i];
+      for (int64_t i = 0; i < kv_row; ++i) vt[i] += w.bv[i];
+    }
+    if (!w.q_norm.empty()) {  // per-head RMS norm of q and k, before RoPE
+      for (int h = 0; h < hp.n_head; ++h) rms_norm(qt + h * hd, w.q_norm.data(), qt + h * hd, hd, hp.rms_eps);
+      for (int h = 0; h < lp.n_head_kv; ++h) rms_norm(kt + h * hd, w.k_norm.data(), kt + h * hd, hd, hp.rms_eps);
+    }
+    const int32_t pos = f.pos(t);
+    if (lp.rope >= 0) {
+      const RopeTable& tab = S.rope[size_t(lp.rope)];
+      rope(qt, hp.n_head, hd, hp.rope_neox, tab, pos);
+      rope(kt, lp.n_head_kv, hd, hp.rope_neox, tab, pos);
+    }
+    const size_t slot = S.kv_slot(layer, pos);
+    ops.f32_to_f16(int(kv_row), kt, S.k_layer(layer) + slot * size_t(kv_row));
+    ops.f32_to_f16(int(kv_row), vt, S.v_layer(layer) + slot * size_t(kv_row));
+  });
+
+  attend(f, layer);
+  matmul(K, f.pool, mode, w.wo.type, w.wo.data, w.wo.rows, w.wo.cols, W.xn.data(), T, W.q.data(), w.wo.packed);
 }
 
 void ffn(Forward& f, int layer, FfnActivation act) {

@@ -83,6 +83,10 @@ void norm_input(Forward& f, const std::vector<float>& w);
 // per-head QK-norm, RoPE (the layer's table, none for NoPE layers), K/V into each row's session's
 // cache, attention (per sequence; the layer's window and q scale), attn_output. Clobbers xn.
 void attention(Forward& f, int layer);
+// The attention part of attention(): each row's query heads (the q buffer, RoPE'd) over the K/V
+// of its own session's cache up to its position (the layer's window and q scale), written to xn.
+// Tiles hold rows of one segment only (gated_attention shares it).
+void attend(Forward& f, int layer);
 // y = down(act(gate(xn)) * up(xn)) for `layer` (gate and up through matmul_pair).
 void ffn(Forward& f, int layer, FfnActivation act);
 // x += post_norm ? rms_norm(y) * post_norm : y; then xn = rms_norm(x) * next_norm when given (the

@@ -153,6 +153,7 @@ Result<std::shared_ptr<Model>> Model::from_gguf(std::unique_ptr<GgufFile> file, 
   Fnv64 h;
   h.str(hp.arch_name);
   for (int32_t v : {hp.n_vocab, hp.n_embd, hp.n_layer, hp.n_head, hp.n_head_kv, hp.head_dim, hp.n_ff}) h.pod(v);
+  for (int32_t v : {hp.n_rot, hp.dn_k_heads, hp.dn_v_heads, hp.dn_head_dim, hp.dn_conv, hp.sc_taps}) h.pod(v);
   h.pod(hp.rms_eps);
   h.pod(hp.rope_base);
   h.pod(hp.attn_scale);
@@ -235,19 +236,23 @@ Session::Session(std::shared_ptr<const Model> model, ThreadPool& pool, const Ses
     const int64_t ring = (w + S.opts.n_batch + kAttentionBlock - 1) / kAttentionBlock * kAttentionBlock;
     if (S.opts.ring_kv && w > 0 && ring < S.n_ctx) S.kv_ring[size_t(l)] = int32_t(ring);
     S.kv_off[size_t(l)] = kv_elems;
+    // A recurrent layer (hybrid models) has no K/V rows: its state is in S.rec.
+    if (hp.layers[size_t(l)].kind != LayerKind::Attention) continue;
     kv_elems += size_t(S.kv_ring[size_t(l)] ? S.kv_ring[size_t(l)] : S.n_ctx) * size_t(S.kv_row);
   }
+  init_recurrent_state(S.rec, hp);
   S.k_cache.assign(kv_elems, 0);
   S.v_cache.assign(kv_elems, 0);
-  const int half = hp.head_dim / 2;
+  const int half = hp.n_rot / 2;  // rotated pairs (n_rot == head_dim unless RoPE is partial)
   S.rope.resize(hp.rope_bases.size());
   for (size_t r = 0; r < hp.rope_bases.size(); ++r) {
     RopeTable& tab = S.rope[r];
+    tab.half = half;
     tab.cos.resize(size_t(S.n_ctx) * half);
     tab.sin.resize(size_t(S.n_ctx) * half);
     for (int i = 0; i < half; ++i) {
-      // theta_i = base^(-2i/d), computed in double so long contexts keep their phase accurate.
-      double theta = std::pow(double(hp.rope_bases[r]), -2.0 * i / hp.head_dim);
+      // theta_i = base^(-2i/n_rot), computed in double so long contexts keep their phase accurate.
+      double theta = std::pow(double(hp.rope_bases[r]), -2.0 * i / hp.n_rot);
       if (!S.m->rope_freq_factors.empty()) theta /= double(S.m->rope_freq_factors[size_t(i)]);
       for (int32_t p = 0; p < S.n_ctx; ++p) {
         const double a = p * theta;
@@ -293,7 +298,7 @@ void EvalWorkspace::ensure(const HParams& hp, int n_workers, int64_t T) {
 
 size_t EvalWorkspace::bytes() const {
   auto b = [](const auto& v) { return v.capacity() * sizeof(v[0]); };
-  return b(x) + b(xn) + b(q) + b(k) + b(v) + b(gate) + b(toks) + b(row_seg) + b(logits) + b(attn_work);
+  return b(x) + b(xn) + b(q) + b(k) + b(v) + b(gate) + b(toks) + b(row_seg) + b(logits) + b(attn_work) + rec.bytes();
 }
 
 namespace {
@@ -442,9 +447,81 @@ void Session::truncate(int32_t n) {
   // Evaluating position n on a window layer reads positions [n - window + 1, n).
   for (size_t l = 0; l < S.kv_ring.size(); ++l)
     if (S.kv_ring[l] && n > 0 && std::max(0, n - S.m->hp.layers[l].window + 1) < S.kv_first[l]) n = 0;
+  if (!S.rec.empty() && size_t(n) < S.tokens.size()) {
+    // The recurrent state is that of position n_past(): go back to the latest snapshot at or before
+    // n (the caller reads n_past() and evaluates from there), or to the start.
+    auto& snaps = S.rec.snapshots;
+    const StateSnapshot* best = nullptr;
+    for (const StateSnapshot& s : snaps)
+      if (s.n_past <= n && s.n_past > 0 && (!best || s.n_past > best->n_past)) best = &s;
+    n = best ? best->n_past : 0;
+    if (best) std::memcpy(S.rec.data.data(), best->bytes.data(), best->bytes.size());
+    std::erase_if(snaps, [&](const StateSnapshot& s) { return s.n_past > n; });
+  }
   if (size_t(n) < S.tokens.size()) S.tokens.resize(size_t(n));
-  if (n == 0) std::fill(S.kv_first.begin(), S.kv_first.end(), 0);  // nothing left to lose
+  if (n == 0) {
+    std::fill(S.kv_first.begin(), S.kv_first.end(), 0);  // nothing left to lose
+    S.rec.clear();
+    S.rec.snapshots.clear();
+  }
   S.n_logit_rows = 0;
+}
+
+namespace {
+uint64_t hash_tokens(std::span<const int32_t> toks) {
+  Fnv64 h;
+  h.bytes(toks.data(), toks.size() * sizeof(int32_t));
+  return h.h;
+}
+}  // namespace
+
+bool Session::has_recurrent_state() const { return !impl_->rec.empty(); }
+size_t Session::recurrent_state_bytes() const { return impl_->rec.data.size() * sizeof(float); }
+
+StateSnapshot Session::save_state() const {
+  const Impl& S = *impl_;
+  StateSnapshot snap;
+  snap.n_past = int32_t(S.tokens.size());
+  snap.tokens_hash = hash_tokens(S.tokens);
+  snap.bytes.resize(recurrent_state_bytes());
+  if (!snap.bytes.empty()) std::memcpy(snap.bytes.data(), S.rec.data.data(), snap.bytes.size());
+  return snap;
+}
+
+void Session::keep_state_snapshot() {
+  Impl& S = *impl_;
+  if (S.rec.empty() || S.opts.max_state_snapshots <= 0) return;
+  auto& snaps = S.rec.snapshots;
+  std::erase_if(snaps, [&](const StateSnapshot& s) { return s.n_past == int32_t(S.tokens.size()); });
+  if (int32_t(snaps.size()) >= S.opts.max_state_snapshots) snaps.pop_back();  // keep the earliest
+  snaps.push_back(save_state());  // positions only grow between truncations: the list stays ascending
+}
+
+std::optional<StateSnapshot> Session::state_at(int32_t n) const {
+  const Impl& S = *impl_;
+  if (n == int32_t(S.tokens.size())) return save_state();
+  for (const StateSnapshot& s : S.rec.snapshots)
+    if (s.n_past == n) return s;
+  return std::nullopt;
+}
+
+std::vector<int32_t> Session::state_snapshot_positions() const {
+  std::vector<int32_t> out;
+  for (const StateSnapshot& s : impl_->rec.snapshots) out.push_back(s.n_past);
+  return out;
+}
+
+Status Session::restore_state(const StateSnapshot& snap) {
+  Impl& S = *impl_;
+  if (snap.bytes.size() != recurrent_state_bytes()) return Error{"state snapshot of another model shape"};
+  if (snap.n_past < 0 || size_t(snap.n_past) > S.tokens.size() ||
+      hash_tokens(std::span<const int32_t>(S.tokens.data(), size_t(snap.n_past))) != snap.tokens_hash)
+    return Error{"state snapshot of another token prefix"};
+  if (!snap.bytes.empty()) std::memcpy(S.rec.data.data(), snap.bytes.data(), snap.bytes.size());
+  S.tokens.resize(size_t(snap.n_past));
+  std::erase_if(S.rec.snapshots, [&](const StateSnapshot& s) { return s.n_past > snap.n_past; });
+  S.n_logit_rows = 0;
+  return Ok{};
 }
 
 size_t Session::kv_bytes_per_position_per_layer() const { return size_t(impl_->kv_row) * sizeof(uint16_t); }
@@ -458,6 +535,7 @@ void Session::set_cached_tokens(std::span<const int32_t> toks) {
   Impl& S = *impl_;
   S.tokens.assign(toks.begin(), toks.end());
   S.n_logit_rows = 0;
+  S.rec.snapshots.clear();  // of the sequence that was here (the caller restores the state: restore_state)
   const int32_t n = int32_t(toks.size());
   for (size_t l = 0; l < S.kv_ring.size(); ++l)
     if (S.kv_ring[l]) S.kv_first[l] = std::max(0, n - S.m->hp.layers[l].window);
@@ -468,7 +546,7 @@ size_t Session::memory_bytes() const {
   auto b = [](const auto& v) { return v.capacity() * sizeof(v[0]); };
   size_t rope = 0;
   for (const RopeTable& t : S.rope) rope += b(t.cos) + b(t.sin);
-  return kv_bytes() + rope + b(S.logits) + b(S.tokens) + (S.ws.use_count() == 1 ? S.ws->bytes() : 0);
+  return kv_bytes() + rope + b(S.logits) + b(S.tokens) + S.rec.bytes() + (S.ws.use_count() == 1 ? S.ws->bytes() : 0);
 }
 
 size_t Session::kv_bytes() const {

@@ -21,17 +21,18 @@ namespace picolm {
 
 class ThreadPool;
 
-enum class Arch { Llama, Qwen2, Qwen3, Gemma3, Smollm3 };
+enum class Arch { Llama, Qwen2, Qwen3, Gemma3, Smollm3, Qwen35, Lfm2 };
 
-// What a layer computes besides its FFN. Only attention today; the recurrent mixers of the hybrid
-// architectures (gated delta net, short convolution) become further kinds.
-enum class LayerKind { Attention };
+// What a layer computes besides its FFN. Attention layers keep K/V rows in the session's cache; the
+// recurrent mixers of the hybrid architectures keep a fixed-size state per sequence instead
+// (engine/recurrent.h): Qwen3.5's gated delta net and LFM2's gated short convolution.
+enum class LayerKind { Attention, DeltaNet, ShortConv };
 
 // Per-layer hyper-parameters (GGUF gives head_count_kv and feed_forward_length as arrays for
 // some models; architectures mark sliding-window and NoPE layers).
 struct LayerHParams {
   LayerKind kind = LayerKind::Attention;
-  int32_t n_head_kv = 0;
+  int32_t n_head_kv = 0;  // 0 on a layer without attention (no KV rows)
   int32_t n_ff = 0;
   int32_t window = 0;  // sliding-window attention: a query sees the last `window` positions; 0: all
   int32_t rope = 0;    // index into HParams::rope_bases; -1: no rotary embedding (NoPE layer)
@@ -46,6 +47,7 @@ struct HParams {
   int32_t n_head = 0;
   int32_t n_head_kv = 0;     // of every attention layer (the KV cache has one row width)
   int32_t head_dim = 0;      // n_embd / n_head unless the file says otherwise (key_length)
+  int32_t n_rot = 0;         // leading dims of each head that RoPE rotates (rope.dimension_count; head_dim)
   int32_t n_ff = 0;          // the largest of the layers'
   int32_t n_ctx_train = 0;
   float rms_eps = 1e-5f;
@@ -55,6 +57,11 @@ struct HParams {
   float attn_scale = 0.0f;   // applied to q before q.k (1/sqrt(head_dim) unless the architecture says)
   std::vector<float> rope_bases;    // distinct RoPE bases the layers use (rope_bases[0] == rope_base)
   std::vector<LayerHParams> layers;  // [n_layer]
+  // Recurrent mixers (hybrid architectures); zero when the model has none of that kind.
+  // Gated delta net (qwen35 ssm.*): K heads (group_count), V heads (time_step_rank, a multiple of
+  // the K heads), one head dim for K and V (state_size), taps of the causal conv (conv_kernel).
+  int32_t dn_k_heads = 0, dn_v_heads = 0, dn_head_dim = 0, dn_conv = 0;
+  int32_t sc_taps = 0;  // short convolution (lfm2 shortconv.l_cache): taps including the current token
 };
 
 // Whether the weight matrices are repacked at load into the interleaved panels of
@@ -125,6 +132,15 @@ struct SessionOptions {
   // slots hold one set of micro-batch scratch instead of N. A workspace is used by one eval at a
   // time: sessions sharing it must not be evaluated concurrently.
   std::shared_ptr<EvalWorkspace> workspace = nullptr;
+  // Hybrid models: how many recurrent-state snapshots keep_state_snapshot() holds (the oldest goes).
+  int32_t max_state_snapshots = 2;
+};
+
+// The recurrent layers' state of one sequence after its first n_past tokens (hybrid models).
+struct StateSnapshot {
+  int32_t n_past = 0;
+  uint64_t tokens_hash = 0;    // of tokens [0, n_past): a snapshot only applies to the same prefix
+  std::vector<uint8_t> bytes;  // Session::recurrent_state_bytes(), layout private to the engine
 };
 
 class Session;
@@ -157,7 +173,8 @@ class Session {
   // Drops positions >= n (n <= n_past()). A sliding-window layer's ring only holds its recent
   // positions: when some window layer no longer holds the window before n (n is more than about
   // n_batch positions behind the furthest position evaluated), everything is dropped instead and
-  // n_past() becomes 0, so the caller evaluates from the start. Read n_past() after truncating.
+  // n_past() becomes 0, so the caller evaluates from the start. Hybrid models go back only to a
+  // state snapshot (below). Read n_past() after truncating.
   void truncate(int32_t n);
 
   // KV cache layout (for the prompt cache): fp16, per layer K then V, each
@@ -170,11 +187,36 @@ class Session {
   int32_t kv_ring(int32_t layer) const;    // slots of a window layer's ring; 0: n_ctx slots, one per position
   int32_t kv_ring_first(int32_t layer) const;  // oldest position a ring still holds (0 without a ring)
   // Declares that positions [0, tokens.size()) now hold these tokens (after copying KV in). For a
-  // window layer only its last kv_window(layer) positions are required (and then assumed).
+  // window layer only its last kv_window(layer) positions are required (and then assumed). On a
+  // hybrid model the recurrent state is not part of this: follow with restore_state().
   void set_cached_tokens(std::span<const int32_t> tokens);
 
-  // KV cache, RoPE tables, logits and token list, plus the workspace when no other session
-  // shares it (a shared one is counted by none of them: add workspace_bytes() once).
+  // ---- recurrent state (hybrid models: qwen35, lfm2) ----
+  // A recurrent layer (gated delta net, short convolution) keeps one fixed-size state that sums up
+  // every position before n_past(): unlike K/V it cannot be cut back. So on a hybrid model
+  // truncate(n) with n < n_past() goes back to the latest snapshot taken at or before n
+  // (keep_state_snapshot; n_past() becomes its position, the snapshots beyond it are dropped), or,
+  // when there is none, drops everything (n_past() 0). Read n_past() after truncating and evaluate
+  // the rest. Snapshots cost recurrent_state_bytes() each; none are taken automatically (take one
+  // at the end of a stable prefix, e.g. the system prompt, and at the end of a prompt). Without
+  // recurrent layers these calls do nothing and truncate keeps its KV-only behaviour.
+  bool has_recurrent_state() const;
+  size_t recurrent_state_bytes() const;  // one position's state, every recurrent layer (0: none)
+  // Remembers the state at n_past() for truncate: at most SessionOptions::max_state_snapshots, the
+  // earliest ones kept (a system-prompt boundary outlives the ends of later prompts).
+  void keep_state_snapshot();
+  std::vector<int32_t> state_snapshot_positions() const;  // ascending
+  // The state at n_past() (prompt cache), and back: restore_state requires that tokens()[0, n_past)
+  // is the prefix the snapshot was taken after (checked by hash); it then sets the state and
+  // truncates the tokens to snap.n_past (whose K/V must be in the cache, e.g. after set_cached_tokens).
+  StateSnapshot save_state() const;
+  Status restore_state(const StateSnapshot& snap);
+  // The state at position n: save_state() when n == n_past(), else a kept snapshot taken at n.
+  std::optional<StateSnapshot> state_at(int32_t n) const;
+
+  // KV cache, recurrent state (hybrids: with its snapshots), RoPE tables, logits and token list,
+  // plus the workspace when no other session shares it (a shared workspace: make_eval_workspace's
+  // owner counts it once).
   size_t memory_bytes() const;
   size_t kv_bytes() const;         // the K/V cache alone (allocated whole at construction)
   size_t workspace_bytes() const;  // the workspace this session computes in (shared or not)

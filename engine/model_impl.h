@@ -50,17 +50,40 @@ struct FfnWeights {
   WeightView gate, up, down;
 };
 
+// Gated delta net (qwen35 linear-attention layers; engine/recurrent.h).
+struct DeltaNetWeights {
+  WeightView qkv;    // [2 * k_heads * hd + v_heads * hd][n_embd]: q | k | v, the conv's input channels
+  WeightView z;      // [v_heads * hd][n_embd]: output gate
+  WeightView beta;   // [v_heads][n_embd]
+  WeightView alpha;  // [v_heads][n_embd]
+  WeightView out;    // [n_embd][v_heads * hd]
+  std::vector<float> conv;     // [taps][channels] (transposed from the file's [channels][taps])
+  std::vector<float> dt_bias;  // [v_heads]
+  std::vector<float> a;        // [v_heads], -exp(A_log): the decay rate
+  std::vector<float> norm;     // [hd], RMS norm of each head's output
+};
+
+// Gated short convolution (lfm2).
+struct ShortConvWeights {
+  WeightView in_proj;        // [3 * n_embd][n_embd]: B | C | x
+  WeightView out_proj;       // [n_embd][n_embd]
+  std::vector<float> conv;   // [taps][n_embd] (transposed from the file's [n_embd][taps])
+};
+
 struct LayerWeights {
   std::vector<float> attn_norm, ffn_norm;             // [n_embd], dequantized at load (tiny)
   std::vector<float> attn_post_norm, ffn_post_norm;   // gemma3: sublayer outputs normed before the residual add
   AttnWeights attn;
   FfnWeights ffn;
+  DeltaNetWeights dn;  // LayerKind::DeltaNet only
+  ShortConvWeights sc; // LayerKind::ShortConv only
 };
 
 // Every matrix of a layer (repacking, accounting): new weight kinds must be listed here.
 template <class Fn>
 void for_each_matrix(LayerWeights& w, const Fn& fn) {
-  for (WeightView* v : {&w.attn.wq, &w.attn.wk, &w.attn.wv, &w.attn.wo, &w.ffn.gate, &w.ffn.up, &w.ffn.down})
+  for (WeightView* v : {&w.attn.wq, &w.attn.wk, &w.attn.wv, &w.attn.wo, &w.ffn.gate, &w.ffn.up, &w.ffn.down,
+                        &w.dn.qkv, &w.dn.z, &w.dn.beta, &w.dn.alpha, &w.dn.out, &w.sc.in_proj, &w.sc.out_proj})
     if (v->data) fn(*v);
 }
 

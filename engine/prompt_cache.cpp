@@ -115,7 +115,7 @@ namespace {
 // Identity, keys, file layout
 
 constexpr char kMagic[8] = {'P', 'I', 'C', 'O', 'L', 'M', 'K', 'V'};
-constexpr uint32_t kVersion = 2;
+constexpr uint32_t kVersion = 3;  // 3: recurrent state of hybrid models in the tail
 constexpr uint32_t kHeaderBytes = 80;
 constexpr uint32_t kDtypeF16 = 1;
 constexpr const char* kExt = ".pkv";
@@ -126,7 +126,10 @@ constexpr const char* kTmpExt = ".tmp";
 // last `window` positions before n_past are ever read again, so that is all a cache entry keeps.
 struct LayerKv {
   int32_t window = 0, ring = 0;
+  bool kv = true;  // false: a recurrent layer of a hybrid model (no K/V; its state is in the tail)
 };
+// The layer table's entry of a recurrent layer (a window is never this large).
+constexpr uint32_t kRecurrentLayer = 0xFFFFFFFFu;
 
 struct Identity {
   uint64_t model_fp = 0;
@@ -136,9 +139,19 @@ struct Identity {
   size_t row_bytes = 0;  // one layer's K (or V) for one position
   std::vector<LayerKv> layers;
   uint32_t n_ring = 0;  // layers with a window
+  uint32_t n_kv = 0;    // layers with K/V (all but a hybrid's recurrent layers)
+  // Hybrid models: bytes of the recurrent state at the entry's end (Session::recurrent_state_bytes).
+  uint32_t state_bytes = 0;
 
-  // Positions of layer l an entry of n tokens keeps: all n, or a window layer's last min(n, window).
-  size_t kept(uint32_t l, size_t n) const { return layers[l].window ? std::min(n, size_t(layers[l].window)) : n; }
+  // Positions of layer l an entry of n tokens keeps: all n, a window layer's last min(n, window), none
+  // of a recurrent layer.
+  size_t kept(uint32_t l, size_t n) const {
+    return !layers[l].kv ? 0 : layers[l].window ? std::min(n, size_t(layers[l].window)) : n;
+  }
+  // Whether an entry restores only its own full length: window layers keep their last positions
+  // before its end, a recurrent state is that of its end.
+  bool exact() const { return n_ring > 0 || state_bytes > 0; }
+  uint32_t layer_code(uint32_t l) const { return layers[l].kv ? uint32_t(layers[l].window) : kRecurrentLayer; }
   bool operator==(const Identity& o) const {
     return model_fp == o.model_fp && tokenizer_fp == o.tokenizer_fp && dtype == o.dtype && n_layer == o.n_layer &&
            n_head_kv == o.n_head_kv && head_dim == o.head_dim && windows_equal(o);
@@ -171,9 +184,11 @@ Identity identity_of(const Session& s) {
   id.row_bytes = s.kv_bytes_per_position_per_layer();
   id.layers.resize(id.n_layer);
   for (uint32_t l = 0; l < id.n_layer; ++l) {
-    id.layers[l] = {s.kv_window(int32_t(l)), s.kv_ring(int32_t(l))};
-    id.n_ring += id.layers[l].window > 0;
+    id.layers[l] = {s.kv_window(int32_t(l)), s.kv_ring(int32_t(l)), hp.layers[l].kind == LayerKind::Attention};
+    id.n_ring += id.layers[l].kv && id.layers[l].window > 0;
+    id.n_kv += id.layers[l].kv;
   }
+  id.state_bytes = uint32_t(s.recurrent_state_bytes());
   return id;
 }
 
@@ -224,10 +239,11 @@ FileLayout layout_of(const Identity& id, uint32_t n_tokens, uint32_t block_token
   L.block_tokens = block_tokens;
   L.n_blocks = block_tokens ? n_tokens / block_tokens : 0;
   L.meta_bytes = L.layers_off() + 4ull * id.n_layer + 8 + 8;
-  L.block_bytes = uint64_t(id.n_layer - id.n_ring) * 2 * block_tokens * id.row_bytes;
+  L.block_bytes = uint64_t(id.n_kv - id.n_ring) * 2 * block_tokens * id.row_bytes;
   L.tail_off = L.meta_bytes + L.block_bytes * L.n_blocks;
   for (uint32_t l = 0; l < id.n_layer; ++l)
     if (id.layers[l].window) L.tail_bytes += 2 * uint64_t(id.kept(l, n_tokens)) * id.row_bytes;
+  if (id.state_bytes) L.tail_bytes += 8 + id.state_bytes;  // token-prefix hash, then the state
   L.file_bytes = L.tail_off + L.tail_bytes;
   return L;
 }
@@ -247,8 +263,9 @@ struct RamSnapshot {
   // layer [n - kept, n) (Identity::kept).
   std::vector<uint16_t> k, v;
   std::vector<size_t> offset;
+  StateSnapshot state;  // hybrid models: the recurrent state at the snapshot's end
   uint64_t last_use = 0;
-  size_t bytes() const { return (k.size() + v.size()) * 2 + tokens.size() * 4; }
+  size_t bytes() const { return (k.size() + v.size()) * 2 + tokens.size() * 4 + state.bytes.size(); }
 };
 
 struct DiskEntry {
@@ -273,7 +290,7 @@ size_t match_len(std::span<const int32_t> tokens, std::span<const int32_t> promp
 size_t entry_match(const Identity& id, std::span<const int32_t> tokens, std::span<const int32_t> prompt, size_t limit,
                    size_t block) {
   const size_t m = match_len(tokens, prompt, limit, block);
-  return id.n_ring > 0 && m != tokens.size() ? 0 : m;
+  return id.exact() && m != tokens.size() ? 0 : m;
 }
 
 struct Fd {
@@ -334,7 +351,8 @@ std::string read_meta(int fd, const Identity& want, DiskEntry& e) {
     return "bad token count " + std::to_string(n_tokens) + " / block " + std::to_string(block_tokens);
   const FileLayout L = layout_of(want, n_tokens, block_tokens);
   if (rd64(h + 64) != L.file_bytes) return "header file size disagrees with the dimensions";
-  if (rd32(h + 72) != want.n_ring || rd32(h + 76) != 0) return "window layers differ";
+  if (rd32(h + 72) != want.n_ring) return "window layers differ";
+  if (rd32(h + 76) != want.state_bytes) return "recurrent state size differs";
   if (size != L.file_bytes)
     return "file is " + std::to_string(size) + " bytes, expected " + std::to_string(L.file_bytes) + " (truncated?)";
   std::vector<uint8_t> meta(L.meta_bytes);
@@ -346,8 +364,8 @@ std::string read_meta(int fd, const Identity& want, DiskEntry& e) {
   e.block_sums.resize(L.n_blocks);
   std::memcpy(e.block_sums.data(), meta.data() + kHeaderBytes + 4ull * n_tokens, 8ull * L.n_blocks);
   for (uint32_t l = 0; l < want.n_layer; ++l)
-    if (rd32(meta.data() + L.layers_off() + 4ull * l) != uint32_t(want.layers[l].window))
-      return "window of layer " + std::to_string(l) + " differs";
+    if (rd32(meta.data() + L.layers_off() + 4ull * l) != want.layer_code(l))
+      return "window or kind of layer " + std::to_string(l) + " differs";
   e.tail_sum = rd64(meta.data() + L.layers_off() + 4ull * want.n_layer);
   const PrefixKeys keys(want, e.tokens);
   if (rd64(h + 56) != keys.key(n_tokens)) return "prefix key does not match the token ids";
@@ -567,6 +585,7 @@ struct PromptCacheStore::Impl {
   static void copy_from_ram(const RamSnapshot& s, Session& session, const Identity& id, size_t from, size_t n) {
     const size_t row = id.row_bytes / 2;
     for (uint32_t l = 0; l < id.n_layer; ++l) {
+      if (!id.layers[l].kv) continue;
       const size_t total = s.tokens.size(), stored_first = total - id.kept(l, total);  // 0 unless a window
       const size_t first = id.layers[l].window ? stored_first : from;
       const uint16_t* sk = s.k.data() + s.offset[l] + (first - stored_first) * row;
@@ -587,8 +606,9 @@ struct PromptCacheStore::Impl {
   // file's length). Returns n on success; on a bad file sets `why` and returns `from`: positions
   // from `from` on may then hold garbage and must be dropped by the caller (window layers are
   // only written once their tail has verified, so their older positions are never damaged).
+  // Hybrid models: `state` receives the recurrent state at n (the tail's last part).
   static size_t load_file(int fd, const DiskEntry& e, Session& session, const Identity& id, size_t from, size_t n,
-                          std::string& why) {
+                          std::string& why, StateSnapshot& state) {
     const size_t B = e.block_tokens, row = id.row_bytes / 2;
     std::vector<std::pair<const uint16_t*, size_t>> pieces;
     std::vector<iovec> iov;
@@ -596,7 +616,7 @@ struct PromptCacheStore::Impl {
       pieces.clear();
       iov.clear();
       for (uint32_t l = 0; l < id.n_layer; ++l) {
-        if (id.layers[l].window) continue;  // in the tail
+        if (id.layers[l].window || !id.layers[l].kv) continue;  // in the tail, or no K/V
         uint16_t* kp = session.k_cache(int32_t(l)) + b * B * row;
         uint16_t* vp = session.v_cache(int32_t(l)) + b * B * row;
         pieces.push_back({kp, B * id.row_bytes});
@@ -633,22 +653,30 @@ struct PromptCacheStore::Impl {
         return from;  // nothing of a bad file is used, not even its blocks that verified
       }
     }
-    if (id.n_ring == 0) return n;
+    if (!id.exact()) return n;
     // The tail is staged: its ring slots may alias live positions below `from`.
     std::vector<uint16_t> tail(e.layout.tail_bytes / 2);
     if (!read_full(fd, tail.data(), e.layout.tail_bytes, e.layout.tail_off)) {
-      why = "short read in the window layers' tail";
+      why = "short read in the tail";
       return from;
     }
     pieces.clear();
-    for (size_t l = 0, off = 0; l < id.n_layer; ++l) {
+    size_t off = 0;
+    for (size_t l = 0; l < id.n_layer; ++l) {
       if (!id.layers[l].window) continue;
       for (int kv = 0; kv < 2; ++kv, off += id.kept(uint32_t(l), n) * row)
         pieces.push_back({tail.data() + off, id.kept(uint32_t(l), n) * id.row_bytes});
     }
+    if (id.state_bytes) pieces.push_back({tail.data() + off, 8 + id.state_bytes});
     if (block_checksum(pieces, e.layout.n_blocks) != e.tail_sum) {
-      why = "checksum mismatch in the window layers' tail";
+      why = "checksum mismatch in the tail (window layers, recurrent state)";
       return from;
+    }
+    if (id.state_bytes) {
+      const auto* p = reinterpret_cast<const uint8_t*>(tail.data() + off);
+      state.n_past = int32_t(n);
+      std::memcpy(&state.tokens_hash, p, 8);
+      state.bytes.assign(p + 8, p + 8 + id.state_bytes);
     }
     for (size_t l = 0, i = 0; l < id.n_layer; ++l) {
       if (!id.layers[l].window) continue;
@@ -691,8 +719,9 @@ struct PromptCacheStore::Impl {
   }
 
   // On failure returns false and sets `err` to the errno (ENOSPC: the caller may evict and retry).
-  bool write_file(Session& session, const Identity& id, std::span<const int32_t> toks, const std::string& name,
-                  Logs& logs, int& err) {
+  // `state`: hybrid models' recurrent state at toks.size() (ignored otherwise).
+  bool write_file(Session& session, const Identity& id, std::span<const int32_t> toks, const StateSnapshot& state,
+                  const std::string& name, Logs& logs, int& err) {
     err = 0;
     const uint32_t B = uint32_t(opts.block_tokens);
     const FileLayout L = layout_of(id, uint32_t(toks.size()), B);
@@ -703,7 +732,7 @@ struct PromptCacheStore::Impl {
     for (size_t b = 0; b < L.n_blocks; ++b) {
       pieces.clear();
       for (uint32_t l = 0; l < id.n_layer; ++l) {
-        if (id.layers[l].window) continue;
+        if (id.layers[l].window || !id.layers[l].kv) continue;
         pieces.push_back({session.k_cache(int32_t(l)) + b * B * row, B * id.row_bytes});
         pieces.push_back({session.v_cache(int32_t(l)) + b * B * row, B * id.row_bytes});
       }
@@ -713,19 +742,24 @@ struct PromptCacheStore::Impl {
     // hashed in the pieces the reader uses: per window layer, K then V.
     const auto runs = tail_pieces(session, id, toks.size());
     std::vector<uint16_t> tail(L.tail_bytes / 2);
-    {
-      size_t off = 0;
-      for (const auto& [p, bytes] : runs) {
-        std::memcpy(tail.data() + off, p, bytes);
-        off += bytes / 2;
-      }
+    size_t off = 0;
+    for (const auto& [p, bytes] : runs) {
+      std::memcpy(tail.data() + off, p, bytes);
+      off += bytes / 2;
+    }
+    if (id.state_bytes) {  // after the window rows: the token-prefix hash, then the state
+      auto* p = reinterpret_cast<uint8_t*>(tail.data() + off);
+      std::memcpy(p, &state.tokens_hash, 8);
+      std::memcpy(p + 8, state.bytes.data(), id.state_bytes);
     }
     pieces.clear();
-    for (size_t l = 0, off = 0; l < id.n_layer; ++l) {
+    off = 0;
+    for (size_t l = 0; l < id.n_layer; ++l) {
       if (!id.layers[l].window) continue;
       for (int kv = 0; kv < 2; ++kv, off += id.kept(uint32_t(l), toks.size()) * row)
         pieces.push_back({tail.data() + off, id.kept(uint32_t(l), toks.size()) * id.row_bytes});
     }
+    if (id.state_bytes) pieces.push_back({tail.data() + off, 8 + id.state_bytes});
     const uint64_t tail_sum = block_checksum(pieces, L.n_blocks);
     std::vector<uint8_t> meta(L.meta_bytes, 0);
     std::memcpy(meta.data(), kMagic, 8);
@@ -741,8 +775,9 @@ struct PromptCacheStore::Impl {
     std::memcpy(meta.data() + kHeaderBytes, toks.data(), 4ull * n);
     std::memcpy(meta.data() + kHeaderBytes + 4ull * n, sums.data(), 8ull * L.n_blocks);
     std::memcpy(meta.data() + 72, &id.n_ring, 4);
+    std::memcpy(meta.data() + 76, &id.state_bytes, 4);
     for (uint32_t l = 0; l < id.n_layer; ++l) {
-      const uint32_t w = uint32_t(id.layers[l].window);
+      const uint32_t w = id.layer_code(l);
       std::memcpy(meta.data() + L.layers_off() + 4ull * l, &w, 4);
     }
     std::memcpy(meta.data() + L.layers_off() + 4ull * id.n_layer, &tail_sum, 8);
@@ -774,7 +809,7 @@ struct PromptCacheStore::Impl {
     bool ok = write_part(f.fd, meta.data(), meta.size(), written);
     for (size_t b = 0; ok && b < L.n_blocks; ++b)
       for (uint32_t l = 0; ok && l < id.n_layer; ++l) {
-        if (id.layers[l].window) continue;
+        if (id.layers[l].window || !id.layers[l].kv) continue;
         ok = write_part(f.fd, session.k_cache(int32_t(l)) + b * B * row, B * id.row_bytes, written) &&
              write_part(f.fd, session.v_cache(int32_t(l)) + b * B * row, B * id.row_bytes, written);
       }
@@ -798,9 +833,9 @@ struct PromptCacheStore::Impl {
   // new file's size and tries once more, and if that fails too stops writing for a minute (reads
   // go on) instead of failing every request's write.
   bool write_file_or_make_room(Session& session, const Identity& id, std::span<const int32_t> toks,
-                               const std::string& name, uint64_t bytes, Logs& logs) {
+                               const StateSnapshot& state, const std::string& name, uint64_t bytes, Logs& logs) {
     int err = 0;
-    if (write_file(session, id, toks, name, logs, err)) return true;
+    if (write_file(session, id, toks, state, name, logs, err)) return true;
     if (!no_space(err)) return false;
     uint64_t freed = 0;
     {
@@ -808,7 +843,7 @@ struct PromptCacheStore::Impl {
       ++st.disk_full;
       freed = evict_disk(logs, bytes);
     }
-    if (freed > 0 && write_file(session, id, toks, name, logs, err)) return true;
+    if (freed > 0 && write_file(session, id, toks, state, name, logs, err)) return true;
     std::lock_guard<std::mutex> lk(mu);
     if (no_space(err)) {
       if (freed > 0) ++st.disk_full;
@@ -872,8 +907,10 @@ size_t PromptCacheStore::restore(Session& session, std::span<const int32_t> prom
   }
   const Identity id = identity_of(session);
   const size_t limit = std::min(prompt.size() - 1, size_t(session.n_ctx()));
+  // Less than the common prefix if window layers no longer hold what it needs, or (hybrids) back to
+  // the latest recurrent-state snapshot before it.
   session.truncate(int32_t(match_len(session.tokens(), prompt, limit, 0)));
-  size_t live = size_t(session.n_past());  // less if window layers no longer hold what it needs
+  size_t live = size_t(session.n_past());
 
   Impl::Logs logs;
   std::shared_ptr<const RamSnapshot> ram_best;
@@ -911,15 +948,30 @@ size_t PromptCacheStore::restore(Session& session, std::span<const int32_t> prom
     size_t got = live;
     if (why.empty()) {
       const size_t now_m = entry_match(id, now.tokens, prompt, limit, now.block_tokens);
-      if (now_m < m || (id.n_ring > 0 && now_m != m)) {
+      if (now_m < m || (id.exact() && now_m != m)) {
         std::lock_guard<std::mutex> lk(I.mu);
         I.index.erase(e->name);
         continue;
       }
-      session.truncate(int32_t(live / now.block_tokens * now.block_tokens));
-      const size_t from = size_t(session.n_past());  // a block boundary, or 0
-      got = I.load_file(f.fd, now, session, id, from, m, why);
-      session.set_cached_tokens(prompt.first(got));
+      // Blocks from `from` on are loaded; the session's K/V below it are the live prefix's. (A hybrid
+      // is not truncated there: truncate would go back to a state snapshot, the file brings the state.)
+      if (!id.state_bytes) session.truncate(int32_t(live / now.block_tokens * now.block_tokens));
+      const size_t from = id.state_bytes ? live / now.block_tokens * now.block_tokens : size_t(session.n_past());
+      StateSnapshot state;
+      got = I.load_file(f.fd, now, session, id, from, m, why, state);
+      if (id.state_bytes) {
+        // The state is the entry's end's: all of it or nothing (the live state is overwritten or stale).
+        if (got == m) {
+          session.set_cached_tokens(prompt.first(got));
+          if (Status st = session.restore_state(state); !st) why = "recurrent state: " + st.error();
+        }
+        if (!why.empty()) {
+          session.truncate(0);
+          got = 0;
+        }
+      } else {
+        session.set_cached_tokens(prompt.first(got));
+      }
       live = got;
     }
     if (!why.empty()) {
@@ -939,6 +991,11 @@ size_t PromptCacheStore::restore(Session& session, std::span<const int32_t> prom
       session.set_cached_tokens(prompt.first(ram_len));
       result = ram_len;
       source = kRam;
+      if (id.state_bytes && !session.restore_state(ram_best->state)) {  // cannot happen: same tokens
+        session.truncate(0);
+        result = 0;
+        source = kLive;
+      }
     }
   }
   {
@@ -966,6 +1023,19 @@ size_t PromptCacheStore::store(Session& session, size_t stable_len) {
   const size_t n = std::min(stable_len, size_t(session.n_past())) / B * B;
   if (n == 0) return 0;
   const Identity id = identity_of(session);
+  // Hybrid models: an entry carries the recurrent state at its end, which the session has only at
+  // n_past() or at a kept snapshot (prefill_with_cache keeps one at the stored length).
+  StateSnapshot state;
+  if (id.state_bytes) {
+    auto at = session.state_at(int32_t(n));
+    if (!at) {
+      if (I.opts.log)
+        I.opts.log(PromptCacheLogLevel::Debug, "prompt cache: no recurrent-state snapshot at " + std::to_string(n) +
+                                                   " tokens; not stored (keep one there: Session::keep_state_snapshot)");
+      return 0;
+    }
+    state = std::move(*at);
+  }
   const std::span<const int32_t> toks(session.tokens().data(), n);
   const size_t row = id.row_bytes / 2;
   Impl::Logs logs;
@@ -993,6 +1063,7 @@ size_t PromptCacheStore::store(Session& session, size_t stable_len) {
     if (!have) {
       auto s = std::make_shared<RamSnapshot>();
       s->tokens.assign(toks.begin(), toks.end());
+      s->state = state;
       size_t elems = 0;
       s->offset.resize(id.n_layer);
       for (uint32_t l = 0; l < id.n_layer; ++l) {
@@ -1003,6 +1074,7 @@ size_t PromptCacheStore::store(Session& session, size_t stable_len) {
         s->k.resize(elems);
         s->v.resize(elems);
         for (uint32_t l = 0; l < id.n_layer; ++l) {
+          if (!id.layers[l].kv) continue;
           uint16_t* dk = s->k.data() + s->offset[l];
           uint16_t* dv = s->v.data() + s->offset[l];
           for_runs(session.k_cache(int32_t(l)), id.layers[l], row, n - id.kept(l, n), n, [&](uint16_t* p, size_t cnt) {
@@ -1018,7 +1090,7 @@ size_t PromptCacheStore::store(Session& session, size_t stable_len) {
         // A snapshot that is a prefix of the new one serves nothing the new one does not (unless
         // window layers tie each entry to its own length).
         I.ram.remove_if([&](const std::shared_ptr<const RamSnapshot>& o) {
-          return id.n_ring == 0 && o->tokens.size() <= n && match_len(o->tokens, toks, n, 0) == o->tokens.size();
+          return !id.exact() && o->tokens.size() <= n && match_len(o->tokens, toks, n, 0) == o->tokens.size();
         });
         I.ram.push_front(std::move(s));
         ++I.st.ram_snapshots;
@@ -1037,7 +1109,7 @@ size_t PromptCacheStore::store(Session& session, size_t stable_len) {
       I.refresh_index_locked(id, logs);
       for (auto& [fname, e] : I.index) {
         if (entry_match(id, e->tokens, toks, n, 0) == n && n % e->block_tokens == 0) covering = fname;
-        else if (id.n_ring == 0 && e->tokens.size() < n && e->tokens.size() % B == 0 &&
+        else if (!id.exact() && e->tokens.size() < n && e->tokens.size() % B == 0 &&
                  match_len(e->tokens, toks, n, 0) == e->tokens.size())
           covered.push_back(fname);  // the new file serves exactly this prefix too
       }
@@ -1050,7 +1122,7 @@ size_t PromptCacheStore::store(Session& session, size_t stable_len) {
                                                         "-byte prefix exceeds the disk budget; not written");
     } else if (::time(nullptr) < I.no_writes_until) {
       logs.emplace_back(PromptCacheLogLevel::Debug, "prompt cache: the filesystem was full; not written");
-    } else if (I.write_file_or_make_room(session, id, toks, name, L.file_bytes, logs)) {
+    } else if (I.write_file_or_make_room(session, id, toks, state, name, L.file_bytes, logs)) {
       std::lock_guard<std::mutex> lk(I.mu);
       ++I.st.files_written;
       for (const std::string& c : covered) {
@@ -1093,6 +1165,15 @@ Result<PrefillWithCacheResult> prefill_with_cache(PromptCacheStore* store, Sessi
     const size_t at = std::min(stable_len, prompt.size()) / B * B;
     if (at >= r.cached_tokens + 2 && at + 2 <= prompt.size()) split = at;
   }
+  // Hybrid models: the prefix is stored with the recurrent state at its end, which exists only while
+  // the evaluation stands there: split at the stored length as for window layers, keep a snapshot
+  // there (for the live session's next turn), store; and keep one at the end of the prompt.
+  const bool hybrid = session.has_recurrent_state();
+  if (hybrid && !opts.all_logits) {
+    const size_t B = store ? size_t(store->options().block_tokens) : 1;
+    const size_t at = std::min(stable_len, prompt.size()) / B * B;
+    if (at >= r.cached_tokens + 2 && at + 2 <= prompt.size()) split = at;
+  }
   const size_t total = prompt.size() - r.cached_tokens;
   auto eval_part = [&](size_t from, size_t to) -> Status {
     std::function<void(size_t, size_t)> progress;
@@ -1103,10 +1184,12 @@ Result<PrefillWithCacheResult> prefill_with_cache(PromptCacheStore* store, Sessi
   if (split > r.cached_tokens) {
     Status s = eval_part(r.cached_tokens, split);
     if (!s) return Error{s.error()};
-    r.stored_tokens = store->store(session, split);
+    if (hybrid) session.keep_state_snapshot();
+    if (store_now) r.stored_tokens = store->store(session, split);
   }
   Status s = eval_part(split, prompt.size());
   if (!s) return Error{s.error()};
+  if (hybrid) session.keep_state_snapshot();
   r.evaluated_tokens = total;
   if (store_now && split == r.cached_tokens)
     r.stored_tokens = store->store(session, std::min(stable_len, prompt.size()));

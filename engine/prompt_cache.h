@@ -90,7 +90,9 @@ class PromptCacheStore {
   // is truncated to the restored length; returns that length (== session.n_past()). Never fails:
   // anything unusable is a miss (and bad files are deleted). With sliding-window layers an entry
   // restores exactly its own length (it keeps those layers' last positions only), and the live
-  // prefix is lost when the session's rings no longer reach back to it (Session::truncate).
+  // prefix is lost when the session's rings no longer reach back to it (Session::truncate). The
+  // same for hybrid models (recurrent layers): an entry carries the state at its end only, and the
+  // live prefix goes back to the session's latest state snapshot at or before the common prefix.
   size_t restore(Session& session, std::span<const int32_t> prompt);
 
   // Saves the KV of the session's first n tokens, n = min(stable_len, n_past) rounded down to a
@@ -98,8 +100,9 @@ class PromptCacheStore {
   // Decoding never changes positions below n_past, so this may be called after generation, except
   // with sliding-window layers (Session::kv_window): their rings must still hold the window before
   // n, which decoding more than about n_batch tokens overwrites; then nothing is stored (returns 0),
-  // so call it before decoding for such models. Returns n (0: nothing stored). Disk errors are
-  // logged, not returned.
+  // so call it before decoding for such models. Hybrid models: stored only where the session has
+  // the recurrent state at n (n_past() or a kept snapshot; prefill_with_cache keeps one there).
+  // Returns n (0: nothing stored). Disk errors are logged, not returned.
   size_t store(Session& session, size_t stable_len);
 
   // Drops the RAM snapshots (the disk tier is untouched).
@@ -127,9 +130,11 @@ struct PrefillWithCacheOptions {
 };
 
 // restore() + eval of the remaining tokens + store(stable_len). With sliding-window layers
-// (Session::kv_window) and without all_logits, the evaluation is split at stable_len rounded down
-// to a block and the store runs in between, while the rings still hold that prefix's window (a
-// caller with its own prefill loop must do the same). `store` may be null (plain
+// (Session::kv_window) or recurrent layers (hybrids) and without all_logits, the evaluation is
+// split at stable_len rounded down to a block and the store runs in between, while the rings still
+// hold that prefix's window and the recurrent state is that of the prefix (a caller with its own
+// prefill loop must do the same); hybrids also keep state snapshots there and at the prompt's end
+// (Session::keep_state_snapshot), with or without a store, for the next turn's live reuse. `store` may be null (plain
 // prefill, the session's own live prefix is still reused). Afterwards session.logits() belong to
 // the last prompt token, exactly as after a full prefill. Errors are Session::eval's.
 Result<PrefillWithCacheResult> prefill_with_cache(PromptCacheStore* store, Session& session,

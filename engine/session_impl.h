@@ -10,11 +10,14 @@
 #include "kernels/thread_pool.h"
 #include "model.h"
 #include "model_impl.h"
+#include "recurrent_state.h"
 
 namespace picolm {
 
-// cos/sin of one RoPE base for every position of the session: [position][head_dim/2].
+// cos/sin of one RoPE base for every position of the session: [position][half], half = n_rot / 2
+// (the rotated pairs; n_rot < head_dim leaves the other dims of each head as they are).
 struct RopeTable {
+  int half = 0;
   std::vector<float> cos, sin;
 };
 
@@ -36,6 +39,7 @@ struct EvalWorkspace {
   size_t attn_work_base = 0;                // offset of the first 64-byte aligned byte
   size_t attn_work_stride = 0;
   int attn_tile_tokens = 1;
+  RecurrentScratch rec;                     // hybrid models: the recurrent blocks' scratch
 
   // Sizes every buffer for T rows of a model of shape hp run on n_workers workers.
   void ensure(const HParams& hp, int n_workers, int64_t T);
@@ -68,6 +72,7 @@ struct Session::Impl {
   std::vector<int32_t> tokens;
   std::vector<float> logits;          // [n_logit_rows][n_vocab]
   size_t n_logit_rows = 0;
+  RecurrentState rec;                 // hybrid models: the recurrent layers' state and scratch
 
   uint16_t* k_layer(int layer) { return k_cache.data() + kv_off[size_t(layer)]; }
   uint16_t* v_layer(int layer) { return v_cache.data() + kv_off[size_t(layer)]; }

@@ -340,7 +340,8 @@ class Generation {
   // ---- prefill ----
   size_t common_ = 0;    // prompt tokens the slot already held (its own KV or the prompt cache)
   size_t pos_ = 0;       // next prompt token to evaluate
-  size_t store_at_ = 0;  // sliding-window models: store the stable prefix when the prefill reaches it
+  size_t store_at_ = 0;  // sliding-window and hybrid models: where the prefill stops to store / snapshot
+  bool hybrid_ = false;  // recurrent layers: state snapshots at the stable prefix and the prompt's end
   bool cancelled_ = false, timed_out_ = false;
 
   // ---- decode ----
@@ -412,6 +413,24 @@ Generation::Generation(Engine::Impl& engine, Slot& slot, std::shared_ptr<Job> jo
     const size_t at = std::min(job_.stable_len, job_.prompt.size()) / B * B;
     if (windows && at >= common_ + 2 && at + 2 <= job_.prompt.size()) store_at_ = at;
   }
+  // Hybrid models (recurrent layers) have their state only at n_past() and at kept snapshots
+  // (Session::keep_state_snapshot), and truncate() can only go back to one. So, as
+  // prefill_with_cache does, the prefill stops at the stable prefix (a cache block boundary when
+  // there is a cache), keeps a snapshot there and stores it; and keeps one at the prompt's end.
+  // A later request in this slot (the next turn, or another prompt with the same system prompt)
+  // then goes back to one of them instead of to 0.
+  hybrid_ = session_.has_recurrent_state();
+  if (hybrid_) {
+    // The state restored (prompt cache) or kept (live prefix) at common_ is a point to return to.
+    const auto snaps = session_.state_snapshot_positions();
+    if (common_ > 0 && std::find(snaps.begin(), snaps.end(), static_cast<int32_t>(common_)) == snaps.end())
+      session_.keep_state_snapshot();
+    if (job_.stable_len > 0) {
+      const size_t B = e_.cache ? static_cast<size_t>(e_.cache->options().block_tokens) : 1;
+      const size_t at = std::min(job_.stable_len, job_.prompt.size()) / B * B;
+      if (at >= common_ + 2 && at + 2 <= job_.prompt.size()) store_at_ = at;
+    }
+  }
   if (pos_ >= job_.prompt.size()) end_prefill();
 }
 
@@ -434,7 +453,11 @@ std::span<const int32_t> Generation::prefill_chunk(size_t max_n) {
 
 void Generation::prefill_evaluated(size_t n) {
   pos_ += n;
-  if (pos_ == store_at_) e_.cache->store(session_, store_at_);
+  if (pos_ == store_at_) {
+    if (hybrid_) session_.keep_state_snapshot();
+    if (e_.cache) e_.cache->store(session_, store_at_);
+  }
+  if (hybrid_ && pos_ == job_.prompt.size()) session_.keep_state_snapshot();
   // A prompt that takes minutes on a small board shows its progress in the log (rate, ETA).
   if (const auto now = Clock::now(); ms_between(last_progress_log_, now) >= 5000 && pos_ < job_.prompt.size()) {
     last_progress_log_ = now;
@@ -702,6 +725,19 @@ void Generation::finalize() {
 
 // ---------------------------------------------------------------- the worker's steps
 
+namespace {
+// How much of a slot's first `common` tokens a new prompt can keep. A hybrid model's recurrent
+// state exists only at n_past() and at its kept snapshots: truncating below n_past() goes back to
+// the latest snapshot at or before `common` (Session::truncate).
+size_t reusable_prefix(const Session& s, size_t common) {
+  if (!s.has_recurrent_state() || common >= static_cast<size_t>(s.n_past())) return common;
+  size_t best = 0;
+  for (int32_t p : s.state_snapshot_positions())
+    if (static_cast<size_t>(p) <= common) best = std::max(best, static_cast<size_t>(p));
+  return best;
+}
+}  // namespace
+
 Engine::Impl::~Impl() = default;
 
 void Engine::Impl::worker_loop() {
@@ -730,6 +766,7 @@ bool Engine::Impl::admit() {
         const auto& have = s.session->tokens();
         size_t common = 0;
         while (common < have.size() && common < job->prompt.size() && have[common] == job->prompt[common]) ++common;
+        common = reusable_prefix(*s.session, common);
         // Ties go to the slot holding less: its KV is the cheaper to lose.
         if (!best || common > best_common || (common == best_common && have.size() < best->session->tokens().size())) {
           best = &s;
@@ -901,12 +938,10 @@ struct SlotMemory {
 
 SlotMemory slot_memory(const Session& s) {
   SlotMemory m;
-  const int32_t n_layer = s.model().hparams().n_layer;
-  for (int32_t l = 0; l < n_layer; ++l) {
-    const int32_t positions = s.kv_ring(l) > 0 ? s.kv_ring(l) : s.n_ctx();
-    m.kv += 2ull * s.kv_bytes_per_position_per_layer() * static_cast<uint64_t>(positions);  // K and V
-  }
-  m.total = s.memory_bytes();
+  m.kv = s.kv_bytes();  // attention layers only (a hybrid's recurrent layers have none), rings as allocated
+  // A hybrid slot also keeps up to max_state_snapshots copies of its recurrent state (Generation).
+  m.total = s.memory_bytes() + static_cast<uint64_t>(std::max(SessionOptions{}.max_state_snapshots, 0)) *
+                                   s.recurrent_state_bytes();
   return m;
 }
 

@@ -88,7 +88,7 @@ catch_include() {
 }
 
 # ---- build ----------------------------------------------------------------------------------------
-TEST_TARGETS=(test_kernels test_golden test_gguf test_batch picolm)
+TEST_TARGETS=(test_kernels test_recurrent_ops test_golden test_gguf test_batch picolm)
 
 build() {
   local t=$1 toolchain debarch
@@ -133,12 +133,16 @@ run_test() {
 # Q4_K..Q6_K) take ~35 s of CPU under qemu; the two real-vocabulary models would take ~4 minutes more,
 # so they stay with the native run. Catch2 v2: a comma separates alternative test names.
 GOLDEN_ARM="golden: stories260K*,golden: zoo-*"
+# The hybrids' recurrent layers (NEON conv and delta-rule kernels on aarch64, scalar on armhf).
+GOLDEN_HYBRID="golden: qwen35-tiny-q4km,golden: lfm2-tiny-q4km"
 
 run_aarch64() {
   local b=$PREFIX"aarch64"/bin q=(qemu-aarch64 -L /usr/aarch64-linux-gnu)
   # max: every extension qemu has (dotprod, i8mm); cortex-a72 (Raspberry Pi 4): plain ARMv8.0 NEON.
   run_test "aarch64 test_kernels" max "${q[@]}" "$b/test_kernels"
   run_test "aarch64 test_kernels" cortex-a72 "${q[@]}" "$b/test_kernels"
+  run_test "aarch64 test_recurrent_ops" cortex-a72 "${q[@]}" "$b/test_recurrent_ops"
+  run_test "aarch64 test_golden hybrids" cortex-a72 "${q[@]}" "$b/test_golden" "$GOLDEN_HYBRID"
   run_test "aarch64 test_gguf" max "${q[@]}" "$b/test_gguf"
   run_test "aarch64 test_golden" max "${q[@]}" "$b/test_golden" "$GOLDEN_ARM"
   run_test "aarch64 test_golden" cortex-a72 "${q[@]}" "$b/test_golden" "golden: stories260K*,golden: zoo-Q4_0,golden: zoo-Q4_K,golden: zoo-Q6_K"
@@ -153,6 +157,7 @@ run_armhf() {
   local b=$PREFIX"armhf"/bin q=(qemu-arm -L /usr/arm-linux-gnueabihf)
   # cortex-a7: a Raspberry Pi 2 core, the oldest that Debian armhf (ARMv7) runs on.
   run_test "armhf test_kernels" cortex-a7 "${q[@]}" "$b/test_kernels"
+  run_test "armhf test_recurrent_ops" cortex-a7 "${q[@]}" "$b/test_recurrent_ops"
   run_test "armhf test_gguf" cortex-a7 "${q[@]}" "$b/test_gguf"
   run_test "armhf test_golden" cortex-a7 "${q[@]}" "$b/test_golden" "golden: stories260K*,golden: zoo-Q4_0,golden: zoo-Q4_K,golden: zoo-Q6_K"
   run_test "armhf test_batch" cortex-a7 "${q[@]}" "$b/test_batch" "$BATCH_ARM"

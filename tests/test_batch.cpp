@@ -202,6 +202,62 @@ TEST_CASE("eval_batch: quick: four sequences, llama and gemma3", "[batch][quick]
   for (const Case& c : {Case{"zoo-Q4_K.gguf", 16, false}, Case{"gemma3-tiny-q4km.gguf", 8, false}}) check_batches(pool, c, Repack::Auto, {4});
 }
 
+// Hybrid models: the recurrent layers' state (delta-net and conv histories) is carried per
+// sequence, each segment of a micro-batch through its own session's state only. A state that leaked
+// between sequences, or a conv window that read another segment's rows, would change the logits of
+// a sequence run beside others, which must be the same bits as run alone.
+TEST_CASE("eval_batch: hybrids (qwen35, lfm2) keep their recurrent state per sequence", "[batch]") {
+  const Case cases[] = {{"qwen35-tiny-q4km.gguf", 16, true}, {"lfm2-tiny-q4km.gguf", 16, true},
+                        {"qwen35-tiny-q8_0.gguf", 16, false}, {"lfm2-tiny-f16.gguf", 1, false}};
+  ThreadPool pool(2);
+  for (const Case& c : cases) {
+    check_batches(pool, c, Repack::On, {1, 2, 3, 4});
+    if (c.file_rows) check_batches(pool, c, Repack::Off, {2, 4});
+  }
+}
+
+// A hybrid session in a batch goes back to a state snapshot on truncate, as alone: after
+// truncating past its snapshot and evaluating the rest again beside another sequence, its logits
+// are those of the first evaluation.
+TEST_CASE("eval_batch: hybrid truncate returns to the snapshot inside a batch", "[batch]") {
+  for (const char* file : {"qwen35-tiny-q4km.gguf", "lfm2-tiny-q4km.gguf"}) {
+    INFO(file);
+    ThreadPool pool(2);
+    ModelOptions mo;
+    mo.pool = &pool;
+    auto m = Model::load(model_path(file), mo);
+    REQUIRE(m.ok());
+    const int32_t nv = m.value()->hparams().n_vocab;
+    SessionOptions so;
+    so.n_ctx = 128;
+    so.n_batch = 16;
+    Session a(m.value(), pool, so), b(m.value(), pool, so);
+    REQUIRE(a.has_recurrent_state());
+    const auto pa = prompt(7, 40, nv), pb = prompt(8, 30, nv);
+    const std::span<const int32_t> pa_head(pa.data(), 24), pa_tail(pa.data() + 24, pa.size() - 24);
+    std::vector<SeqBatch> items = {{&a, pa_head, false}, {&b, pb, false}};
+    REQUIRE(eval_batch(items).ok());
+    a.keep_state_snapshot();
+    items = {{&a, pa_tail, false}};
+    REQUIRE(eval_batch(items).ok());
+    const std::vector<float> first = copy(a.logits());
+    CHECK(a.memory_bytes() >= a.kv_bytes() + 2 * a.recurrent_state_bytes());  // state + one snapshot
+
+    a.truncate(35);  // no snapshot at 35: back to the one at 24
+    CHECK(a.n_past() == 24);
+    const int32_t t = argmax(b.logits());
+    items = {{&b, std::span(&t, 1), false}, {&a, pa_tail, false}};
+    REQUIRE(eval_batch(items).ok());
+    Trace x, y;
+    x.logits = {first};
+    y.logits = {copy(a.logits())};
+    compare(x, y, batch_invariant(*m.value()), 2e-2f);
+
+    a.truncate(10);  // before every snapshot: the whole sequence goes
+    CHECK(a.n_past() == 0);
+  }
+}
+
 TEST_CASE("eval_batch: Exact activations are batch-invariant too", "[batch]") {
   ThreadPool pool(2);
   for (const char* file : {"zoo-Q4_K.gguf", "gemma3-tiny-q8_0.gguf"}) {

@@ -95,11 +95,34 @@ TEST_CASE("model: gemma3 hyper-parameters: sliding layers il % 6 < 5, two RoPE b
     CHECK(hp.layers[size_t(l)].window == (l == 5 ? 0 : 8));
     CHECK(hp.layers[size_t(l)].rope == (l == 5 ? 0 : 1));
   }
-  // The hybrid architectures of the next issue are refused by name, listing what is supported.
+}
+
+TEST_CASE("model: hybrid hyper-parameters: layer kinds from the file, partial RoPE, recurrent dims", "[model]") {
   auto q35 = Model::load(model_path("qwen35-tiny-q8_0.gguf"));
-  REQUIRE(!q35.ok());
-  CHECK(q35.error().find("unsupported architecture 'qwen35' (supported: llama, qwen2, qwen3, gemma3, smollm3)") !=
-        std::string::npos);
+  REQUIRE(q35.ok());
+  const HParams& q = q35.value()->hparams();
+  CHECK(q.arch == Arch::Qwen35);
+  CHECK(q.n_rot == 16);  // rope.dimension_count of the 64-dim heads
+  CHECK(q.n_head_kv == 2);
+  CHECK((q.dn_k_heads == 2 && q.dn_v_heads == 4 && q.dn_head_dim == 32 && q.dn_conv == 4));
+  REQUIRE(q.layers.size() == 4);
+  for (int l = 0; l < 4; ++l) {  // full_attention_interval 4: layer 3 attends, 0-2 are delta nets
+    INFO("layer " << l);
+    CHECK(q.layers[size_t(l)].kind == (l == 3 ? LayerKind::Attention : LayerKind::DeltaNet));
+    CHECK(q.layers[size_t(l)].n_head_kv == (l == 3 ? 2 : 0));
+  }
+  auto lfm = Model::load(model_path("lfm2-tiny-q8_0.gguf"));
+  REQUIRE(lfm.ok());
+  const HParams& f = lfm.value()->hparams();
+  CHECK(f.arch == Arch::Lfm2);
+  CHECK(f.n_rot == f.head_dim);
+  CHECK(f.sc_taps == 3);
+  CHECK(f.tied_output);
+  REQUIRE(f.layers.size() == 4);
+  for (int l = 0; l < 4; ++l) {  // head_count_kv [0, 2, 0, 2]: 0 marks a short-conv layer
+    INFO("layer " << l);
+    CHECK(f.layers[size_t(l)].kind == (l % 2 ? LayerKind::Attention : LayerKind::ShortConv));
+  }
 }
 
 TEST_CASE("model: broken files are refused with a message naming the problem", "[model]") {

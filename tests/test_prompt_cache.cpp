@@ -155,7 +155,9 @@ TEST_CASE("xxh64 matches the published test vectors", "[prompt_cache]") {
 TEST_CASE("cached prefixes give bit-identical logits (RAM, disk, prefix + new tail)", "[prompt_cache]") {
   // gemma3: five of six layers are sliding-window layers (window 8) kept in rings of 128 slots,
   // which the 220-token prompt wraps.
-  for (const char* file : {"stories260K.gguf", "llama-spm32k-q4km.gguf", "gemma3-tiny-q8_0.gguf"}) {
+  // qwen35 / lfm2: hybrids, whose entries carry the recurrent state at their end (format 3).
+  for (const char* file : {"stories260K.gguf", "llama-spm32k-q4km.gguf", "gemma3-tiny-q8_0.gguf",
+                           "qwen35-tiny-q8_0.gguf", "lfm2-tiny-q8_0.gguf"}) {
     DYNAMIC_SECTION(file) {
       auto m = load_model(file);
       ThreadPool pool(2);
@@ -220,7 +222,8 @@ TEST_CASE("cached prefixes give bit-identical logits (RAM, disk, prefix + new ta
           po.defer_store = true;
           auto r = prefill_with_cache(&st, s, other, other.size(), po);
           REQUIRE(r.ok());
-          CHECK(r->cached_tokens == (ring ? 0 : keep));
+          // Hybrids too: the entry's recurrent state is that of its own end.
+          CHECK(r->cached_tokens == (ring || s.has_recurrent_state() ? 0 : keep));
           const size_t nv = size_t(m->hparams().n_vocab);
           for (size_t i = 0; i < r->evaluated_tokens; ++i)
             REQUIRE(same_bits(s.logits_at(i),
@@ -327,12 +330,18 @@ TEST_CASE("bad cache files are never used and are deleted", "[prompt_cache]") {
       expect_rejected(bad, bad.size(), c.why);
     }
     // Window layers claimed by a file of a model that has none: count, and a layer's window.
-    for (size_t off : {size_t(72), size_t(76), layers_offset(good), layers_offset(good) + 4}) {
+    for (size_t off : {size_t(72), layers_offset(good), layers_offset(good) + 4}) {
       INFO("window field at " << off);
       auto bad = good;
       bad[off] ^= 8;
       reseal(bad);
       expect_rejected(bad, bad.size(), "window");
+    }
+    {  // A recurrent state claimed by a file of a model that has none (format 3).
+      auto bad = good;
+      bad[76] ^= 8;
+      reseal(bad);
+      expect_rejected(bad, bad.size(), "recurrent state");
     }
     // Token ids that do not match the name/key (e.g. a file copied under another name).
     auto bad = good;
@@ -932,5 +941,70 @@ TEST_CASE("a full filesystem evicts the least recently used files and retries on
     CHECK(st.stats().disk_full == full_after_first);  // the second store did not even try
     CHECK(st.stats().files_written == 4);
     CHECK(dir.files(".tmp").empty());
+  }
+}
+
+TEST_CASE("hybrids: entries carry the recurrent state; a damaged state is never used; live snapshots",
+          "[prompt_cache]") {
+  auto m = load_model("qwen35-tiny-q8_0.gguf");  // 3 delta-net layers (state), 1 attention layer (K/V)
+  ThreadPool pool(2);
+  TempDir dir;
+  const int32_t block = 16;
+  const auto sys = random_tokens(100, 1, m->hparams().n_vocab);
+  const auto prompt = concat(sys, random_tokens(12, 2, m->hparams().n_vocab));
+  const auto ref = full_prefill_logits(m, pool, prompt);
+  {
+    PromptCacheStore st(opts_for(dir.path, block, 0));  // disk only
+    Session s(m, pool);
+    auto r = prefill_with_cache(&st, s, prompt, sys.size());
+    REQUIRE(r.ok());
+    CHECK(r->stored_tokens == 96);
+    CHECK(same_bits(s.logits(), ref));
+    // Snapshots where the evaluation stood: the stored length and the prompt's end.
+    CHECK(s.state_snapshot_positions() == std::vector<int32_t>{96, int32_t(prompt.size())});
+  }
+  REQUIRE(dir.files(".pkv").size() == 1);
+  const std::string path = dir.files(".pkv")[0];
+  const auto good = read_bytes(path);
+  Session probe(m, pool);
+  // header + tokens + block sums + layer table + sums, the attention layer's K/V, hash + state.
+  CHECK(good.size() == meta_bytes(good) + 96 * 2 * probe.kv_bytes_per_position_per_layer() + 8 +
+                           probe.recurrent_state_bytes());
+  {  // after a restart: the file alone gives the prefix, bit-identical logits
+    PromptCacheStore st(opts_for(dir.path, block, 0));
+    Session s(m, pool);
+    auto r = prefill_with_cache(&st, s, prompt, sys.size());
+    REQUIRE(r.ok());
+    CHECK(r->cached_tokens == 96);
+    CHECK(st.stats().disk_hits == 1);
+    CHECK(same_bits(s.logits(), ref));
+  }
+  // A flipped byte in the state (the file's end) or in the K/V: rejected, deleted, cold prefill.
+  for (size_t off : {good.size() - 1, good.size() - 4000, good.size() - probe.recurrent_state_bytes() - 5,
+                     meta_bytes(good) + 10}) {
+    INFO("flip at " << off << " of " << good.size());
+    auto bad = good;
+    bad[off] ^= 0x10;
+    write_bytes(path, bad, bad.size());
+    PromptCacheStore st(opts_for(dir.path, block, 0));
+    Session s(m, pool);
+    PrefillWithCacheOptions po;
+    po.defer_store = true;
+    auto r = prefill_with_cache(&st, s, prompt, sys.size(), po);
+    REQUIRE(r.ok());
+    CHECK(r->cached_tokens == 0);
+    CHECK(st.stats().files_rejected == 1);
+    CHECK(!fs::exists(path));
+    CHECK(same_bits(s.logits(), ref));
+  }
+  {  // No store: the live session goes back to its snapshot at the stable prefix for a new tail.
+    Session s(m, pool);
+    REQUIRE(prefill_with_cache(nullptr, s, prompt, sys.size()).ok());
+    CHECK(s.state_snapshot_positions() == std::vector<int32_t>{int32_t(sys.size()), int32_t(prompt.size())});
+    const auto other = concat(sys, random_tokens(9, 5, m->hparams().n_vocab));
+    auto r = prefill_with_cache(nullptr, s, other, sys.size());
+    REQUIRE(r.ok());
+    CHECK(r->cached_tokens == sys.size());
+    CHECK(same_bits(s.logits(), full_prefill_logits(m, pool, other)));
   }
 }

@@ -49,7 +49,7 @@ struct Started {
 };
 
 Started start_server(const std::string& model, int n_ctx, int parallel,
-                     ContextOverflow overflow = ContextOverflow::DropOldest) {
+                     ContextOverflow overflow = ContextOverflow::DropOldest, size_t cache_ram_mb = 64) {
   REQUIRE(fs::exists(model));  // a missing input file fails the test
   ServerOptions o;
   o.engine.model_path = model;
@@ -57,7 +57,7 @@ Started start_server(const std::string& model, int n_ctx, int parallel,
   o.engine.n_ctx = n_ctx;
   o.engine.parallel = parallel;
   o.engine.max_queue = 16;
-  o.engine.cache_ram_mb = 64;
+  o.engine.cache_ram_mb = cache_ram_mb;
   o.engine.timeout_sec = 300.0;
   o.engine.context_overflow = overflow;
   o.host = "127.0.0.1";
@@ -544,6 +544,59 @@ TEST_CASE("a conversation longer than the context drops its oldest whole turns",
     CHECK(res->status == 400);
     Json j(res->body);
     CHECK(str(j.root["error"]["code"]) == "context_length_exceeded");
+  }
+}
+
+// Hybrid models (qwen35, lfm2): a recurrent state cannot be cut back, so a slot reused by a prompt
+// that diverges from what it holds goes back to a state snapshot (the stable prefix's, which the
+// prefill keeps) or to 0. Oracle: the same request's reply on the fresh server (cached 0). Without
+// a prompt cache the reuse comes from the slot's own snapshots; with one, also from the store.
+// Two hybrid sequences evaluated together give what each gives alone.
+TEST_CASE("hybrid models: slot reuse goes back to a state snapshot, replies unchanged", "[server][slots]") {
+  signal(SIGPIPE, SIG_IGN);
+  const std::string sys = "You control the lights of a big house by the sea with many rooms and a garden.";
+  auto body = [&](const std::string& user) {  // run_together adds "stream":true
+    return R"({"model":"x","temperature":0,"max_tokens":24,"messages":[{"role":"system","content":")" + sys +
+           R"("},{"role":"user","content":")" + user + R"("}]})";
+  };
+  struct Reply {
+    std::string content;
+    int64_t cached = -1;
+  };
+  auto post = [&](int port, const std::string& b) {
+    auto res = client(port)->Post("/v1/chat/completions", b, "application/json");
+    REQUIRE(res);
+    INFO(res->body);
+    REQUIRE(res->status == 200);
+    Json j(res->body);
+    return Reply{str(j.root["choices"].at(0)["message"]["content"]),
+                 int64_t(j.root["usage"]["prompt_tokens_details"]["cached_tokens"])};
+  };
+  for (const char* file : {"qwen35-tiny-q8_0.gguf", "lfm2-tiny-q8_0.gguf"}) {
+    for (size_t ram_mb : {size_t(0), size_t(64)}) {
+      INFO(file << ", prompt cache RAM " << ram_mb << " MiB");
+      Started s = start_server(kShared + "/models/" + file, 1024, 2, ContextOverflow::DropOldest, ram_mb);
+      const Reply a1 = post(s.port, body("Tell me a story about a dog"));
+      CHECK(a1.cached == 0);
+      CHECK(!a1.content.empty());
+      // Into the same slot (it shares the system prompt): back to the snapshot at the stable prefix.
+      const Reply b1 = post(s.port, body("Turn on the kitchen light please"));
+      CHECK(b1.cached > 0);
+      const Reply a2 = post(s.port, body("Tell me a story about a dog"));
+      CHECK(a2.cached > 0);
+      CHECK(a2.content == a1.content);
+      const Reply b2 = post(s.port, body("Turn on the kitchen light please"));
+      CHECK(b2.content == b1.content);
+      // Side by side in one batch.
+      const std::vector<std::string> bodies = {body("Tell me a story about a dog"),
+                                               body("Turn on the kitchen light please")};
+      const std::vector<StreamResult> together = run_together(s, bodies);
+      REQUIRE(together.size() == 2);
+      CHECK(together[0].status == 200);
+      CHECK(together[1].status == 200);
+      CHECK(together[0].content == a1.content);
+      CHECK(together[1].content == b1.content);
+    }
   }
 }
 

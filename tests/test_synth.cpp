@@ -517,3 +517,40 @@ TEST_CASE("synth: smollm3 skips RoPE on every fourth layer (NoPE) and is llama o
   CHECK(a[0] == b[0]);
   for (size_t p = 1; p < toks.size(); ++p) CHECK(a[p] != b[p]);
 }
+
+TEST_CASE("synth: hybrid shapes (qwen3.5, lfm2.5) load, run, and prefill equals one token at a time", "[synth]") {
+  TempDir dir;
+  SECTION("qwen3.5-0.8b (delta net 16/16 heads of 128, gated attention every 4th layer, RoPE on 64 of 256 dims)") {
+    const std::string out = dir.file("qwen35.gguf");
+    REQUIRE(run(bin("picolm-synth") + " --shape qwen3.5-0.8b --type q4_k_m --layers 4 --vocab 2048 -o " + out) == 0);
+    auto m = Model::load(out);
+    REQUIRE(m.ok());
+    const HParams& hp = m.value()->hparams();
+    CHECK(hp.arch == Arch::Qwen35);
+    CHECK((hp.n_embd == 1024 && hp.head_dim == 256 && hp.n_rot == 64 && hp.n_head_kv == 2));
+    CHECK((hp.dn_k_heads == 16 && hp.dn_v_heads == 16 && hp.dn_head_dim == 128 && hp.dn_conv == 4));
+    for (int l = 0; l < 4; ++l)
+      CHECK(hp.layers[size_t(l)].kind == (l == 3 ? LayerKind::Attention : LayerKind::DeltaNet));
+    // llama.cpp's Q4_K_M gives the fused qkv of the delta net Q5_K.
+    CHECK(type_of(m.value()->gguf(), "blk.0.attn_qkv.weight") == "Q5_K");
+    check_runs(m.value());
+    auto r = prefill_vs_sequential(m.value(), some_tokens(40, hp.n_vocab));
+    if (m.value()->packed_bytes() > 0) CHECK(r.max_diff == 0.0f);
+    else CHECK(r.max_diff <= 0.1f);
+  }
+  SECTION("lfm2.5-1.2b (short convs, attention on layers 2 and 5)") {
+    const std::string out = dir.file("lfm2.gguf");
+    REQUIRE(run(bin("picolm-synth") + " --shape lfm2.5-1.2b --type q4_k_m --layers 6 --vocab 2048 -o " + out) == 0);
+    auto m = Model::load(out);
+    REQUIRE(m.ok());
+    const HParams& hp = m.value()->hparams();
+    CHECK(hp.arch == Arch::Lfm2);
+    CHECK((hp.n_embd == 2048 && hp.n_head == 32 && hp.n_head_kv == 8 && hp.n_ff == 8192 && hp.sc_taps == 3));
+    for (int l = 0; l < 6; ++l)
+      CHECK(hp.layers[size_t(l)].kind == (l == 2 || l == 5 ? LayerKind::Attention : LayerKind::ShortConv));
+    check_runs(m.value());
+    auto r = prefill_vs_sequential(m.value(), some_tokens(40, hp.n_vocab));
+    if (m.value()->packed_bytes() > 0) CHECK(r.max_diff == 0.0f);
+    else CHECK(r.max_diff <= 0.1f);
+  }
+}

@@ -397,10 +397,15 @@ int main(int argc, char** argv) {
   const Stats spp = stats(pp), stg = stats(tg), spp_cpu = stats(pp_cpu), stg_cpu = stats(tg_cpu);
   const double peak_rss_mb = status_kb("VmHWM") / 1024.0;
   const double private_mb = private_kb / 1024.0;
-  // The session's FP16 KV cache (K and V, every layer, n_ctx positions): allocated and written at
-  // construction, so all of it is resident and private.
+  // The session's FP16 KV cache (K and V, every attention layer, n_ctx positions): allocated and
+  // written at construction, so all of it is resident and private. Hybrid models: the recurrent
+  // layers' state instead of K/V (counted with it).
   const HParams& hpk = model->hparams();
-  const double kv_mb = 2.0 * hpk.n_layer * so.n_ctx * hpk.n_head_kv * hpk.head_dim * 2.0 / (1024.0 * 1024.0);
+  int n_kv_layers = 0;
+  for (const LayerHParams& lp : hpk.layers) n_kv_layers += lp.kind == LayerKind::Attention;
+  const double state_mb = double(Session(model, pool, SessionOptions{16, 1}).recurrent_state_bytes()) / (1024.0 * 1024.0);
+  const double kv_mb =
+      2.0 * n_kv_layers * so.n_ctx * hpk.n_head_kv * hpk.head_dim * 2.0 / (1024.0 * 1024.0) + state_mb;
   const double file_mb = status_kb("RssFile") / 1024.0;
   Bandwidth bwr;
   if (a.bandwidth) bwr = probe_read_bandwidth(pool, size_t(512) << 20);
@@ -466,8 +471,10 @@ int main(int argc, char** argv) {
               private_mb, file_mb);
   if (packed_mb > 0)
     std::printf("          repacked weights %.1f MiB (packed in %.2f s at load)\n", packed_mb, model->pack_seconds());
-  std::printf("          KV cache (n_ctx %d, FP16) %.1f MiB; private beyond it%s %.1f MiB\n", so.n_ctx, kv_mb,
+  std::printf("          KV cache (n_ctx %d, FP16, %d layers) %.1f MiB%s; private beyond it%s %.1f MiB\n", so.n_ctx,
+              n_kv_layers, kv_mb, state_mb > 0 ? " incl. the recurrent state" : "",
               packed_mb > 0 ? " and the repacked weights" : "", private_mb - kv_mb - packed_mb);
+  if (state_mb > 0) std::printf("          recurrent state %.2f MiB per sequence\n", state_mb);
   std::printf("decode:   %.1f MB of weights read per token", gb_per_tok * 1e3);
   if (a.n > 0) std::printf(" -> %.2f GB/s effective", stg.median * gb_per_tok);
   std::printf("\n");

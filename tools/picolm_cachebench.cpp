@@ -140,7 +140,9 @@ int main(int argc, char** argv) {
       return -1;
     }
     const auto t0 = Clock::now();
-    auto r = prefill_with_cache(st, s, concat(sys, user_turn()), 0, defer);
+    // stable_len = the system prompt: a hybrid model's prefill stops there to keep the recurrent
+    // state that store() writes with it (other models: no effect with defer_store).
+    auto r = prefill_with_cache(st, s, concat(sys, user_turn()), sys.size(), defer);
     if (!r || r->cached_tokens != 0) {
       std::fprintf(stderr, "picolm-cachebench: %s failed\n", what);
       std::exit(1);

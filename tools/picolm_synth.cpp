@@ -39,6 +39,13 @@ struct Shape {
   bool qk_norm = false;   // per-head attn_q_norm / attn_k_norm (qwen3, gemma3)
   bool post_norms = false;  // post_attention_norm / post_ffw_norm (gemma3)
   int window = 0;         // gemma3.attention.sliding_window
+  // Hybrids. qwen35: every attn_interval-th layer is gated full attention, the others gated delta
+  // nets of dn_k_heads / dn_v_heads heads of dn_head_dim with a dn_conv-tap conv; RoPE on n_rot dims.
+  int n_rot = 0;
+  int attn_interval = 0, dn_k_heads = 0, dn_v_heads = 0, dn_head_dim = 0, dn_conv = 0;
+  // lfm2: bit l set = layer l is attention, the others gated short convolutions of sc_taps taps.
+  uint64_t attn_layers = 0;
+  int sc_taps = 0;
 };
 
 // Hyper-parameters as published in each model's config.json. n_vocab 0: the demo's vocabulary size.
@@ -56,12 +63,21 @@ constexpr Shape kShapes[] = {
     {"gemma3-1b", "gemma3", 26, 1152, 4, 1, 6912, 262144, 32768, 1000000.0f, 1e-6f, true, false, 256, true, true, 512},
     {"smollm3-3b", "smollm3", 36, 2048, 16, 4, 11008, 128256, 65536, 5000000.0f, 1e-6f, true, false},
     {"demo", "qwen2", 4, 256, 4, 2, 512, 0, 4096, 1000000.0f, 1e-6f, true, true},
+    // Qwen3.5 (text_config): 3 gated delta-net layers per full-attention layer, partial rotary 0.25.
+    {"qwen3.5-0.8b", "qwen35", 24, 1024, 8, 2, 3584, 248320, 262144, 10000000.0f, 1e-6f, true, false, 256, true,
+     false, 0, 64, 4, 16, 16, 128, 4},
+    {"qwen3.5-2b", "qwen35", 24, 2048, 8, 2, 6144, 248320, 262144, 10000000.0f, 1e-6f, true, false, 256, true,
+     false, 0, 64, 4, 16, 16, 128, 4},
+    // LFM2.5-1.2B (= LFM2-1.2B's shape): attention layers 2, 5, 8, 10, 12, 14, short convs elsewhere;
+    // block_ff_dim 12288 auto-adjusted to 2/3 (llama.cpp's converter; its loader knows 8192 as 1.2B).
+    {"lfm2.5-1.2b", "lfm2", 16, 2048, 32, 8, 8192, 65536, 128000, 1000000.0f, 1e-5f, true, false, 64, true,
+     false, 0, 0, 0, 0, 0, 0, 0, (1u << 2) | (1u << 5) | (1u << 8) | (1u << 10) | (1u << 12) | (1u << 14), 3},
 };
 
 // ---- type mixes (llama.cpp's llama_tensor_get_type rules for these recipes) -------------------
 
 enum class Mix { Q4_K_M, Q8_0, Q4_0, F16, F32 };
-enum class Kind { TokEmbd, Output, AttnQ, AttnK, AttnV, AttnO, FfnGate, FfnUp, FfnDown };
+enum class Kind { TokEmbd, Output, AttnQ, AttnK, AttnV, AttnO, AttnQkv, FfnGate, FfnUp, FfnDown, Other };
 
 bool parse_mix(std::string_view s, Mix& m) {
   if (s == "q4_k_m" || s == "Q4_K_M") m = Mix::Q4_K_M;
@@ -104,10 +120,12 @@ GgmlType pick_type(Mix mix, Kind kind, int layer, int n_layer, int64_t cols, boo
   }
   if (mix == Mix::Q4_K_M && (kind == Kind::AttnV || kind == Kind::FfnDown) && use_more_bits(layer, n_layer))
     t = GgmlType::Q6_K;
+  if (mix == Mix::Q4_K_M && kind == Kind::AttnQkv) t = GgmlType::Q5_K;  // llama.cpp: fused qkv gets Q5_K
   // Rows that are not a multiple of 256 cannot be K-quants: llama.cpp's fallbacks.
   if (cols % 256 != 0) {
     if (t == GgmlType::Q4_K) t = GgmlType::Q5_0;
     else if (t == GgmlType::Q6_K) t = GgmlType::Q8_0;
+    else if (t == GgmlType::Q5_K) t = GgmlType::Q5_1;
   }
   return t;
 }
@@ -465,7 +483,8 @@ void usage(FILE* out) {
   std::fprintf(out,
                "usage: picolm-synth --shape NAME --type MIX -o OUT.gguf [options]\n"
                "  --shape NAME        tinyllama-1.1b | qwen2.5-0.5b | qwen2.5-1.5b | smollm2-360m | llama-3.2-1b |\n"
-               "                      qwen3-0.6b | qwen3-1.7b | gemma3-270m | gemma3-1b | smollm3-3b | demo\n"
+               "                      qwen3-0.6b | qwen3-1.7b | gemma3-270m | gemma3-1b | smollm3-3b | qwen3.5-0.8b |\n"
+               "                      qwen3.5-2b | lfm2.5-1.2b | demo\n"
                "  --type MIX          q4_k_m | q8_0 | q4_0 | f16 | f32 (llama.cpp's per-tensor rules)\n"
                "  -o, --output FILE   output GGUF (written to FILE.tmp, then renamed)\n"
                "  --vocab-from FILE   copy all tokenizer.* keys from another GGUF (n_vocab must be >= its vocabulary)\n"
@@ -523,10 +542,36 @@ int run(const Args& a) {
   w.set_u32(arch + ".block_count", static_cast<uint32_t>(n_layer));
   w.set_u32(arch + ".feed_forward_length", static_cast<uint32_t>(n_ff));
   w.set_u32(arch + ".attention.head_count", static_cast<uint32_t>(shape->n_head));
-  w.set_u32(arch + ".attention.head_count_kv", static_cast<uint32_t>(shape->n_head_kv));
+  const bool lfm2 = shape->attn_layers != 0, qwen35 = shape->attn_interval > 0;
+  auto is_attention = [&](int l) {
+    if (lfm2) return ((shape->attn_layers >> l) & 1u) != 0;
+    if (qwen35) return (l + 1) % shape->attn_interval == 0;
+    return true;
+  };
+  if (lfm2) {  // per-layer array, 0 on the conv layers
+    std::vector<int32_t> kv(static_cast<size_t>(n_layer));
+    for (int l = 0; l < n_layer; ++l) kv[size_t(l)] = is_attention(l) ? shape->n_head_kv : 0;
+    w.set_i32_array(arch + ".attention.head_count_kv", kv);
+    w.set_u32(arch + ".shortconv.l_cache", static_cast<uint32_t>(shape->sc_taps));
+  } else {
+    w.set_u32(arch + ".attention.head_count_kv", static_cast<uint32_t>(shape->n_head_kv));
+  }
+  if (qwen35) {
+    w.set_u32(arch + ".full_attention_interval", static_cast<uint32_t>(shape->attn_interval));
+    w.set_u32(arch + ".ssm.conv_kernel", static_cast<uint32_t>(shape->dn_conv));
+    w.set_u32(arch + ".ssm.state_size", static_cast<uint32_t>(shape->dn_head_dim));
+    w.set_u32(arch + ".ssm.group_count", static_cast<uint32_t>(shape->dn_k_heads));
+    w.set_u32(arch + ".ssm.time_step_rank", static_cast<uint32_t>(shape->dn_v_heads));
+    w.set_u32(arch + ".ssm.inner_size", static_cast<uint32_t>(shape->dn_v_heads * shape->dn_head_dim));
+    // IMROPE sections of the rotated pairs (text gives them all the same position; llama.cpp needs
+    // the key): Qwen3.5's mrope_section [11, 11, 10] for 64 rotated dims, scaled to n_rot.
+    const int pairs = shape->n_rot / 2, t = pairs * 11 / 32, h = pairs * 11 / 32;
+    const std::vector<int32_t> sections = {t, h, pairs - t - h, 0};
+    w.set_i32_array(arch + ".rope.dimension_sections", sections);
+  }
   w.set_f32(arch + ".attention.layer_norm_rms_epsilon", shape->rms_eps);
   w.set_f32(arch + ".rope.freq_base", shape->rope_base);
-  w.set_u32(arch + ".rope.dimension_count", static_cast<uint32_t>(head_dim));
+  w.set_u32(arch + ".rope.dimension_count", static_cast<uint32_t>(shape->n_rot > 0 ? shape->n_rot : head_dim));
   if (shape->head_dim > 0) {
     w.set_u32(arch + ".attention.key_length", static_cast<uint32_t>(head_dim));
     w.set_u32(arch + ".attention.value_length", static_cast<uint32_t>(head_dim));
@@ -599,6 +644,37 @@ int run(const Args& a) {
   for (int l = 0; l < n_layer; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";
     vec(p + "attn_norm.weight", E, 1.0f, 0.05f);
+    if (!is_attention(l) || qwen35) {
+      if (!is_attention(l) && qwen35) {  // gated delta net
+        const int hd = shape->dn_head_dim, nv = shape->dn_v_heads;
+        const int channels = (2 * shape->dn_k_heads + nv) * hd;
+        mat(p + "attn_qkv.weight", Kind::AttnQkv, l, channels, E, inv_e);
+        mat(p + "attn_gate.weight", Kind::Other, l, int64_t(nv) * hd, E, inv_e);
+        plan.push_back({p + "ssm_conv1d.weight", GgmlType::F32, shape->dn_conv, channels, 0.0f, 0.5f});
+        vec(p + "ssm_dt.bias", nv, 0.0f, 0.5f);
+        vec(p + "ssm_a", nv, -0.5f, 0.0f);  // -exp(A_log) < 0: a decaying state
+        mat(p + "ssm_alpha.weight", Kind::Other, l, nv, E, inv_e);
+        mat(p + "ssm_beta.weight", Kind::Other, l, nv, E, inv_e);
+        vec(p + "ssm_norm.weight", hd, 1.0f, 0.05f);
+        mat(p + "ssm_out.weight", Kind::AttnO, l, E, int64_t(nv) * hd, 1.0f / std::sqrt(float(nv * hd)));
+      } else if (qwen35) {  // gated attention: query and gate rows interleaved per head
+        mat(p + "attn_q.weight", Kind::AttnQ, l, 2 * q_dim, E, 1.4f * inv_e);
+        mat(p + "attn_k.weight", Kind::AttnK, l, kv_dim, E, 1.4f * inv_e);
+        mat(p + "attn_v.weight", Kind::AttnV, l, kv_dim, E, inv_e);
+        vec(p + "attn_q_norm.weight", head_dim, 1.0f, 0.05f);
+        vec(p + "attn_k_norm.weight", head_dim, 1.0f, 0.05f);
+        mat(p + "attn_output.weight", Kind::AttnO, l, E, q_dim, 1.0f / std::sqrt(static_cast<float>(q_dim)));
+      } else {  // lfm2 short convolution
+        mat(p + "shortconv.in_proj.weight", Kind::Other, l, 3 * int64_t(E), E, inv_e);
+        plan.push_back({p + "shortconv.conv.weight", GgmlType::F32, shape->sc_taps, E, 0.0f, 0.6f});
+        mat(p + "shortconv.out_proj.weight", Kind::AttnO, l, E, E, inv_e);
+      }
+      vec(p + (qwen35 ? "post_attention_norm.weight" : "ffn_norm.weight"), E, 1.0f, 0.05f);
+      mat(p + "ffn_gate.weight", Kind::FfnGate, l, n_ff, E, inv_e);
+      mat(p + "ffn_up.weight", Kind::FfnUp, l, n_ff, E, inv_e);
+      mat(p + "ffn_down.weight", Kind::FfnDown, l, E, n_ff, 1.0f / std::sqrt(static_cast<float>(n_ff)));
+      continue;
+    }
     mat(p + "attn_q.weight", Kind::AttnQ, l, q_dim, E, 1.4f * inv_e);
     mat(p + "attn_k.weight", Kind::AttnK, l, kv_dim, E, 1.4f * inv_e);
     mat(p + "attn_v.weight", Kind::AttnV, l, kv_dim, E, inv_e);
@@ -619,7 +695,7 @@ int run(const Args& a) {
     mat(p + "ffn_down.weight", Kind::FfnDown, l, E, n_ff, 1.0f / std::sqrt(static_cast<float>(n_ff)));
     if (shape->post_norms) vec(p + "post_ffw_norm.weight", E, 1.0f, 0.05f);
   }
-  vec("output_norm.weight", E, 1.0f, 0.05f);
+  vec(lfm2 ? "token_embd_norm.weight" : "output_norm.weight", E, 1.0f, 0.05f);  // lfm2's final norm's name
   if (!shape->tied) mat("output.weight", Kind::Output, 0, n_vocab, E, 2.0f * inv_e);
 
   for (const Plan& t : plan) {

@@ -4,10 +4,13 @@
 #include <cmath>
 #include <limits>
 
+#include "kernels/recurrent_ops.h"
+
 namespace picolm {
 namespace {
 
-const Architecture* const kAll[] = {&kArchLlama, &kArchQwen2, &kArchQwen3, &kArchGemma3, &kArchSmollm3};
+const Architecture* const kAll[] = {&kArchLlama, &kArchQwen2, &kArchQwen3, &kArchGemma3, &kArchSmollm3, &kArchQwen35,
+                                     &kArchLfm2};
 
 // Integers are checked in 64 bits before they are narrowed: a uint64 of 2^32 + 64 must not pass as
 // 64 (issue 15 item 10). Values outside int32 are refused here; plausibility is validate_hparams'.
@@ -97,8 +100,10 @@ Status read_common_hparams(const GgufFile& f, HParams& hp) {
   const int64_t key_length = f.get_int(a + "attention.key_length").value_or(hp.n_embd / hp.n_head);
   if (!fits_i32(key_length)) return Error{"implausible hyper-parameters: attention.key_length out of range"};
   hp.head_dim = static_cast<int32_t>(key_length);
-  if (auto rd = f.get_int(a + "rope.dimension_count"); rd && *rd != hp.head_dim)
-    return Error{"partial rotary embeddings (rope.dimension_count != head_dim) are not supported"};
+  // Partial RoPE (Qwen3.5: 16 of 64 dims) rotates the first n_rot dims of each head.
+  const int64_t n_rot = f.get_int(a + "rope.dimension_count").value_or(hp.head_dim);
+  if (!fits_i32(n_rot)) return Error{"implausible hyper-parameters: rope.dimension_count out of range"};
+  hp.n_rot = static_cast<int32_t>(n_rot);
   if (hp.head_dim > 0) hp.attn_scale = 1.0f / std::sqrt(float(hp.head_dim));
   hp.layers.assign(size_t(hp.n_layer), LayerHParams{});
   for (int l = 0; l < hp.n_layer; ++l) {
@@ -115,6 +120,7 @@ Status validate_hparams(HParams& hp) {
       bad(hp.n_ctx_train, 1, 1 << 24) || int32_t(hp.layers.size()) != hp.n_layer)
     return Error{"implausible hyper-parameters"};
   if (hp.head_dim <= 0 || hp.head_dim % 2 != 0 || hp.head_dim > 1024) return Error{"invalid head dimension"};
+  if (hp.n_rot <= 0 || hp.n_rot % 2 != 0 || hp.n_rot > hp.head_dim) return Error{"invalid rope.dimension_count"};
   if (!(hp.rms_eps > 0.0f) || !std::isfinite(hp.rms_eps)) return Error{"invalid rms epsilon"};
   if (hp.rope_bases.empty()) return Error{"no rope base"};
   for (float b : hp.rope_bases)
@@ -126,6 +132,17 @@ Status validate_hparams(HParams& hp) {
     const LayerHParams& lp = hp.layers[size_t(l)];
     const std::string at = " (layer " + std::to_string(l) + ")";
     if (bad(lp.n_ff, 1, 1 << 20)) return Error{"implausible feed_forward_length" + at};
+    if (lp.kind != LayerKind::Attention) {  // a recurrent mixer: no K/V, its own hyper-parameters
+      if (lp.n_head_kv != 0) return Error{"a recurrent layer with head_count_kv " + std::to_string(lp.n_head_kv) + at};
+      if (lp.kind == LayerKind::DeltaNet &&
+          (bad(hp.dn_k_heads, 1, 1024) || bad(hp.dn_v_heads, 1, 1024) || hp.dn_v_heads % hp.dn_k_heads != 0 ||
+           bad(hp.dn_head_dim, 1, kMaxDeltaRuleDv) || bad(hp.dn_conv, 1, 64)))
+        return Error{"implausible delta-net hyper-parameters (ssm.*)" + at};
+      if (lp.kind == LayerKind::ShortConv && bad(hp.sc_taps, 1, 64))
+        return Error{"implausible short-convolution length" + at};
+      hp.n_ff = std::max(hp.n_ff, lp.n_ff);
+      continue;
+    }
     if (bad(lp.n_head_kv, 1, hp.n_head)) return Error{"implausible head_count_kv" + at};
     if (hp.n_head % lp.n_head_kv != 0) return Error{"head_count is not a multiple of head_count_kv" + at};
     // One KV row width for the whole cache (the prompt cache's layout relies on it).
@@ -136,6 +153,8 @@ Status validate_hparams(HParams& hp) {
     hp.n_head_kv = lp.n_head_kv;
     hp.n_ff = std::max(hp.n_ff, lp.n_ff);
   }
+  // Every model has attention layers; the session's attention scratch is sized from them.
+  if (hp.n_head_kv == 0) return Error{"no attention layer"};
   return Ok{};
 }
 

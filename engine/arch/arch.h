@@ -39,5 +39,7 @@ extern const Architecture kArchQwen2;
 extern const Architecture kArchQwen3;
 extern const Architecture kArchGemma3;
 extern const Architecture kArchSmollm3;
+extern const Architecture kArchQwen35;
+extern const Architecture kArchLfm2;
 
 }  // namespace picolm
