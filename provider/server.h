@@ -31,7 +31,7 @@ struct ServerOptions {
   std::string api_key;                    // "" = no authentication
   size_t max_body_bytes = 8u << 20;       // larger bodies get 413
   std::string warm_file;                  // a chat request (JSON) whose prompt is prefilled at start-up
-  // CORS: origins allowed to call from a browser ("*" = any); empty = no CORS headers, OPTIONS 404.
+  // CORS: origins allowed to call from a browser ("*" = any); empty = no CORS headers, OPTIONS 405.
   std::vector<std::string> cors_origins;
   // Names this replica in log lines, /health, /metrics (picolm_instance_info) and the
   // X-Picolm-Instance response header. "" = HOST:PORT once bound (the host name for 0.0.0.0 / ::).

@@ -115,7 +115,7 @@ class Result:
         self.instance = None
         self.error = None
         self.usage = None
-        self.started_streaming = False  # a content/role event arrived before the end
+        self.started_streaming = False  # a stream's 200 and headers arrived (the response has begun)
         self.finished = False
 
 
@@ -154,6 +154,10 @@ def chat(proxy_port, k, user, stream=False, max_tokens=4):
             r.usage = body.get("usage")
             r.finished = body["choices"][0].get("finish_reason") in ("stop", "length")
             return r
+        # The 200 and its headers reached the client: the response has started, so no proxy may
+        # replay it elsewhere (the provider sends them with the first token; a kill can still fall
+        # between the headers and the first event).
+        r.started_streaming = r.status == 200
         while True:
             line = resp.readline()  # through the chunked decoding: the proxy may split events across chunks
             if not line:
