@@ -11,6 +11,8 @@
 #include <ctime>
 #include <utility>
 
+#include "utf8_out.h"
+
 namespace picolm {
 namespace {
 
@@ -51,24 +53,6 @@ Json::Json(Json&&) noexcept = default;
 Json& Json::operator=(const Json&) = default;
 Json& Json::operator=(Json&&) noexcept = default;
 Json::~Json() = default;
-
-void append_utf8(std::string& out, uint32_t cp) {
-  if (cp < 0x80) {
-    out += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    out += static_cast<char>(0xC0 | (cp >> 6));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {  // includes lone surrogates, kept as Python keeps them
-    out += static_cast<char>(0xE0 | (cp >> 12));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else {
-    out += static_cast<char>(0xF0 | (cp >> 18));
-    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  }
-}
 
 class JsonParser {
  public:
@@ -212,7 +196,7 @@ class JsonParser {
             if (lo >= 0xDC00 && lo < 0xE000) cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
             else pos_ = save;  // not a pair: the high surrogate stands alone
           }
-          append_utf8(out, cp);
+          put_utf8(out, cp);
           break;
         }
         default: return fail("invalid escape");
