@@ -619,26 +619,32 @@ std::string ResponsesStream::close_reasoning() {
   return out;
 }
 
+// A new (empty, in-progress) assistant message item and its output_item.added /
+// content_part.added events.
+std::string ResponsesStream::open_message() {
+  std::string out;
+  ResponseItem m;
+  m.id = new_id_("msg_");
+  m.role = "assistant";
+  message_open_ = static_cast<int>(output_.size());
+  output_.push_back(m);
+  JsonWriter w;
+  w.begin_object().key("output_index").value(static_cast<int64_t>(message_open_)).key("item");
+  w.begin_object().key("id").value(m.id).key("type").value("message").key("status").value("in_progress");
+  w.key("role").value("assistant").key("content").begin_array().end_array().end_object();
+  out += event("response.output_item.added", fields(w));
+  JsonWriter p = item_fields(m.id, message_open_);
+  p.key("content_index").value(0).key("part");
+  write_output_text(p, "", nullptr);
+  out += event("response.content_part.added", fields(p));
+  return out;
+}
+
 std::string ResponsesStream::text_delta(std::string_view text, const std::vector<TokenLogprob>* logprobs) {
   std::string out;
   if (text.empty()) return out;
   out += close_reasoning();
-  if (message_open_ < 0) {
-    ResponseItem m;
-    m.id = new_id_("msg_");
-    m.role = "assistant";
-    message_open_ = static_cast<int>(output_.size());
-    output_.push_back(m);
-    JsonWriter w;
-    w.begin_object().key("output_index").value(static_cast<int64_t>(message_open_)).key("item");
-    w.begin_object().key("id").value(m.id).key("type").value("message").key("status").value("in_progress");
-    w.key("role").value("assistant").key("content").begin_array().end_array().end_object();
-    out += event("response.output_item.added", fields(w));
-    JsonWriter p = item_fields(m.id, message_open_);
-    p.key("content_index").value(0).key("part");
-    write_output_text(p, "", nullptr);
-    out += event("response.content_part.added", fields(p));
-  }
+  if (message_open_ < 0) out += open_message();
   ResponseItem& m = output_[static_cast<size_t>(message_open_)];
   m.text += text;
   JsonWriter d = item_fields(m.id, message_open_);
@@ -676,22 +682,7 @@ std::string ResponsesStream::finish(const Completion& c, std::vector<ResponseIte
   // A reply with neither text nor calls still has its (empty) message, as the non-streamed one.
   bool have_message = false;
   for (const auto& it : output_) have_message = have_message || it.kind == ResponseItem::Kind::Message;
-  if (!have_message && c.tool_calls.empty()) {
-    ResponseItem m;
-    m.id = new_id_("msg_");
-    m.role = "assistant";
-    message_open_ = static_cast<int>(output_.size());
-    output_.push_back(m);
-    JsonWriter w;
-    w.begin_object().key("output_index").value(static_cast<int64_t>(message_open_)).key("item");
-    w.begin_object().key("id").value(m.id).key("type").value("message").key("status").value("in_progress");
-    w.key("role").value("assistant").key("content").begin_array().end_array().end_object();
-    out += event("response.output_item.added", fields(w));
-    JsonWriter p = item_fields(m.id, message_open_);
-    p.key("content_index").value(0).key("part");
-    write_output_text(p, "", nullptr);
-    out += event("response.content_part.added", fields(p));
-  }
+  if (!have_message && c.tool_calls.empty()) out += open_message();
   if (want_logprobs_ && c.logprobs && c.logprobs->size() > logprobs_.size()) {
     // Entries recorded after the last text delta (the scheduler's final flush): the message has them all.
     logprobs_ = *c.logprobs;

@@ -121,6 +121,7 @@ class ResponsesStream {
 
  private:
   std::string event(const std::string& type, const std::string& fields_json);
+  std::string open_message();
   std::string close_reasoning();
   std::string close_message();
 
