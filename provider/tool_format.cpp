@@ -259,7 +259,22 @@ struct Lit {
       if (k == key) return &v;
     return nullptr;
   }
+
+  // Defaulted after the class: clang with libstdc++ 12 (the fuzz build) instantiates the copy of
+  // vector<pair<string, Lit>> at an implicit definition, where Lit is still incomplete.
+  Lit();
+  Lit(const Lit&);
+  Lit(Lit&&) noexcept;
+  Lit& operator=(const Lit&);
+  Lit& operator=(Lit&&) noexcept;
+  ~Lit();
 };
+Lit::Lit() = default;
+Lit::Lit(const Lit&) = default;
+Lit::Lit(Lit&&) noexcept = default;
+Lit& Lit::operator=(const Lit&) = default;
+Lit& Lit::operator=(Lit&&) noexcept = default;
+Lit::~Lit() = default;
 
 class LitParser {
  public:
