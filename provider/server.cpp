@@ -151,15 +151,23 @@ struct Server::Impl {
   }
 
   // Admits a generation unless draining: the count stays up until the returned token is released,
-  // which the response (a streamed one's content provider included) does when it is written.
-  std::shared_ptr<void> admit() {
-    std::lock_guard<std::mutex> lock(mu);
-    if (draining || stopped) return nullptr;
-    ++in_flight;
-    return std::shared_ptr<void>(static_cast<void*>(this), [this](void*) {
-      std::lock_guard<std::mutex> l(mu);
-      if (--in_flight == 0) drained_cv.notify_all();
-    });
+  // which the response (a streamed one's content provider included) does when it is written. While
+  // draining, answers 503 and returns null: nothing started, so a proxy's `retry-on 503` sends the
+  // request to another replica.
+  std::shared_ptr<void> admit(httplib::Response& res) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (!draining && !stopped) {
+        ++in_flight;
+        return std::shared_ptr<void>(static_cast<void*>(this), [this](void*) {
+          std::lock_guard<std::mutex> l(mu);
+          if (--in_flight == 0) drained_cv.notify_all();
+        });
+      }
+    }
+    res.set_header("Retry-After", "1");
+    send_error(res, ApiError{503, "the server is shutting down (draining)", "server_error", "", "draining"});
+    return nullptr;
   }
 
   void setup_routes();
@@ -241,11 +249,8 @@ void Server::Impl::load_model() {
 }
 
 void Server::Impl::handle_generation(const httplib::Request& req, httplib::Response& res, bool tool_call_api) {
-  std::shared_ptr<void> flight = admit();
-  if (!flight) {  // nothing started: a proxy's `retry-on 503` sends it to another replica
-    res.set_header("Retry-After", "1");
-    return send_error(res, ApiError{503, "the server is shutting down (draining)", "server_error", "", "draining"});
-  }
+  std::shared_ptr<void> flight = admit(res);
+  if (!flight) return;
   ChatRequest r;
   ApiError err;
   bool parsed = tool_call_api ? parse_tool_call_request(req.body, r, err) : parse_chat_request(req.body, r, err);
@@ -371,11 +376,8 @@ std::shared_ptr<Job> Server::Impl::start_job(const std::shared_ptr<Engine>& eng,
 // POST /v1/responses (responses.h): the same ChatRequest and job as chat completions, answered as
 // a response object or its typed events; stored for previous_response_id unless store is false.
 void Server::Impl::handle_responses(const httplib::Request& req, httplib::Response& res) {
-  std::shared_ptr<void> flight = admit();
-  if (!flight) {  // nothing started: a proxy's `retry-on 503` sends it to another replica
-    res.set_header("Retry-After", "1");
-    return send_error(res, ApiError{503, "the server is shutting down (draining)", "server_error", "", "draining"});
-  }
+  std::shared_ptr<void> flight = admit(res);
+  if (!flight) return;
   auto rr = std::make_shared<ResponsesRequest>();
   ApiError err;
   if (!parse_responses_request(req.body, &responses, *rr, err)) return send_error(res, err);
