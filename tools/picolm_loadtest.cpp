@@ -5,7 +5,8 @@
 //   schema  requests with distinct large json_schema response formats while the provider's RSS is
 //           sampled (the grammar cache is bounded by bytes: --grammar-cache-mb, 64 MB by default);
 //   kill    a cold run (no cache) gives the reference answers; then rounds of start / requests /
-//           kill -9 at a random moment over one cache directory, and every answer after a restart
+//           kill -9 over one cache directory (even rounds at a random moment, odd rounds the instant
+//           a cache file's temporary appears: inside a write), and every answer after a restart
 //           must be the cold run's, byte for byte.
 // Prints the figures; exits 0 if every bound held, 1 if not, 2 on bad usage.
 #include <arpa/inet.h>
@@ -13,6 +14,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/inotify.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -65,7 +67,8 @@ void usage(FILE* out) {
                "  --rss-limit-mb N    bound on the provider's peak RSS in the schema phase (default 256)\n"
                "  --kill-rounds N     kill -9 rounds (default 10)\n"
                "  --dir DIR           scratch directory (default: a new one under $TMPDIR or /tmp)\n"
-               "  --seed N            kill timing seed (default 1)\n");
+               "  --seed N            kill timing seed (default 1); each kill lands at a random moment within the time\n"
+               "                      a round of new prompts takes without a cache\n");
 }
 
 // ---- the provider as a child process --------------------------------------------------------------
@@ -343,64 +346,126 @@ void phase_schema(const Options& o) {
   verdict(peak <= o.rss_limit_mb, "peak RSS within the bound");
 }
 
+// Blocks until a file named like a cache write's temporary (".*.tmp") is created in `dir`, or the
+// timeout passes; true if one appeared. inotify reports the creation within microseconds, while
+// the writer still has the file open (its bytes and fsync follow), so a kill right after lands
+// inside the write.
+bool wait_for_temporary(const std::string& dir, std::chrono::milliseconds timeout) {
+  const int fd = inotify_init1(IN_CLOEXEC | IN_NONBLOCK);
+  if (fd < 0) return false;
+  bool seen = false;
+  if (inotify_add_watch(fd, dir.c_str(), IN_CREATE) >= 0) {
+    const auto end = Clock::now() + timeout;
+    alignas(inotify_event) char buf[4096];
+    while (!seen && Clock::now() < end) {
+      pollfd pfd{fd, POLLIN, 0};
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(end - Clock::now()).count();
+      if (::poll(&pfd, 1, static_cast<int>(std::max<int64_t>(1, left))) <= 0) continue;
+      const ssize_t n = ::read(fd, buf, sizeof buf);
+      for (ssize_t off = 0; n > 0 && off < n;) {
+        const auto* ev = reinterpret_cast<const inotify_event*>(buf + off);
+        const std::string_view name(ev->len > 0 ? ev->name : "");
+        if (name.size() > 4 && name.substr(name.size() - 4) == ".tmp") seen = true;
+        off += static_cast<ssize_t>(sizeof(inotify_event) + ev->len);
+      }
+    }
+  }
+  ::close(fd);
+  return seen;
+}
+
 void phase_kill(const Options& o) {
   std::printf("kill: %d rounds of kill -9 during requests over one cache directory\n", o.kill_rounds);
-  // Prompts with a long shared system part, so that the cache writes a file per conversation.
-  std::vector<std::string> bodies;
-  for (int i = 0; i < o.kill_requests; ++i) {
-    std::string sys = "You are storyteller number " + std::to_string(i) + ".";
+  // Prompts with a long shared system part, so that the cache writes a file per conversation. The
+  // fixed set is asked after every restart; each round's load uses prompts of its own, so every
+  // round has cache writes to cut (prompts seen before would only hit), and the next round asks
+  // them again over whatever the kill left.
+  auto body = [](const std::string& who, int day) {
+    std::string sys = "You are storyteller " + who + ".";
     for (int k = 0; k < 12; ++k) sys += " The little dog ran to the park and saw a big red ball and a tree.";
-    bodies.push_back(R"({"model":"x","temperature":0,"max_tokens":24,"messages":[{"role":"system","content":")" + sys +
-                     R"("},{"role":"user","content":"Tell me about day )" + std::to_string(i) + R"("}]})");
-  }
-  auto ask_all = [&](int port, std::vector<std::string>& out) {
+    return R"({"model":"x","temperature":0,"max_tokens":24,"messages":[{"role":"system","content":")" + sys +
+           R"("},{"role":"user","content":"Tell me about day )" + std::to_string(day) + R"("}]})";
+  };
+  std::vector<std::string> fixed;
+  for (int i = 0; i < o.kill_requests; ++i) fixed.push_back(body("number " + std::to_string(i), i));
+  std::vector<std::vector<std::string>> round_bodies(static_cast<size_t>(o.kill_rounds));
+  for (int r = 0; r < o.kill_rounds; ++r)
+    for (int i = 0; i < 3 * o.kill_requests; ++i)
+      round_bodies[r].push_back(body("of round " + std::to_string(r) + " seat " + std::to_string(i), i));
+  auto ask = [](int port, const std::vector<std::string>& bodies) {
     auto c = client(port, 60);
-    out.clear();
+    std::vector<std::string> out;
     for (const auto& b : bodies) {
       auto r = c->Post("/v1/chat/completions", b, "application/json");
       out.push_back(r && r->status == 200 ? content_of(r->body) : "<failed>");
     }
+    return out;
   };
+  // The reference: every prompt answered by a provider without a cache.
   std::vector<std::string> cold;
+  std::vector<std::vector<std::string>> cold_round;
+  double round_ms = 1;  // how long a round's prompts take without a cache: the kill lands inside it
   {
     Provider p(o, {"--cache-dir", "none"});
     if (!p.wait_healthy(std::chrono::seconds(60))) return verdict(false, "provider started");
-    ask_all(p.port(), cold);
+    cold = ask(p.port(), fixed);
+    for (const auto& rb : round_bodies) {
+      const auto t0 = Clock::now();
+      cold_round.push_back(ask(p.port(), rb));
+      round_ms = std::max(round_ms, ms_since(t0));
+    }
   }
   const std::string dir = o.work_dir + "/cache";
   fs::create_directories(dir);
   std::mt19937 rng(o.seed);
-  int mismatches = 0, answers = 0, killed_mid = 0;
+  int mismatches = 0, answers = 0, killed_mid = 0, cut_writes = 0;
+  auto compare = [&](const std::vector<std::string>& got, const std::vector<std::string>& want) {
+    for (size_t i = 0; i < got.size(); ++i, ++answers) mismatches += got[i] != want[i];
+  };
+  // After a restart: the fixed prompts and the previous round's (whose writes the kill may have cut).
+  auto check_after_restart = [&](int port, int round) {
+    compare(ask(port, fixed), cold);
+    if (round > 0) compare(ask(port, round_bodies[round - 1]), cold_round[round - 1]);
+  };
   for (int round = 0; round < o.kill_rounds; ++round) {
     Provider p(o, {"--cache-dir", dir});
     if (!p.wait_healthy(std::chrono::seconds(60))) return verdict(false, "provider restarted");
-    // Answers right after a restart over whatever the previous kill left.
-    std::vector<std::string> got;
-    ask_all(p.port(), got);
-    for (size_t i = 0; i < got.size(); ++i, ++answers) mismatches += got[i] != cold[i];
-    // Then requests with a kill -9 at a random moment among them (often inside a cache write).
+    check_after_restart(p.port(), round);
+    // Then new prompts with a kill -9 at a random moment among them.
     std::thread load([&, port = p.port()] {
       auto c = client(port, 10);
-      for (int k = 0; k < 3; ++k)
-        for (const auto& b : bodies) (void)c->Post("/v1/chat/completions", b, "application/json");
+      for (const auto& b : round_bodies[round]) (void)c->Post("/v1/chat/completions", b, "application/json");
     });
-    std::this_thread::sleep_for(std::chrono::milliseconds(std::uniform_int_distribution<int>(0, 150)(rng)));
+    const int64_t random_us = std::uniform_int_distribution<int64_t>(0, static_cast<int64_t>(round_ms * 1000))(rng);
+    if (round % 2 == 0 || !wait_for_temporary(dir, std::chrono::milliseconds(static_cast<int64_t>(round_ms) + 1000)))
+      std::this_thread::sleep_for(std::chrono::microseconds(random_us));
     ::kill(p.pid(), SIGKILL);
     load.join();
     p.kill(SIGKILL);
     ++killed_mid;
+    // A kill inside a cache write leaves its temporary file behind (the final name appears only by
+    // rename after fsync): count those rounds, so the report says how often a write was cut.
+    for (auto& e : fs::directory_iterator(dir))
+      if (e.path().extension() == ".tmp") {
+        ++cut_writes;
+        break;
+      }
   }
   Provider p(o, {"--cache-dir", dir});
   if (!p.wait_healthy(std::chrono::seconds(60))) return verdict(false, "provider restarted");
-  std::vector<std::string> last;
-  ask_all(p.port(), last);
-  for (size_t i = 0; i < last.size(); ++i, ++answers) mismatches += last[i] != cold[i];
+  check_after_restart(p.port(), o.kill_rounds);
   int files = 0;
   for (auto& e : fs::directory_iterator(dir)) files += e.path().extension() == ".pkv";
-  std::printf("  %d kills, %d answers after restarts compared with the cold run: %d differ; %d cache files\n",
-              killed_mid, answers, mismatches, files);
+  std::printf("  %d kills (%d of them inside a cache write), %d answers after restarts compared with the cold run: "
+              "%d differ; %d cache files\n",
+              killed_mid, cut_writes, answers, mismatches, files);
   verdict(mismatches == 0 && answers > 0, "answers identical to a cold run after every kill -9");
-  verdict(std::none_of(cold.begin(), cold.end(), [](const std::string& s) { return s == "<failed>"; }),
+  verdict(files > 0, "the prompt cache wrote files (the kills had writes to cut)");
+  if (o.kill_rounds >= 2) verdict(cut_writes > 0, "at least one kill landed inside a cache write");
+  auto failed = [](const std::string& s) { return s == "<failed>"; };
+  verdict(std::none_of(cold.begin(), cold.end(), failed) &&
+              std::all_of(cold_round.begin(), cold_round.end(),
+                          [&](const auto& v) { return std::none_of(v.begin(), v.end(), failed); }),
           "the cold run answered");
 }
 
