@@ -13,7 +13,8 @@
 #   THREADS    threads for both engines (default 2)
 #   IK_VARIANTS  ik configurations, ';'-separated extra arguments (default: "-rtr 0 -fa 1;-rtr 1 -fa 1")
 #   SHAPES     "shape:type" list (default tinyllama-1.1b:q4_k_m qwen2.5-0.5b:q4_k_m tinyllama-1.1b:q8_0)
-#   OUT        folder for the raw results (default $MODELS/results-<UTC time>)
+#   OUT        folder for the raw results (default $MODELS/results-<UTC time>); ROUNDS=0 OUT=<folder>
+#              only tabulates an earlier run's results
 #
 # Each round runs, for every model, picolm-bench once and every ik variant once, back to back, so
 # both engines meet the same minutes of the shared host (its memory bandwidth changes from minute to
@@ -53,12 +54,13 @@ for ((round = 1; round <= ROUNDS; ++round)); do
     name=$(basename "$f" .gguf)
     echo "[$(date -u +%T)] round $round $name: picolm" >&2
     "$BUILD/bin/picolm-bench" -m "$f" -t "$THREADS" -p 512 -n 64 -r "$REPS" --bandwidth --json \
-      >"$OUT/$name.picolm.$round.json"
+      >"$OUT/$name.picolm.$round.json" || echo "bench-vs-ik: picolm-bench failed on $name (round $round)" >&2
     for ((v = 0; v < ${#variants[@]}; ++v)); do
       echo "[$(date -u +%T)] round $round $name: ik ${variants[$v]}" >&2
       # shellcheck disable=SC2086  # the variant is a list of arguments
       "$IK_BENCH" -m "$f" -t "$THREADS" -p 512 -n 64 -r "$REPS" ${variants[$v]} -o json \
-        >"$OUT/$name.ik$v.$round.json" 2>"$OUT/$name.ik$v.$round.log"
+        >"$OUT/$name.ik$v.$round.json" 2>"$OUT/$name.ik$v.$round.log" ||
+        echo "bench-vs-ik: llama-bench failed on $name (round $round, ${variants[$v]}; see its .log)" >&2
     done
   done
 done
@@ -77,7 +79,10 @@ for f in files:
         if not fn.startswith(name + '.') or not fn.endswith('.json') or os.path.getsize(p) == 0:
             continue
         kind = fn[len(name) + 1:].split('.')[0]
-        d = json.load(open(p))
+        try:
+            d = json.load(open(p))
+        except ValueError:  # a run that failed part-way (reported above); left out
+            continue
         if kind == 'picolm':
             ours['pp'].append(d['pp_tok_s']); ours['tg'].append(d['tg_tok_s'])
             if d.get('bandwidth_gb_s'):
