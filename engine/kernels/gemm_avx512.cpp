@@ -393,6 +393,11 @@ void tile_k(int64_t nsb, const uint8_t* panel, size_t panel_stride, const uint8_
 
 constexpr int kTileTokensA = 6;  // 2 panels x 6 tokens: 12 integer + 12 float accumulators
 constexpr int kTileTokensK = 4;  // 2 x 4: 8 sub-block + 8 super-block + 8 float accumulators
+// Byte panels (per-call GEMM, expanded packed panels): 2 x 6. Each sub-block runs one VPDPBUSD
+// chain per accumulator; 8 chains do not cover the instruction's latency at 2 per cycle (Zen 5),
+// 12 do. 36 accumulators exceed the 32 registers: the float ones, touched once per super-block,
+// are the ones that live on the stack.
+constexpr int kTileTokensKX = 6;
 
 // Store masks of the R panels from row r when the call's rows end at r1.
 template <int R>
@@ -473,7 +478,7 @@ void run_k(int64_t cols, const void* w, size_t wrow, int64_t r0, int64_t r1, con
   const size_t mstride = static_cast<size_t>(nsb) * L::kMetaBytes;
   const auto* wb = static_cast<const uint8_t*>(w);
   const auto* ab = static_cast<const uint8_t*>(act);
-  drive_panels<kTileTokensK>(
+  drive_panels<kTileTokensKX>(
       r0, r1, n_tokens, true,
       [&](int64_t r, int R) {
         for (int i = 0; i < R; ++i) repack_panel_k<T>(wb + static_cast<size_t>(r + 16 * i) * wrow, wrow, nsb, scratch + i * pstride);
@@ -984,21 +989,26 @@ void run_packed_k(int64_t cols, const uint8_t* packed, int64_t r0, int64_t r1, c
   const size_t xstride = panel_bytes_k<T>(cols);
   const size_t mstride = static_cast<size_t>(nsb) * L::kMetaBytes;
   const auto* ab = static_cast<const uint8_t*>(act);
-  const bool expand = n_tokens >= kExpandTokens;
   auto panel = [&](int64_t r) { return packed + static_cast<size_t>(r / 16) * pstride; };
-  drive_panels<kTileTokensK>(
-      r0, r1, n_tokens, n_tokens > 1,
-      [&](int64_t r, int R) {
-        if (expand)
+  if (n_tokens >= kExpandTokens) {
+    drive_panels<kTileTokensKX>(
+        r0, r1, n_tokens, true,
+        [&](int64_t r, int R) {
           for (int i = 0; i < R; ++i) expand_panel_k<T>(panel(r) + i * pstride, nsb, scratch + i * xstride);
-      },
+        },
+        [&](auto Rc, auto Nc, int64_t r, int64_t t, const auto& m) {
+          tile_k<T, decltype(Rc)::value, decltype(Nc)::value>(nsb, scratch, xstride, ab + static_cast<size_t>(t) * arow, arow,
+                                                              meta + static_cast<size_t>(t) * mstride, mstride,
+                                                              y + t * ldy + (r - r0), ldy, m);
+        });
+    return;
+  }
+  drive_panels<kTileTokensK>(
+      r0, r1, n_tokens, n_tokens > 1, [](int64_t, int) {},
       [&](auto Rc, auto Nc, int64_t r, int64_t t, const auto& m) {
-        constexpr int kR = decltype(Rc)::value, kN = decltype(Nc)::value;
-        const uint8_t* at = ab + static_cast<size_t>(t) * arow;
-        const uint8_t* mt = meta + static_cast<size_t>(t) * mstride;
-        float* yt = y + t * ldy + (r - r0);
-        if (expand) tile_k<T, kR, kN>(nsb, scratch, xstride, at, arow, mt, mstride, yt, ldy, m);
-        else tile_pk<T, kR, kN>(nsb, panel(r), pstride, at, arow, mt, mstride, yt, ldy, m);
+        tile_pk<T, decltype(Rc)::value, decltype(Nc)::value>(nsb, panel(r), pstride, ab + static_cast<size_t>(t) * arow, arow,
+                                                             meta + static_cast<size_t>(t) * mstride, mstride,
+                                                             y + t * ldy + (r - r0), ldy, m);
       });
 }
 

@@ -199,6 +199,22 @@ void matmul_impl(const KernelTable& k, ThreadPool& pool, ActivationMode mode, co
     // decode holds one row of products per matrix, so its tasks may stream 256 rows of each
     // (measured in paired runs: decode +1-3% against 128).
     if (combine != nullptr) chunk = std::min(chunk, decode ? int64_t{256} : int64_t{128});
+    if (!decode && a >= 16 && n_threads > 1) {
+      // Many tokens over panels: the tiles take two panels at a time, so tasks are cut at panel
+      // pairs (a task of an odd number of panels ends in a one-panel tile at half the chains),
+      // as evenly as pairs allow: Qwen2.5-0.5B's 896-row matrices made 7-panel tasks and its
+      // 128-row K/V projections one-panel tasks.
+      const int64_t pairs = (rows + 31) / 32;
+      int64_t n = std::min<int64_t>(pairs, int64_t{4} * n_threads);
+      n = std::max(n, (rows + chunk - 1) / chunk);  // the pair scratch bound (chunk <= 128 rows)
+      n = std::min(n, pairs);
+      for (int64_t j = 0; j < n; ++j) {
+        const int64_t b0 = std::min(rows, pairs * j / n * 32), b1 = std::min(rows, pairs * (j + 1) / n * 32);
+        if (b1 > b0) tasks.push_back({i, b0, b1});
+        max_chunk = std::max(max_chunk, b1 - b0);
+      }
+      continue;
+    }
     max_chunk = std::max(max_chunk, chunk);
     for (int64_t r0 = 0; r0 < rows; r0 += chunk) tasks.push_back({i, r0, std::min(rows, r0 + chunk)});
   }
