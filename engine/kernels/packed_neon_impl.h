@@ -418,18 +418,13 @@ void mm_tile_k(int64_t nsb, const uint8_t* panel, int g0, const int8_t* il, cons
             ps[1][p] = vmmlaq_s32(ps[1][p], z1, a);
           }
         }
-        // Scales of rows 4g..4g+3 for sub-block s as [sc0, sc0, sc1, sc1] and [sc2, sc2, sc3, sc3].
-        uint8_t sc4[4];
-        std::memcpy(sc4, sd + 16 * s + 4 * g, 4);
+        // Scales of rows 4g..4g+3 for sub-block s (Q6_K signed, widened by SXTL; 8 bytes are read,
+        // still inside the super-block) as [sc0, sc0, sc1, sc1] and [sc2, sc2, sc3, sc3].
         int32x4_t scv;
-        if constexpr (kQ6) {
-          const int32_t v[4] = {static_cast<int8_t>(sc4[0]), static_cast<int8_t>(sc4[1]), static_cast<int8_t>(sc4[2]),
-                                static_cast<int8_t>(sc4[3])};
-          scv = vld1q_s32(v);
-        } else {
-          const int32_t v[4] = {sc4[0], sc4[1], sc4[2], sc4[3]};
-          scv = vld1q_s32(v);
-        }
+        if constexpr (kQ6)
+          scv = vmovl_s16(vget_low_s16(vmovl_s8(vld1_s8(reinterpret_cast<const int8_t*>(sd + 16 * s + 4 * g)))));
+        else
+          scv = vreinterpretq_s32_u32(vmovl_u16(vget_low_u16(vmovl_u8(vld1_u8(sd + 16 * s + 4 * g)))));
         const int32x4_t sc01 = vzip1q_s32(scv, scv), sc23 = vzip2q_s32(scv, scv);
         for (int p = 0; p < NP; ++p) {
           is[0][p] = vmlaq_s32(is[0][p], ps[0][p], sc01);
@@ -437,18 +432,31 @@ void mm_tile_k(int64_t nsb, const uint8_t* panel, int g0, const int8_t* il, cons
         }
       }
       const float32x4_t dv = pk_halves(pb + L.d + 8 * g);
+      // Q4_K/Q5_K: the 8 mins of rows 4g..4g+3 as mk[k] = [min k of each row] (the side block holds
+      // them as [row][2q, 2q+1] per q), so a token's min term is 8 multiply-adds by lane of its
+      // 8 sub-block-pair sums; the same integers as the SDOT tile's pairwise form.
+      int16x4_t mk[8];
+      if constexpr (!kQ6)
+        for (int q = 0; q < 4; ++q) {
+          const int16x8_t mv = vreinterpretq_s16_u16(vmovl_u8(vld1_u8(sd + packed::kSideMins + 32 * q + 8 * g)));
+          mk[2 * q] = vget_low_s16(vuzp1q_s16(mv, mv));
+          mk[2 * q + 1] = vget_low_s16(vuzp2q_s16(mv, mv));
+        }
       auto finish = [&](int n, int32x4_t isum) {
         const uint8_t* mb = mt[n] + mo;
         float da;
         std::memcpy(&da, mb, 4);
         acc[gg][n] = vfmaq_f32(acc[gg][n], vcvtq_f32_s32(isum), vmulq_n_f32(dv, da));
         if constexpr (!kQ6) {
-          int32x4_t m = vdupq_n_s32(0);
-          for (int q = 0; q < 4; ++q) {
-            const int16x8_t mv = vreinterpretq_s16_u16(vmovl_u8(vld1_u8(sd + packed::kSideMins + 32 * q + 8 * g)));
-            const int16x8_t bs = vreinterpretq_s16_s32(vdupq_n_s32(pk_load_i32(mb + 4 + 4 * q)));
-            m = vaddq_s32(m, vpaddq_s32(vmull_s16(vget_low_s16(mv), vget_low_s16(bs)), vmull_high_s16(mv, bs)));
-          }
+          const int16x8_t bs = vld1q_s16(reinterpret_cast<const int16_t*>(mb + 4));  // sums of sub-block pairs 0..7
+          int32x4_t m = vmull_laneq_s16(mk[0], bs, 0);
+          m = vmlal_laneq_s16(m, mk[1], bs, 1);
+          m = vmlal_laneq_s16(m, mk[2], bs, 2);
+          m = vmlal_laneq_s16(m, mk[3], bs, 3);
+          m = vmlal_laneq_s16(m, mk[4], bs, 4);
+          m = vmlal_laneq_s16(m, mk[5], bs, 5);
+          m = vmlal_laneq_s16(m, mk[6], bs, 6);
+          m = vmlal_laneq_s16(m, mk[7], bs, 7);
           const float32x4_t dm = pk_halves(pb + L.dmin + 8 * g);
           acc[gg][n] = vfmsq_f32(acc[gg][n], vcvtq_f32_s32(m), vmulq_n_f32(dm, da));
         }
