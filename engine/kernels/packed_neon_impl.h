@@ -282,7 +282,10 @@ inline void mm_interleave(int64_t n_chunks, int per_block, size_t block_bytes, s
       vst1q_u8(reinterpret_cast<uint8_t*>(il) + (c * kMmPairs + p) * 16, vcombine_u8(vld1_u8(tok[2 * p] + off), vld1_u8(tok[2 * p + 1] + off)));
   }
 }
-size_t mm_scratch_bytes(int64_t cols) { return static_cast<size_t>(cols / 8) * kMmPairs * 16; }
+// Scratch: the interleaved activations (8 * cols bytes), then for the Q8_0-activation types each
+// block's offset corrections of the token pairs as SMMLA accumulators ([c0, c1, c0, c1], 2 * cols
+// bytes), so a tile starts each block's sums from them instead of adding them per token.
+size_t mm_scratch_bytes(int64_t cols) { return static_cast<size_t>(cols / 8) * kMmPairs * 16 + static_cast<size_t>(cols / 32) * kMmPairs * 16; }
 // Rows (4g, 4g+1) and (4g+2, 4g+3) x 8 codes from the two step vectors of rows 4g..4g+3.
 inline void mm_rows(uint8x16_t w0, uint8x16_t w1, int8x16_t& z0, int8x16_t& z1) {
   z0 = vreinterpretq_s8_u32(vzip1q_u32(vreinterpretq_u32_u8(w0), vreinterpretq_u32_u8(w1)));
@@ -297,8 +300,8 @@ inline int32x4_t mm_token(int32x4_t r01, int32x4_t r23) {
 // Q8_0-activation types: row groups g0 .. g0 + G - 1 x the 2 * NP tokens whose interleaved
 // activations are at il and per-token tables at mt[n].
 template <GgmlType T, int G, int NP>
-void mm_tile_a(int64_t nb, const uint8_t* panel, int g0, const int8_t* il, const MetaA* const* mt, float* y,
-               int64_t ldy, int n_tok, const int (&n_valid)[4]) {
+void mm_tile_a(int64_t nb, const uint8_t* panel, int g0, const int8_t* il, const int32_t* cv, const MetaA* const* mt,
+               float* y, int64_t ldy, int n_tok, const int (&n_valid)[4]) {
   constexpr LayoutA L = packed::layout_a(T);
   constexpr int N = 2 * NP;
   const uint8x16_t m4 = vdupq_n_u8(0x0F);
@@ -309,7 +312,8 @@ void mm_tile_a(int64_t nb, const uint8_t* panel, int g0, const int8_t* il, const
     for (int gg = 0; gg < G; ++gg) {
       const int g = g0 + gg;
       int32x4_t s[2][NP];
-      for (int p = 0; p < NP; ++p) s[0][p] = s[1][p] = vdupq_n_s32(0);
+      for (int p = 0; p < NP; ++p)
+        s[0][p] = s[1][p] = T == GgmlType::Q8_0 ? vdupq_n_s32(0) : vld1q_s32(cv + (b * kMmPairs + p) * 4);
       const uint8_t* cb = panel + L.codes_at(b) + 16 * g;
       for (int j = 0; j < 4; ++j) {
         uint8x16_t w0, w1;
@@ -336,7 +340,6 @@ void mm_tile_a(int64_t nb, const uint8_t* panel, int g0, const int8_t* il, const
       }
       const float32x4_t dw = pk_halves(panel + L.d_at(b) + 8 * g);
       auto finish = [&](int n, int32x4_t si) {
-        if constexpr (T != GgmlType::Q8_0) si = vaddq_s32(vdupq_n_s32(mt[n][b].corr), si);
         acc[gg][n] = vfmaq_f32(acc[gg][n], vcvtq_f32_s32(si), vmulq_n_f32(dw, mt[n][b].d));
       };
       for (int p = 0; p < NP; ++p) {
@@ -483,6 +486,7 @@ void mm_run(int64_t cols, const uint8_t* pw, int64_t r0, int64_t r1, const uint8
   const int64_t nblk = kq ? cols / QK_K : cols / QK8_0;
   const size_t mstride = kq ? static_cast<size_t>(nblk) * meta_bytes_k(T) : 0;
   auto* il = reinterpret_cast<int8_t*>(scratch);
+  auto* cv = reinterpret_cast<int32_t*>(scratch + static_cast<size_t>(cols / 8) * kMmPairs * 16);
   for (int64_t rb = r0; rb < r1; rb += kBlockRows) {
     const int64_t re = std::min(r1, rb + kBlockRows);
     for (int64_t t = 0; t < n_tokens; t += kMmTokens) {
@@ -496,10 +500,17 @@ void mm_run(int64_t cols, const uint8_t* pw, int64_t r0, int64_t r1, const uint8
         mtk[i] = meta + static_cast<size_t>(ti) * mstride;
         mta[i] = reinterpret_cast<const MetaA*>(meta) + ti * nblk;
       }
-      if constexpr (kq)
+      if constexpr (kq) {
         mm_interleave(cols / 8, QK_K / 8, sizeof(BlockQ8_K), offsetof(BlockQ8_K, qs), tok, il);
-      else
+      } else {
         mm_interleave(cols / 8, QK8_0 / 8, sizeof(BlockQ8_0), offsetof(BlockQ8_0, qs), tok, il);
+        if constexpr (T != GgmlType::Q8_0)
+          for (int64_t b = 0; b < nblk; ++b)
+            for (int p = 0; p < kMmPairs; ++p) {
+              const int32x2_t c = vset_lane_s32(mta[2 * p + 1][b].corr, vdup_n_s32(mta[2 * p][b].corr), 1);
+              vst1q_s32(cv + (b * kMmPairs + p) * 4, vcombine_s32(c, c));
+            }
+      }
       for (int64_t r = rb; r < re; r += 16) {
         const uint8_t* panel = pw + static_cast<size_t>(r / 16) * pstride;
         int n_valid[4];
@@ -511,7 +522,7 @@ void mm_run(int64_t cols, const uint8_t* pw, int64_t r0, int64_t r1, const uint8
             if constexpr (kq)
               mm_tile_k<T, kMmGroups, NP>(nblk, panel, g, il, mtk, yt, ldy, n, n_valid);
             else
-              mm_tile_a<T, kMmGroups, NP>(nblk, panel, g, il, mta, yt, ldy, n, n_valid);
+              mm_tile_a<T, kMmGroups, NP>(nblk, panel, g, il, cv, mta, yt, ldy, n, n_valid);
           }
         });
       }
