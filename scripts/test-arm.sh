@@ -128,8 +128,8 @@ run_test() {
   fi
 }
 
-# Golden tests run the models with the best table the emulated CPU offers (neon_dotprod on -cpu max,
-# neon on cortex-a72, scalar on armhf). All zoo types (the NEON table covers F16, BF16, Q4_0..Q8_0,
+# Golden tests run the models with the best table the emulated CPU offers (neon_i8mm on -cpu max:
+# SMMLA prefill tiles, SDOT decode; neon on cortex-a72, scalar on armhf). All zoo types (the NEON table covers F16, BF16, Q4_0..Q8_0,
 # Q4_K..Q6_K) take ~35 s of CPU under qemu; the two real-vocabulary models would take ~4 minutes more,
 # so they stay with the native run. Catch2 v2: a comma separates alternative test names.
 GOLDEN_ARM="golden: stories260K*,golden: zoo-*"
@@ -138,15 +138,17 @@ GOLDEN_HYBRID="golden: qwen35-tiny-q4km,golden: lfm2-tiny-q4km"
 
 run_aarch64() {
   local b=$PREFIX"aarch64"/bin q=(qemu-aarch64 -L /usr/aarch64-linux-gnu)
-  # max: every extension qemu has (dotprod, i8mm); cortex-a72 (Raspberry Pi 4): plain ARMv8.0 NEON.
+  # max: every extension qemu has (dotprod, i8mm: tables scalar, neon, neon_dotprod, neon_i8mm);
+  # cortex-a72 (Raspberry Pi 4): plain ARMv8.0 NEON.
   run_test "aarch64 test_kernels" max "${q[@]}" "$b/test_kernels"
   run_test "aarch64 test_kernels" cortex-a72 "${q[@]}" "$b/test_kernels"
   run_test "aarch64 test_recurrent_ops" cortex-a72 "${q[@]}" "$b/test_recurrent_ops"
   run_test "aarch64 test_golden hybrids" cortex-a72 "${q[@]}" "$b/test_golden" "$GOLDEN_HYBRID"
+  run_test "aarch64 test_golden hybrids" max "${q[@]}" "$b/test_golden" "$GOLDEN_HYBRID"
   run_test "aarch64 test_gguf" max "${q[@]}" "$b/test_gguf"
   run_test "aarch64 test_golden" max "${q[@]}" "$b/test_golden" "$GOLDEN_ARM"
   run_test "aarch64 test_golden" cortex-a72 "${q[@]}" "$b/test_golden" "golden: stories260K*,golden: zoo-Q4_0,golden: zoo-Q4_K,golden: zoo-Q6_K"
-  # eval_batch against each sequence alone (NEON packed tiles: bit-identical batches).
+  # eval_batch against each sequence alone (NEON packed tiles, SDOT and SMMLA: bit-identical batches).
   run_test "aarch64 test_batch" max "${q[@]}" "$b/test_batch" "$BATCH_ARM"
 }
 

@@ -167,9 +167,12 @@ int x86_packed_tables() {
 }
 #endif
 #if defined(__aarch64__)
-// NEON tables with packed kernels on this CPU (neon always, neon_dotprod with SDOT): each packs
-// all 6 types.
-int arm_packed_tables() { return 1 + (detect_cpu_features().dotprod ? 1 : 0); }
+// NEON tables with packed kernels on this CPU (neon always, neon_dotprod with SDOT, neon_i8mm
+// with SDOT and SMMLA): each packs all 6 types.
+int arm_packed_tables() {
+  const CpuFeatures f = detect_cpu_features();
+  return 1 + (f.dotprod ? 1 : 0) + (f.dotprod && f.i8mm ? 1 : 0);
+}
 #endif
 
 }  // namespace
@@ -745,6 +748,88 @@ TEST_CASE("every table's packer writes the portable packer's bytes", "[kernels][
 #endif
 }
 
+TEST_CASE("packed tiles: every token count 1-33 gives each token decode's bits; NEON tables agree bit for bit", "[kernels][packed]") {
+  // Many-token calls run wide tiles (NEON: SDOT 8 rows x 4 tokens, i8mm: SMMLA 4 rows x 8 tokens,
+  // a token pair padded for odd counts) and decode another tile; every count from 1 to 33 covers
+  // each tile width with each remainder. A token's row must be bit-identical to the same token
+  // alone (what batch_invariant() promises for packed weights), the decode rows must match the
+  // double-precision oracle, and on aarch64 every NEON table must give the same bits as the plain
+  // one: their integer sums are exact and their float steps the same, so the i8mm table is checked
+  // against the SDOT and SMULL tiles too. Rows 42: a last panel with a partial row group.
+  std::mt19937 rng(61);
+  ThreadPool pool(2);
+  constexpr int64_t kTok = 33;
+  int tested = 0, compared = 0;
+  for (GgmlType wt : kWeightTypes) {
+    if (!kq::packed::is_packable(wt)) continue;
+    const GgmlType at = vec_dot_type(wt);
+    for (int64_t rows : {16, 42}) {
+      for (int nblk : {1, 3}) {
+        const int64_t cols = block_of(wt) * nblk;
+        const size_t wrow = row_bytes(wt, cols), arow = row_bytes(at, cols);
+        std::vector<uint8_t> W;
+        for (int64_t r = 0; r < rows; ++r) {
+          auto wr = random_weights(rng, wt, cols);
+          W.insert(W.end(), wr.begin(), wr.end());
+        }
+        auto X = random_floats(rng, cols * kTok, 4.0f);
+        std::fill(X.begin() + 5 * cols, X.begin() + 6 * cols, 0.0f);  // an all-zero token
+#if defined(__aarch64__)
+        const KernelTable* first_neon = nullptr;
+        std::vector<float> neon_dec;
+#endif
+        for (const KernelTable* k : all_tables()) {
+          if (k->packed[ti(wt)].run == nullptr) continue;
+          INFO("type " << tname(wt) << " table " << k->name << " rows " << rows << " cols " << cols);
+          std::vector<uint8_t> P(packed_bytes(*k, wt, rows, cols) + 64);
+          uint8_t* packed = P.data() + (64 - reinterpret_cast<uintptr_t>(P.data()) % 64) % 64;
+          pack_weights(*k, &pool, wt, W.data(), rows, cols, packed);
+          // Decode: each token alone.
+          std::vector<float> dec(static_cast<size_t>(rows * kTok), NAN);
+          for (int64_t t = 0; t < kTok; ++t)
+            matmul(*k, pool, ActivationMode::Quantized, wt, W.data(), rows, cols, X.data() + t * cols, 1,
+                   dec.data() + t * rows, packed);
+          std::vector<uint8_t> act(arow);
+          for (int64_t t = 0; t < kTok; ++t) {
+            k->quantize_row[ti(at)](X.data() + t * cols, act.data(), cols);
+            for (int64_t r = 0; r < rows; ++r) {
+              const DotOracle o = oracle(wt, W.data() + r * wrow, at, act.data(), cols);
+              INFO("token " << t << " row " << r);
+              REQUIRE(std::fabs(dec[t * rows + r] - o.exact) <= 4e-6 * o.abs_sum + 1e-30);
+            }
+          }
+          for (int64_t n_tok = 1; n_tok <= kTok; ++n_tok) {
+            std::vector<float> Y(static_cast<size_t>(rows * n_tok), NAN);
+            matmul(*k, pool, ActivationMode::Quantized, wt, W.data(), rows, cols, X.data(), n_tok, Y.data(), packed);
+            INFO("tokens " << n_tok);
+            REQUIRE(std::memcmp(Y.data(), dec.data(), Y.size() * sizeof(float)) == 0);
+            ++tested;
+          }
+#if defined(__aarch64__)
+          if (std::string(k->name).rfind("neon", 0) == 0) {
+            if (first_neon == nullptr) {
+              first_neon = k;
+              neon_dec = dec;
+            } else {
+              INFO("against " << first_neon->name);
+              REQUIRE(std::memcmp(dec.data(), neon_dec.data(), dec.size() * sizeof(float)) == 0);
+              ++compared;
+            }
+          }
+#endif
+        }
+      }
+    }
+  }
+  INFO("token counts tested: " << tested << ", NEON tables compared: " << compared);
+#if defined(__aarch64__)
+  CHECK(tested == arm_packed_tables() * 6 * 2 * 2 * static_cast<int>(kTok));
+  CHECK(compared == (arm_packed_tables() - 1) * 6 * 2 * 2);
+#elif defined(__x86_64__)
+  CHECK(tested == x86_packed_tables() * 6 * 2 * 2 * static_cast<int>(kTok));
+#endif
+}
+
 TEST_CASE("matmul_pair and matmul_multi with packed weights equal packed matmuls", "[kernels][packed]") {
   std::mt19937 rng(58);
   auto combine = [](int n, float* a, const float* b) {
@@ -943,6 +1028,15 @@ TEST_CASE("dispatch: scalar first, best honours PICOLM_KERNELS", "[kernels]") {
   REQUIRE(&best_kernels() == want);
   const CpuFeatures f = detect_cpu_features();
   INFO("avx2 " << f.avx2 << " avx512f " << f.avx512f << " vnni " << f.avx512vnni);
+#if defined(__aarch64__)
+  // Exactly the NEON tables the CPU's features allow, in order, the best (widest) last.
+  std::vector<std::string> names, want_names = {"scalar", "neon"};
+  for (const KernelTable* k : tables) names.emplace_back(k->name);
+  if (f.dotprod) want_names.emplace_back("neon_dotprod");
+  if (f.dotprod && f.i8mm) want_names.emplace_back("neon_i8mm");
+  INFO("dotprod " << f.dotprod << " i8mm " << f.i8mm);
+  CHECK(names == want_names);
+#endif
   for (const KernelTable* k : tables) {
     for (GgmlType wt : kWeightTypes) {
       CHECK(k->vec_dot[ti(wt)] != nullptr);

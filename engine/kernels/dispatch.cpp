@@ -28,9 +28,9 @@ uint64_t read_xcr0() {
 // Tables are built once (function-local statics, thread-safe initialisation) and immutable after.
 struct Tables {
   KernelTable scalar;
-  KernelTable avx2, avx512, neon, neon_dotprod;
+  KernelTable avx2, avx512, neon, neon_dotprod, neon_i8mm;
   bool has_avx2 = false, has_avx512 = false, has_neon = false;
-  const KernelTable* list[5] = {};
+  const KernelTable* list[6] = {};
   int count = 0;
 
   Tables() {
@@ -67,6 +67,14 @@ struct Tables {
       kq::fill_neon_dotprod_table(neon_dotprod);
       kq::fill_neon_dotprod_packed(neon_dotprod);
       list[count++] = &neon_dotprod;
+    }
+    // i8mm (SMMLA): the dotprod table with SMMLA prefill tiles; after it, so best_kernels() picks it.
+    if (f.neon && f.dotprod && f.i8mm) {
+      kq::fill_scalar_table(neon_i8mm);
+      kq::fill_neon_dotprod_table(neon_i8mm);
+      kq::fill_neon_i8mm_packed(neon_i8mm);
+      neon_i8mm.name = "neon_i8mm";
+      list[count++] = &neon_i8mm;
     }
 #endif
     (void)f;

@@ -105,7 +105,7 @@ CpuFeatures detect_cpu_features();
 
 const KernelTable& scalar_kernels();
 // The fastest table the CPU supports (scalar if none). Honours env
-// PICOLM_KERNELS=scalar|avx2|avx512|neon|neon_dotprod (an unavailable name falls back to the best).
+// PICOLM_KERNELS=scalar|avx2|avx512|neon|neon_dotprod|neon_i8mm (an unavailable name falls back to the best).
 const KernelTable& best_kernels();
 // Every table this CPU can run (for tests and benchmarks), scalar first.
 int available_kernels(const KernelTable** out, int max_out);

@@ -142,6 +142,7 @@ void fill_neon_table(KernelTable& t);          // quant_neon.cpp
 void fill_neon_dotprod_table(KernelTable& t);  // quant_neon_dotprod.cpp
 void fill_neon_packed(KernelTable& t);          // packed_neon.cpp
 void fill_neon_dotprod_packed(KernelTable& t);  // packed_neon_dotprod.cpp
+void fill_neon_i8mm_packed(KernelTable& t);     // packed_neon_i8mm.cpp
 #endif
 
 // Scalar activation quantizers, exposed for SIMD files that reuse them.
