@@ -44,6 +44,10 @@
 #                    needs it]
 #   PP_LO PP_HI TG_LO TG_HI  token counts of the pairs [32 64 8 16]
 #   ARMPROXY_OUT     markdown output file [$ARMPROXY_DIR/table.md] (also printed)
+#   ARMPROXY_REUSE   1: reuse the counts of runs already in $ARMPROXY_DIR/logs (same tag = same
+#                    engine, model, table and token count) instead of running them again, e.g. to
+#                    finish an interrupted run; only valid while the binaries are unchanged [0]
+#   LLAMA_BENCHES="" measures picolm alone (the llama.cpp columns stay empty)
 #
 # Sanity checks (the script fails on them): the plugin must count a known loop exactly (1000
 # iterations of subs/b.ne = 2004 instructions with the set-up and exit), no run may count 0
@@ -63,7 +67,7 @@ SYNTH=${PICOLM_SYNTH:-$SRC/build/bin/picolm-synth}
 PBENCH=${PICOLM_BENCH:-$SRC/build-aarch64/bin/picolm-bench}
 TABLES=${PICOLM_TABLES:-"neon neon_dotprod"}
 LLAMA_DIR=${LLAMA_CPP_DIR:-$SRC/../peer/llama.cpp}
-LLAMA_BENCHES=${LLAMA_BENCHES:-"dotprod=$LLAMA_DIR/build-aarch64/bin/llama-bench i8mm=$LLAMA_DIR/build-aarch64-i8mm/bin/llama-bench"}
+LLAMA_BENCHES=${LLAMA_BENCHES-"dotprod=$LLAMA_DIR/build-aarch64/bin/llama-bench i8mm=$LLAMA_DIR/build-aarch64-i8mm/bin/llama-bench"}
 CPU=${ARMPROXY_CPU:-max}
 PP_LO=${PP_LO:-32} PP_HI=${PP_HI:-64} TG_LO=${TG_LO:-8} TG_HI=${TG_HI:-16}
 OUT=${ARMPROXY_OUT:-$WORK/table.md}
@@ -151,10 +155,14 @@ count() {
   local tag=$1
   shift
   local cf=$WORK/logs/$tag.count log=$WORK/logs/$tag.log
-  rm -f "$cf"
   local t0=$SECONDS
-  qemu-aarch64 -L "$SYSROOT" -cpu "$CPU" -plugin "$PLUGIN,out=$cf" "$@" > "$log" 2>&1 \
-    || die "$tag failed (exit $?), see $log"
+  if [ "${ARMPROXY_REUSE:-0}" = 1 ] && [ -s "$cf" ] && [ -s "$log" ]; then
+    echo "  $tag: reusing $cf" >&2
+  else
+    rm -f "$cf"
+    qemu-aarch64 -L "$SYSROOT" -cpu "$CPU" -plugin "$PLUGIN,out=$cf" "$@" > "$log" 2>&1 \
+      || die "$tag failed (exit $?), see $log"
+  fi
   local line insns vcpus
   line=$(cat "$cf" 2>/dev/null) || die "$tag: the plugin wrote no count"
   read -r _ insns _ vcpus <<< "$line"
@@ -182,7 +190,7 @@ rows=()
 for m in $MODELS; do
   mb=$(basename "$m" .gguf)
   echo "== $mb"
-  for name in "${llama_names[@]}"; do
+  for name in "${llama_names[@]+"${llama_names[@]}"}"; do
     lb=${llama_path[$name]}
     lo=$(count "llama-$name-$mb-pp$PP_LO" "$lb" -m "$m" -t 1 -r 1 --no-warmup -p "$PP_LO" -n 0 -o md)
     hi=$(count "llama-$name-$mb-pp$PP_HI" "$lb" -m "$m" -t 1 -r 1 --no-warmup -p "$PP_HI" -n 0 -o md)
@@ -192,7 +200,9 @@ for m in $MODELS; do
     ll_tg[$mb/$name]=$(per_token "$hi" "$lo" $((TG_HI - TG_LO)))
   done
   for tbl in $TABLES; do
-    pb=(env PICOLM_KERNELS="$tbl" "$PBENCH" -m "$m" -t 1 -r 1 -c "$CTX" --json)
+    # qemu-user hands its own environment to the guest, so the table is chosen on the host side.
+    export PICOLM_KERNELS=$tbl
+    pb=("$PBENCH" -m "$m" -t 1 -r 1 -c "$CTX" --json)
     lo=$(count "picolm-$tbl-$mb-pp$PP_LO" "${pb[@]}" -p "$PP_LO" -n 0)
     # A table the binary lacks falls back to the best one: say so instead of measuring that.
     got=$(json_field "$WORK/logs/picolm-$tbl-$mb-pp$PP_LO.log" kernels)
@@ -207,6 +217,10 @@ for m in $MODELS; do
     hi=$(count "picolm-$tbl-$mb-tg$TG_HI" "${pb[@]}" -p 0 -n "$TG_HI")
     p_tg=$(per_token "$hi" "$lo" $((TG_HI - TG_LO)))
     bytes=$(json_field "$WORK/logs/picolm-$tbl-$mb-tg$TG_HI.log" weight_bytes_per_token)
+    if [ ${#llama_names[@]} -eq 0 ]; then
+      rows+=("| $mb | $tbl | - | $(fmt_m "$p_pp") | | | $(fmt_m "$p_tg") | | | $(ratio "$p_tg" "$bytes") / |")
+      continue
+    fi
     ref=${llama_names[0]}
     [ "$tbl" = neon_i8mm ] && [ -n "${llama_path[i8mm]:-}" ] && ref=i8mm
     lp=${ll_pp[$mb/$ref]} lt=${ll_tg[$mb/$ref]}
@@ -227,7 +241,7 @@ done
   echo
   for m in $MODELS; do
     mb=$(basename "$m" .gguf)
-    for name in "${llama_names[@]}"; do
+    for name in "${llama_names[@]+"${llama_names[@]}"}"; do
       echo "- $mb, llama.cpp $name: $(fmt_m "${ll_pp[$mb/$name]}") / $(fmt_m "${ll_tg[$mb/$name]}")"
     done
   done
