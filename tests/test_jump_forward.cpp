@@ -227,6 +227,9 @@ std::vector<Request> requests() {
   // response_format: required keys in order, a constant.
   out.push_back({"", chat("A record", R"("max_tokens":80,"response_format":{"type":"json_schema","json_schema":{"name":"r","schema":)" +
                                           std::string(kRecordSchema) + "}}")});
+  // logprobs: forced tokens are reported too (logprob 0, themselves as the only top entry).
+  out.push_back({kHouseTools, chat("Volume up", R"("tools":)" + kHouseTools +
+                                        R"(,"tool_choice":"required","logprobs":true,"top_logprobs":2,"max_tokens":60)")});
   // A tight budget: the jump must leave the closing mode room to finish.
   out.push_back({picoclaw, chat("Edit a file", R"("tools":)" + picoclaw +
                                     R"(,"tool_choice":{"type":"function","function":{"name":"edit_file"}},"max_tokens":40)")});
@@ -314,6 +317,21 @@ TEST_CASE("jump-forward: on and step give byte-identical replies; on takes fewer
       CHECK(on.alone[i].calls == step.alone[i].calls);
       CHECK(on.alone[i].finish == step.alone[i].finish);
       CHECK(on.alone[i].completion_tokens == step.alone[i].completion_tokens);
+      // logprobs (null unless asked): the same entries, sampled and forced.
+      const auto logprobs = [](const std::string& body) {
+        const size_t from = body.find("\"logprobs\":");
+        return from == std::string::npos ? std::string() : body.substr(from, body.find("\"finish_reason\"", from) - from);
+      };
+      CHECK(logprobs(on.alone[i].body) == logprobs(step.alone[i].body));
+      if (reqs[i].body.find("\"logprobs\":true") != std::string::npos) {
+        // One entry per completion token; the forced ones (the call's opening at least) with logprob 0.
+        const std::string lp = logprobs(on.alone[i].body);
+        size_t entries = 0;
+        for (size_t p = lp.find("\"bytes\""); p != std::string::npos; p = lp.find("\"bytes\"", p + 1)) ++entries;
+        INFO(lp);
+        CHECK(lp.find("\"logprob\":0,") != std::string::npos);
+        CHECK(entries > 0);
+      }
       if (!full) continue;
       // Several slots busy: the same bytes.
       CHECK(on.together[i].content == on.alone[i].content);
