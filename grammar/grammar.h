@@ -183,6 +183,16 @@ class Matcher {
   // model pick shorter tokens. When min_completion_tokens() is -1, the ordinary mask is given.
   void fill_mask_closing(uint32_t* mask, int tokens_left) const;
 
+  // ---- Forced continuation (jump-forward decoding) ----
+  //
+  // The bytes every complete instance reachable from the current state continues with: the
+  // longest b such that the grammar admits exactly one next byte at each position of b. Stops at
+  // the first position with two or more possible bytes (a free string or number character, a
+  // choice between properties or tools), where end-of-generation is allowed (the instance is
+  // complete), or after max_bytes. Empty when terminated. Cheap when nothing is forced (one look
+  // at the stack tops); otherwise one recognizer advance per forced byte.
+  std::string forced_continuation(size_t max_bytes = 256) const;
+
  private:
   friend struct detail::MatcherTestAccess;
   struct Impl;

@@ -1,6 +1,7 @@
 // Recognizer (sets of stacks over the byte-level grammar), Vocabulary tables and the Matcher.
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <climits>
 #include <cstring>
 #include <deque>
@@ -894,6 +895,53 @@ struct Matcher::Impl {
     }
   }
 
+  // The union of the next bytes the stacks of `st` accept; false when a stack is empty (the
+  // instance is complete there: end-of-generation is one more option).
+  bool next_bytes(const std::vector<uint32_t>& st, ByteSet& out) const {
+    const auto& table = strchar_table();
+    out = ByteSet{};
+    for (size_t i = 0; i < st.size(); i += 1 + st[i]) {
+      const uint32_t len = st[i];
+      if (len == 0) return false;
+      const uint32_t top = st[i + len];
+      const uint32_t pos = top & kPosMask, sub = top >> kPosBits;
+      const Elem& e = g->elems[pos];
+      if (e.kind == ElemKind::Class) {
+        for (size_t w = 0; w < 4; ++w) out[w] |= g->classes[e.arg][w];
+        continue;
+      }
+      // StrChar automaton; a raw character's ASCII bytes come from its class instead (as
+      // Recognizer::advance reads them).
+      const bool raw_ascii = e.kind == ElemKind::StrCharRaw && sub == 0;
+      for (int b = 0; b < 256; ++b) {
+        const bool ok = raw_ascii && b < 0x80 ? byteset_has(g->classes[e.arg], uint8_t(b))
+                                              : table[sub][size_t(b)] != kStrReject;
+        if (ok) byteset_add(out, uint8_t(b));
+      }
+    }
+    return true;
+  }
+
+  std::string forced_continuation(size_t max_bytes) {
+    std::string out;
+    if (terminated) return out;
+    std::vector<uint32_t> cur = state, nxt;
+    ByteSet next;
+    while (out.size() < max_bytes && next_bytes(cur, next)) {
+      int only = -1;
+      for (size_t w = 0; w < 4; ++w) {
+        if (next[w] == 0) continue;
+        // Two bits anywhere (in one word, or a second non-empty word) end the run.
+        if (only >= 0 || (next[w] & (next[w] - 1)) != 0) return out;
+        only = int(w) * 64 + std::countr_zero(next[w]);
+      }
+      if (only < 0 || !rec.advance(cur, uint8_t(only), nxt)) return out;  // no stack (cannot happen: pruned)
+      out.push_back(char(only));
+      cur.swap(nxt);
+    }
+    return out;
+  }
+
   void set_eog_bits(uint32_t* mask) const {
     for (int32_t id : v->eog_)
       if (id >= 0 && size_t(id) < v->size()) mask[id / 32] |= 1u << (id % 32);
@@ -1172,6 +1220,10 @@ int Matcher::min_completion_tokens() const {
   const auto& p = impl_->current_plan();
   if (!p.ok) return -1;
   return p.min_tok[p.off];
+}
+
+std::string Matcher::forced_continuation(size_t max_bytes) const {
+  return impl_->forced_continuation(max_bytes);
 }
 
 void Matcher::fill_mask_closing(uint32_t* mask, int tokens_left) const {

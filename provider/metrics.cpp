@@ -107,6 +107,10 @@ std::string Metrics::render() const {
   counter(out, "picolm_kv_prefix_misses_total", "Requests that reused nothing from the KV slot.", kv_misses_);
   counter(out, "picolm_prompt_cache_hits_total", "Prompt-cache restores.", cache_hits_);
   counter(out, "picolm_prompt_cache_misses_total", "Prompt-cache lookups that found nothing.", cache_misses_);
+  counter(out, "picolm_decode_steps_total", "Decode evaluations (a forced run evaluated as one batch item counts once).",
+          decode_steps_);
+  counter(out, "picolm_jump_forward_tokens_total", "Generated tokens the grammar forced (written, not sampled).",
+          jump_forward_tokens_);
   if (cache) {
     const PromptCacheFigures f = cache();
     gauge(out, "picolm_prompt_cache_disk_bytes", "Bytes of KV-cache files in the cache directory.", f.disk_bytes);

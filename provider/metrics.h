@@ -32,6 +32,10 @@ class Metrics {
   void count_rejected() { ++rejected_; }
   void count_kv_reuse(bool hit) { ++(hit ? kv_hits_ : kv_misses_); }
   void count_prompt_cache(bool hit) { ++(hit ? cache_hits_ : cache_misses_); }
+  // Jump-forward decoding: decode evaluations (one per generating slot per step, a forced run
+  // evaluated as one batch item counts once) and the tokens the grammar forced (scheduler.h).
+  void count_decode_step() { ++decode_steps_; }
+  void add_jump_forward_tokens(int64_t n) { jump_forward_tokens_ += n; }
   void set_queue_depth_source(std::function<size_t()> fn);
   void set_prompt_cache_source(std::function<PromptCacheFigures()> fn);
   // Parallel slots: their number (once, when the engine is created), how many are busy, the
@@ -45,6 +49,8 @@ class Metrics {
 
   int64_t cancelled() const { return cancelled_; }
   int64_t completion_tokens() const { return completion_tokens_; }
+  int64_t decode_steps() const { return decode_steps_; }
+  int64_t jump_forward_tokens() const { return jump_forward_tokens_; }
 
   std::string render() const;
 
@@ -53,6 +59,7 @@ class Metrics {
   std::atomic<int64_t> prefill_us_{0}, decode_us_{0};
   std::atomic<int64_t> cancelled_{0}, timeouts_{0}, rejected_{0};
   std::atomic<int64_t> kv_hits_{0}, kv_misses_{0}, cache_hits_{0}, cache_misses_{0};
+  std::atomic<int64_t> decode_steps_{0}, jump_forward_tokens_{0};
   std::atomic<int> slots_busy_{0};
   // Sequences per evaluation step: cumulative histogram buckets (le 1, 2, 4, 8, 16, +Inf), sum.
   static constexpr int kBatchBuckets = 6;

@@ -245,7 +245,6 @@ struct Slot {
   std::unique_ptr<Session> session;
   std::unique_ptr<Generation> gen;
   uint64_t admitted = 0;   // admission order: older slots get the prefill budget first
-  int32_t next_token = 0;  // the decode token of this step (the batch item points at it)
 };
 
 struct Engine::Impl {
@@ -297,7 +296,7 @@ std::string Engine::Impl::new_call_id() {
 // local variables when the engine ran one job at a time (sampler, grammar matcher, budget and
 // closing state, thinking driver, stream decoder, stop-string and trigger scanning). The worker
 // steps every slot's Generation once per batch: prefill_chunk() / prefill_evaluated() while the
-// prompt is evaluated, then choose_token() / token_evaluated() for each generated token; the
+// prompt is evaluated, then choose_tokens() / token_evaluated() for each generated token (or forced run); the
 // evaluation in between runs for all slots together (eval_batch).
 
 class Generation {
@@ -313,8 +312,10 @@ class Generation {
   // or timeout, and the reply starts).
   std::span<const int32_t> prefill_chunk(size_t max_n);
   void prefill_evaluated(size_t n);
-  // The next token to evaluate, or nullopt when the reply is finished (done() is then true).
-  std::optional<int32_t> choose_token();
+  // The tokens to evaluate in this step: one sampled token, or a run the grammar forced
+  // (jump-forward, scheduler.h: the whole run with JumpForward::On, one token of it with Step).
+  // Empty when the reply is finished (done() is then true). Valid until the next call.
+  std::span<const int32_t> choose_tokens();
   void token_evaluated();
   // The evaluation of this step's tokens failed: the request fails, the slot's KV is dropped.
   void eval_failed(const std::string& what);
@@ -323,6 +324,7 @@ class Generation {
   enum class Phase { Prefill, Decode, Done };
   void end_prefill();
   void start_answer_grammar();
+  void plan_jump(int64_t left);
   void emit_safe(bool final);
   void fail(const std::string& error);
   void finalize();
@@ -365,7 +367,10 @@ class Generation {
   std::string finish_ = "length";
   int64_t generated_ = 0;
   int64_t limit_ = 0;      // max_tokens; a call under tool_choice auto may lower it (call_max_tokens)
-  std::string raw_piece_;  // the text of the token being evaluated
+  std::string raw_piece_;  // the text of the token(s) being evaluated
+  std::vector<int32_t> run_;  // the tokens of this step (the batch item points at them)
+  // Jump-forward: forced tokens planned but not yet emitted (nor accepted by the matcher).
+  std::deque<int32_t> jump_queue_;
 };
 
 Generation::Generation(Engine::Impl& engine, Slot& slot, std::shared_ptr<Job> job)
@@ -535,7 +540,66 @@ void Generation::eval_failed(const std::string& what) {
   fail((phase_ == Phase::Prefill ? "prefill failed: " : "decode failed: ") + what);
 }
 
-std::optional<int32_t> Generation::choose_token() {
+// Jump-forward (scheduler.h): the grammar's forced bytes spelled in the tokenizer's canonical
+// tokens, less the boundary token, bounded by the budget and the context. The tokens are checked
+// against the grammar here and queued; choose_tokens() accepts and emits them. With the closing
+// mode on (budget spent, deadline passed) nothing is planned: closing decides every token.
+void Generation::plan_jump(int64_t left) {
+  if (job_.jump_forward == JumpForward::Off || !matcher_ || budget_.closing() || timed_out_ ||
+      thinking_->has_forced())
+    return;
+  // A run is at most this many bytes: longer forced runs (a long constant) continue in the next one.
+  constexpr size_t kJumpMaxBytes = 256;
+  const std::string forced = matcher_->forced_continuation(kJumpMaxBytes);
+  if (forced.empty()) return;
+  // As the chat text would be tokenized: user-defined tokens such as <tool_call> split out.
+  std::vector<int32_t> ids = tok_.encode(forced, false, true);
+  // Only tokens that spell the run from its start byte for byte and that the grammar knows (a
+  // SentencePiece dummy prefix or a control token ends the run there).
+  size_t k = 0, bytes = 0;
+  for (; k < ids.size(); ++k) {
+    const std::string& t = e_.vocab->token(ids[k]);
+    if (t.empty() || forced.compare(bytes, t.size(), t) != 0) break;
+    bytes += t.size();
+  }
+  const bool whole = k == ids.size() && bytes == forced.size();
+  ids.resize(k);
+  int accepted = 0;
+  for (int32_t id : ids) {
+    if (!matcher_->accept_token(id)) break;
+    ++accepted;
+  }
+  ids.resize(static_cast<size_t>(accepted));
+  // Back off at the boundary: the run's last token could merge with the free bytes after it (BPE
+  // writes `":"` + `get` as `":` + `"get`), so the model picks the boundary token itself. Only a
+  // run after which nothing but end-of-generation can follow keeps it.
+  if (!ids.empty() && !(whole && ids.size() == k && matcher_->is_terminated())) {
+    matcher_->rollback(1);
+    ids.pop_back();
+  }
+  // The budget: after the run the answer must still be finishable without the closing mode (the
+  // switch AnswerBudget::fill_mask would throw at the next step), so a jump never goes past what
+  // closing allows; and the run must fit in the context.
+  const auto fits_after = [&](int64_t n) {
+    if (static_cast<int64_t>(session_.n_past()) + n > static_cast<int64_t>(session_.n_ctx())) return false;
+    const int64_t left_after = left - n;
+    if (matcher_->is_terminated()) return left_after >= 0;
+    const int64_t room = left_after - kClosingMargin - 1;
+    if (static_cast<int64_t>(matcher_->min_completion_bytes()) <= room) return true;
+    const int64_t need = tokens_to_finish(*matcher_);
+    return need >= 0 && need <= room;
+  };
+  while (!ids.empty() && !fits_after(static_cast<int64_t>(ids.size()))) {
+    matcher_->rollback(1);
+    ids.pop_back();
+  }
+  matcher_->rollback(static_cast<int>(ids.size()));
+  jump_queue_.assign(ids.begin(), ids.end());
+}
+
+std::span<const int32_t> Generation::choose_tokens() {
+  run_.clear();
+  raw_piece_.clear();
   for (;;) {
     if (generated_ >= limit_ || cancelled_) break;
     if (job_.cancelled()) { cancelled_ = true; break; }
@@ -543,10 +607,38 @@ std::optional<int32_t> Generation::choose_token() {
       timed_out_ = true;
       // A constrained answer is finished along its shortest path rather than cut off.
       if (matcher_) budget_.force_closing();
+      jump_queue_.clear();  // closing decides from here
     }
     if (timed_out_ && !matcher_) break;
     if (session_.n_past() >= session_.n_ctx()) break;
     const int64_t left = limit_ - generated_;
+
+    if (jump_queue_.empty()) plan_jump(left);
+    if (!jump_queue_.empty()) {
+      // Forced tokens have no sampled choice: logprobs reports each with logprob 0 (probability 1:
+      // the grammar left no other bytes) and itself as its only top entry.
+      const size_t n = job_.jump_forward == JumpForward::On ? jump_queue_.size() : 1;
+      for (size_t i = 0; i < n; ++i) {
+        const int32_t id = jump_queue_.front();
+        jump_queue_.pop_front();
+        if (!matcher_->accept_token(id)) {
+          fail("internal error: the grammar rejected a forced token");
+          return {};
+        }
+        if (job_.logprobs_top >= 0) {
+          TokenLogprob lp{tok_.token_to_piece(id, false), 0.0, {}};
+          if (job_.logprobs_top > 0) lp.top.push_back(TopLogprob{lp.token, 0.0});
+          job_.push_logprob(std::move(lp));
+        }
+        sampler_->accept(id);
+        ++generated_;
+        raw_piece_ += decoder_->push(id);
+        run_.push_back(id);
+      }
+      e_.metrics.add_slot_tokens(slot_.index, static_cast<int64_t>(n));
+      e_.metrics.add_jump_forward_tokens(static_cast<int64_t>(n));
+      return run_;
+    }
 
     int32_t id = -1;
     if (thinking_->has_forced()) {
@@ -565,7 +657,7 @@ std::optional<int32_t> Generation::choose_token() {
       if (id < 0) { finish_ = "stop"; break; }  // the grammar allows nothing: treat as the end
       if (matcher_ && !matcher_->accept_token(id)) {
         fail("internal error: the grammar rejected a token it allowed");
-        return std::nullopt;
+        return {};
       }
       if (matcher_ && !tok_.is_eog(id) && budget_.overshoots(*matcher_, left - 1)) {
         // The answer could not be finished after this token: take it back, redo the step closing.
@@ -576,7 +668,7 @@ std::optional<int32_t> Generation::choose_token() {
         if (id < 0) { finish_ = "stop"; break; }
         if (!matcher_->accept_token(id)) {
           fail("internal error: the grammar rejected a token it allowed");
-          return std::nullopt;
+          return {};
         }
       }
       // logprobs (logprobs.h): the sampled token under the mask it was sampled with.
@@ -588,10 +680,11 @@ std::optional<int32_t> Generation::choose_token() {
     ++generated_;
     e_.metrics.add_slot_tokens(slot_.index, 1);
     raw_piece_ = decoder_->push(id);
-    return id;
+    run_.push_back(id);
+    return run_;
   }
   finalize();
-  return std::nullopt;
+  return {};
 }
 
 void Generation::token_evaluated() {
@@ -833,10 +926,10 @@ void Engine::Impl::step() {
         if (g.prefilling()) continue;  // no budget left for it in this step
       }
       if (g.done()) continue;
-      std::optional<int32_t> id = g.choose_token();
-      if (!id) continue;
-      s->next_token = *id;
-      items.push_back(SeqBatch{s->session.get(), std::span<const int32_t>(&s->next_token, 1), false});
+      const std::span<const int32_t> tokens = g.choose_tokens();
+      if (tokens.empty()) continue;
+      metrics.count_decode_step();
+      items.push_back(SeqBatch{s->session.get(), tokens, false});
       item_slots.push_back(s);
     } catch (const std::exception& e) {
       // Tier 2/3 failures must not kill the worker: report them to this request only.
@@ -1316,6 +1409,7 @@ std::shared_ptr<Job> Engine::prepare(const ChatRequest& req, ApiError& err) {
   sp.presence_penalty = static_cast<float>(req.presence_penalty);
   sp.frequency_penalty = static_cast<float>(req.frequency_penalty);
   job->logprobs_top = req.logprobs ? req.top_logprobs : -1;
+  job->jump_forward = s.opts.jump_forward;
   sp.seed = req.seed ? *req.seed : (static_cast<uint64_t>(std::random_device{}()) << 32 | std::random_device{}());
   return job;
 }
@@ -1363,6 +1457,13 @@ Status Engine::warm(const ChatRequest& req) {
 const std::string& Engine::model_id() const { return impl_->model_id; }
 int Engine::n_ctx() const { return impl_->n_ctx; }
 int Engine::slots() const { return static_cast<int>(impl_->slots.size()); }
+
+std::optional<JumpForward> parse_jump_forward(std::string_view s) {
+  if (s == "on") return JumpForward::On;
+  if (s == "off") return JumpForward::Off;
+  if (s == "step") return JumpForward::Step;
+  return std::nullopt;
+}
 
 std::optional<ContextOverflow> parse_context_overflow(std::string_view s) {
   if (s == "drop-oldest") return ContextOverflow::DropOldest;

@@ -49,6 +49,17 @@ enum class ContextOverflow {
 };
 std::optional<ContextOverflow> parse_context_overflow(std::string_view s);  // "drop-oldest" | "error"
 
+// Jump-forward decoding (issue 17 item 3): where the answer's grammar admits exactly one
+// continuation (Matcher::forced_continuation: `{"name": "`, the rest of a tool name once its prefix
+// is unique, `", "arguments": {"`, closing braces), the provider spells those bytes in the model's
+// canonical tokens itself instead of sampling them, less the last token, which could merge with
+// the free text after it (the model picks the boundary). On: the run is evaluated as one
+// multi-token batch item (one forward step for the run). Step: the same tokens, one per step (the
+// comparison mode: at temperature 0 its output is byte-identical to On's). Off: every token is
+// sampled under the mask, as before jump-forward existed.
+enum class JumpForward { Off, Step, On };
+std::optional<JumpForward> parse_jump_forward(std::string_view s);  // "on" | "off" | "step"
+
 // --parallel 0 (auto): as many slots as fit in half of the available memory (less `reserved`, the
 // prompt cache's RAM tier), at least 1 and at most kMaxDefaultSlots: with 2-4 cores, more
 // concurrent streams than that gain little aggregate speed and divide each stream's rate.
@@ -77,6 +88,7 @@ struct EngineOptions {
   size_t cache_ram_mb = 256;
   size_t grammar_cache_mb = 64;  // compiled grammars kept (bytes incl. their mask caches)
   ReasoningMode reasoning = ReasoningMode::Auto;  // --reasoning: thinking when a request does not say
+  JumpForward jump_forward = JumpForward::On;     // --jump-forward: forced grammar runs as one batch
 };
 
 // How the reply is produced and read back.
@@ -121,6 +133,7 @@ class Job {
   std::string endpoint;    // for the log line
   int64_t dropped_messages = 0;  // oldest messages left out to fit the context (ContextOverflow)
   int logprobs_top = -1;   // >= 0: record each sampled token's logprob with this many top tokens (logprobs.h)
+  JumpForward jump_forward = JumpForward::On;  // EngineOptions::jump_forward (a bench may set it per job)
 
   // ---- control ----
   void cancel() { cancelled_.store(true); }

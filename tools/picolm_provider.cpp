@@ -54,6 +54,11 @@ void usage(FILE* out) {
       "  --reasoning auto|on|off thinking when a request does not say (reasoning_effort or\n"
       "                          chat_template_kwargs.enable_thinking); auto = the template's default\n"
       "                          (Qwen3, SmolLM3 think). Reasoning is returned in reasoning_content\n"
+      "  --jump-forward on|off|step\n"
+      "                          where the grammar forces the next bytes (tool-call keys, a tool name once\n"
+      "                          its prefix is unique, closing braces), write them in the model's own tokens\n"
+      "                          and evaluate them as one batch (default on); step: the same tokens one per\n"
+      "                          step (for comparison); off: sample every token\n"
       "  --max-queue N           requests waiting for a free slot before 429 (default 16)\n"
       "  --timeout SEC           per-request limit incl. queue wait, then finish_reason length (default 110)\n"
       "  --max-body-mb N         largest request body (default 8)\n"
@@ -166,6 +171,15 @@ int main(int argc, char** argv) {
         return 2;
       }
       o.engine.reasoning = *r;
+    }
+    else if (k == "--jump-forward") {
+      const char* v = val();
+      const auto j = parse_jump_forward(v);
+      if (!j) {
+        std::fprintf(stderr, "picolm-provider: --jump-forward takes on, off or step, not '%s'\n", v);
+        return 2;
+      }
+      o.engine.jump_forward = *j;
     }
     else if (k == "--max-queue") o.engine.max_queue = static_cast<size_t>(num(0, 1 << 20));
     else if (k == "--timeout") o.engine.timeout_sec = static_cast<double>(num(1, 1 << 24));
