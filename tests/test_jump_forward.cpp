@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "server.h"
+#include "server_fixture.h"
 
 using namespace picolm;
 namespace dom = simdjson::dom;
@@ -39,17 +40,9 @@ std::string read_text(const std::string& path) {
   return ss.str();
 }
 
-const std::string kHouseTools = R"([
- {"type":"function","function":{"name":"set_light","description":"Switch a light","parameters":{"type":"object","properties":{"room":{"type":"string","enum":["kitchen","bedroom","hall"]},"on":{"type":"boolean"}},"required":["room","on"]}}},
- {"type":"function","function":{"name":"set_volume","description":"Set the volume","parameters":{"type":"object","properties":{"level":{"type":"integer","minimum":0,"maximum":10}},"required":["level"]}}},
- {"type":"function","function":{"name":"note","parameters":{"type":"object","properties":{"tag":{"type":"string","maxLength":3,"pattern":"^[a-z]*$"}},"required":["tag"],"additionalProperties":false}}}
-])";
-
-struct Started {
-  std::unique_ptr<Server> server;
-  int port = 0;
-  std::shared_ptr<Engine> engine;
-};
+using server_fixture::client;
+using server_fixture::kHouseTools;
+using server_fixture::Started;
 
 Started start_server(const std::string& model, JumpForward jump, int parallel) {
   REQUIRE(fs::exists(model));
@@ -61,26 +54,7 @@ Started start_server(const std::string& model, JumpForward jump, int parallel) {
   o.engine.cache_ram_mb = 0;  // every request prefills alike in every mode
   o.engine.timeout_sec = 300.0;
   o.engine.jump_forward = jump;
-  o.host = "127.0.0.1";
-  o.port = 0;
-  Started s;
-  s.server = std::make_unique<Server>(o);
-  auto port = s.server->start();
-  REQUIRE(port.ok());
-  s.port = port.value();
-  Status st = s.server->wait_loaded(std::chrono::seconds(120));
-  INFO((st.ok() ? std::string() : st.error()));
-  REQUIRE(st.ok());
-  s.engine = s.server->engine();
-  REQUIRE(s.engine);
-  return s;
-}
-
-std::unique_ptr<httplib::Client> client(int port) {
-  auto c = std::make_unique<httplib::Client>("127.0.0.1", port);
-  c->set_read_timeout(120, 0);
-  c->set_write_timeout(30, 0);
-  return c;
+  return server_fixture::start(std::move(o));
 }
 
 std::string str(dom::element e) { return std::string(std::string_view(e)); }

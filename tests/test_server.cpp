@@ -29,6 +29,7 @@
 #include "openai.h"
 #include "responses.h"
 #include "server.h"
+#include "server_fixture.h"
 #include "tokenizer.h"
 
 using namespace picolm;
@@ -44,18 +45,10 @@ const std::string kQwen = kShared + "/models/qwen2-bpe-q4km.gguf";
 // Qwen3 vocabulary (<think>, </think>, <tool_call> tokens) and chat template, random weights.
 const std::string kQwen3 = kShared + "/models/qwen3-bpe-q4km.gguf";
 
-// Tools whose arguments are finite by construction (enums, booleans, bounded integers, short
-// strings), so that even a random-weight model completes a call in a few dozen tokens.
-const std::string kTools = R"([
- {"type":"function","function":{"name":"set_light","description":"Switch a light","parameters":{"type":"object","properties":{"room":{"type":"string","enum":["kitchen","bedroom","hall"]},"on":{"type":"boolean"}},"required":["room","on"]}}},
- {"type":"function","function":{"name":"set_volume","description":"Set the volume","parameters":{"type":"object","properties":{"level":{"type":"integer","minimum":0,"maximum":10}},"required":["level"]}}},
- {"type":"function","function":{"name":"note","parameters":{"type":"object","properties":{"tag":{"type":"string","maxLength":3,"pattern":"^[a-z]*$"}},"required":["tag"],"additionalProperties":false}}}
-])";
-
-struct Started {
-  std::unique_ptr<Server> server;
-  int port = 0;
-};
+using server_fixture::client;
+using server_fixture::Json;
+using server_fixture::Started;
+const std::string& kTools = server_fixture::kHouseTools;
 
 Started start_server(const std::string& model, int n_ctx, size_t max_queue = 8, size_t max_body = 1 << 20,
                      const std::string& api_key = "", double timeout_sec = 300.0, const std::string& cache_dir = "",
@@ -70,19 +63,9 @@ Started start_server(const std::string& model, int n_ctx, size_t max_queue = 8, 
   o.engine.timeout_sec = timeout_sec;
   o.engine.cache_dir = cache_dir;
   o.engine.chat_template = chat_template;
-  o.host = "127.0.0.1";
-  o.port = 0;
   o.max_body_bytes = max_body;
   o.api_key = api_key;
-  Started s;
-  s.server = std::make_unique<Server>(o);
-  auto port = s.server->start();
-  REQUIRE(port.ok());
-  s.port = port.value();
-  Status st = s.server->wait_loaded(std::chrono::seconds(120));
-  INFO((st.ok() ? std::string() : st.error()));
-  REQUIRE(st.ok());
-  return s;
+  return server_fixture::start(std::move(o));
 }
 
 // One server per model for the whole binary (loading qwen2 takes a moment).
@@ -98,23 +81,6 @@ Started& qwen3() {
   static Started s = start_server(kQwen3, 4096);
   return s;
 }
-
-std::unique_ptr<httplib::Client> client(int port) {
-  auto c = std::make_unique<httplib::Client>("127.0.0.1", port);
-  c->set_read_timeout(120, 0);
-  c->set_write_timeout(30, 0);
-  return c;
-}
-
-struct Json {
-  dom::parser parser;
-  dom::element root;
-  explicit Json(const std::string& text) {
-    auto err = parser.parse(text).get(root);
-    INFO(text);
-    REQUIRE(!err);
-  }
-};
 
 std::string str(dom::element e) { return std::string(std::string_view(e)); }
 

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "server.h"
+#include "server_fixture.h"
 
 using namespace picolm;
 namespace dom = simdjson::dom;
@@ -34,19 +35,10 @@ const std::string kShared = PICOLM_SHARED_DIR;
 const std::string kStories = kShared + "/models/stories260K.gguf";
 const std::string kQwen = kShared + "/models/qwen2-bpe-q4km.gguf";
 
-// Finite arguments (enums, booleans, bounded integers, short strings): a random-weight model
-// completes a call in a few dozen tokens.
-const std::string kTools = R"([
- {"type":"function","function":{"name":"set_light","description":"Switch a light","parameters":{"type":"object","properties":{"room":{"type":"string","enum":["kitchen","bedroom","hall"]},"on":{"type":"boolean"}},"required":["room","on"]}}},
- {"type":"function","function":{"name":"set_volume","description":"Set the volume","parameters":{"type":"object","properties":{"level":{"type":"integer","minimum":0,"maximum":10}},"required":["level"]}}},
- {"type":"function","function":{"name":"note","parameters":{"type":"object","properties":{"tag":{"type":"string","maxLength":3,"pattern":"^[a-z]*$"}},"required":["tag"],"additionalProperties":false}}}
-])";
-
-struct Started {
-  std::unique_ptr<Server> server;
-  int port = 0;
-  std::shared_ptr<Engine> engine;
-};
+using server_fixture::client;
+using server_fixture::Json;
+using server_fixture::Started;
+const std::string& kTools = server_fixture::kHouseTools;
 
 Started start_server(const std::string& model, int n_ctx, int parallel,
                      ContextOverflow overflow = ContextOverflow::DropOldest, size_t cache_ram_mb = 64) {
@@ -60,38 +52,10 @@ Started start_server(const std::string& model, int n_ctx, int parallel,
   o.engine.cache_ram_mb = cache_ram_mb;
   o.engine.timeout_sec = 300.0;
   o.engine.context_overflow = overflow;
-  o.host = "127.0.0.1";
-  o.port = 0;
-  Started s;
-  s.server = std::make_unique<Server>(o);
-  auto port = s.server->start();
-  REQUIRE(port.ok());
-  s.port = port.value();
-  Status st = s.server->wait_loaded(std::chrono::seconds(120));
-  INFO((st.ok() ? std::string() : st.error()));
-  REQUIRE(st.ok());
-  s.engine = s.server->engine();
-  REQUIRE(s.engine);
+  Started s = server_fixture::start(std::move(o));
   REQUIRE(s.engine->slots() == parallel);
   return s;
 }
-
-std::unique_ptr<httplib::Client> client(int port) {
-  auto c = std::make_unique<httplib::Client>("127.0.0.1", port);
-  c->set_read_timeout(120, 0);
-  c->set_write_timeout(30, 0);
-  return c;
-}
-
-struct Json {
-  dom::parser parser;
-  dom::element root;
-  explicit Json(const std::string& text) {
-    auto err = parser.parse(text).get(root);
-    INFO(text);
-    REQUIRE(!err);
-  }
-};
 
 std::string str(dom::element e) { return std::string(std::string_view(e)); }
 

@@ -1,0 +1,67 @@
+// Set-up shared by the black-box server tests (test_server, test_slots, test_jump_forward): an
+// in-process Server on an ephemeral loopback port, an HTTP client for it, a JSON reply holder and
+// a tool list whose arguments are finite by construction.
+#pragma once
+#include <catch2/catch.hpp>
+#include <httplib.h>
+#include <simdjson.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "server.h"
+
+namespace server_fixture {
+
+// Tools whose arguments are finite by construction (enums, booleans, bounded integers, short
+// strings), so that even a random-weight model completes a call in a few dozen tokens.
+inline const std::string kHouseTools = R"([
+ {"type":"function","function":{"name":"set_light","description":"Switch a light","parameters":{"type":"object","properties":{"room":{"type":"string","enum":["kitchen","bedroom","hall"]},"on":{"type":"boolean"}},"required":["room","on"]}}},
+ {"type":"function","function":{"name":"set_volume","description":"Set the volume","parameters":{"type":"object","properties":{"level":{"type":"integer","minimum":0,"maximum":10}},"required":["level"]}}},
+ {"type":"function","function":{"name":"note","parameters":{"type":"object","properties":{"tag":{"type":"string","maxLength":3,"pattern":"^[a-z]*$"}},"required":["tag"],"additionalProperties":false}}}
+])";
+
+struct Started {
+  std::unique_ptr<picolm::Server> server;
+  int port = 0;
+  std::shared_ptr<picolm::Engine> engine;
+};
+
+// Starts a server with `o` on 127.0.0.1, an ephemeral port, and waits for its model; fails the
+// test if either does not happen.
+inline Started start(picolm::ServerOptions o) {
+  o.host = "127.0.0.1";
+  o.port = 0;
+  Started s;
+  s.server = std::make_unique<picolm::Server>(o);
+  auto port = s.server->start();
+  REQUIRE(port.ok());
+  s.port = port.value();
+  picolm::Status st = s.server->wait_loaded(std::chrono::seconds(120));
+  INFO((st.ok() ? std::string() : st.error()));
+  REQUIRE(st.ok());
+  s.engine = s.server->engine();
+  REQUIRE(s.engine);
+  return s;
+}
+
+inline std::unique_ptr<httplib::Client> client(int port) {
+  auto c = std::make_unique<httplib::Client>("127.0.0.1", port);
+  c->set_read_timeout(120, 0);
+  c->set_write_timeout(30, 0);
+  return c;
+}
+
+// A parsed JSON body; fails the test if it does not parse.
+struct Json {
+  simdjson::dom::parser parser;
+  simdjson::dom::element root;
+  explicit Json(const std::string& text) {
+    auto err = parser.parse(text).get(root);
+    INFO(text);
+    REQUIRE(!err);
+  }
+};
+
+}  // namespace server_fixture
