@@ -7,6 +7,7 @@
 #include <simdjson.h>
 
 #include <chrono>
+#include <cstdio>
 #include <memory>
 #include <string>
 
@@ -63,5 +64,24 @@ struct Json {
     REQUIRE(!err);
   }
 };
+
+// `s` as a JSON string literal (quotes, backslashes and control bytes escaped), for the lines the
+// tests hand to the Python validators.
+inline std::string json_quote(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\u%04x", c);
+      out += buf;
+    } else {
+      out += c;
+    }
+  }
+  return out + "\"";
+}
 
 }  // namespace server_fixture

@@ -114,22 +114,7 @@ void validate_calls(const std::vector<std::pair<std::string, std::vector<std::pa
   const fs::path in = dir / "calls.jsonl", script = dir / "validate.py", out = dir / "out.txt";
   std::ofstream lines(in);
   int n = 0;
-  auto quote = [](const std::string& s) {
-    std::string o = "\"";
-    for (char c : s) {
-      if (c == '"' || c == '\\') {
-        o += '\\';
-        o += c;
-      } else if (static_cast<unsigned char>(c) < 0x20) {
-        char buf[8];
-        std::snprintf(buf, sizeof buf, "\\u%04x", c);
-        o += buf;
-      } else {
-        o += c;
-      }
-    }
-    return o + "\"";
-  };
+  const auto quote = server_fixture::json_quote;
   for (size_t i = 0; i < sets.size(); ++i) {
     const fs::path tools = dir / ("tools" + std::to_string(i) + ".json");
     std::ofstream(tools) << sets[i].first;

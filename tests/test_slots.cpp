@@ -227,22 +227,7 @@ sys.exit(1 if bad or n == 0 else 0)
   }
 
  private:
-  static std::string quote(const std::string& s) {
-    std::string out = "\"";
-    for (char c : s) {
-      if (c == '"' || c == '\\') {
-        out += '\\';
-        out += c;
-      } else if (static_cast<unsigned char>(c) < 0x20) {
-        char buf[8];
-        std::snprintf(buf, sizeof buf, "\\u%04x", c);
-        out += buf;
-      } else {
-        out += c;
-      }
-    }
-    return out + "\"";
-  }
+  static std::string quote(const std::string& s) { return server_fixture::json_quote(s); }
   std::string lines_;
   int count_ = 0;
 };
