@@ -33,6 +33,7 @@
 #include "grammar/grammar.h"
 #include "openai.h"
 #include "server.h"
+#include "server_fixture.h"
 #include "token_budget.h"
 #include "vocab_loader.h"
 
@@ -113,22 +114,8 @@ std::unique_ptr<httplib::Client> client() {
   return c;
 }
 
-std::string quote(const std::string& s) {
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += c;
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\u%04x", c);
-      out += buf;
-    } else {
-      out += c;
-    }
-  }
-  return out + "\"";
-}
+using server_fixture::json_quote;
+const auto quote = json_quote;
 
 // Collects (schema, instance text) records; check() validates them all with python3-jsonschema in
 // one process. The instance is sent as text so that text which does not parse is a failure too.
