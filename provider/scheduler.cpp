@@ -584,10 +584,7 @@ void Generation::plan_jump(int64_t left) {
     if (static_cast<int64_t>(session_.n_past()) + n > static_cast<int64_t>(session_.n_ctx())) return false;
     const int64_t left_after = left - n;
     if (matcher_->is_terminated()) return left_after >= 0;
-    const int64_t room = left_after - kClosingMargin - 1;
-    if (static_cast<int64_t>(matcher_->min_completion_bytes()) <= room) return true;
-    const int64_t need = tokens_to_finish(*matcher_);
-    return need >= 0 && need <= room;
+    return budget_.stays_open(*matcher_, left_after);
   };
   while (!ids.empty() && !fits_after(static_cast<int64_t>(ids.size()))) {
     matcher_->rollback(1);

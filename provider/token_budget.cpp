@@ -65,9 +65,13 @@ bool finish_fits(const grammar::Matcher& m, int64_t room) {
 
 }  // namespace
 
-void AnswerBudget::fill_mask(const grammar::Matcher& m, int64_t left, uint32_t* mask) {
+bool AnswerBudget::stays_open(const grammar::Matcher& m, int64_t left) const {
   // Closing once the tokens left are down to what finishing takes plus the margin.
-  if (!closing_ && !finish_fits(m, left - kClosingMargin - 1)) closing_ = true;
+  return !closing_ && finish_fits(m, left - kClosingMargin - 1);
+}
+
+void AnswerBudget::fill_mask(const grammar::Matcher& m, int64_t left, uint32_t* mask) {
+  if (!stays_open(m, left)) closing_ = true;
   if (closing_) m.fill_mask_closing(mask, static_cast<int>(std::clamp<int64_t>(left, 0, INT_MAX)));
   else m.fill_mask(mask);
 }

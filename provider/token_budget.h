@@ -65,6 +65,9 @@ class AnswerBudget {
   // The mask for the next token with `left` tokens of budget left: the grammar's own, or its
   // closing mask once what is left is down to what finishing takes.
   void fill_mask(const grammar::Matcher& m, int64_t left, uint32_t* mask);
+  // Whether fill_mask with `left` tokens left would keep the grammar's own mask from the matcher's
+  // state (closing not yet on and not switched on by it). Jump-forward asks this after a planned run.
+  bool stays_open(const grammar::Matcher& m, int64_t left) const;
 
   // After a non-end token accepted under the normal mask, with `left_after` tokens left: true when
   // the answer could no longer be finished from the new state. The caller then rolls the token
