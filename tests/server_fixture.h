@@ -2,12 +2,20 @@
 // in-process Server on an ephemeral loopback port, an HTTP client for it, a JSON reply holder and
 // a tool list whose arguments are finite by construction.
 #pragma once
+#include <unistd.h>
+
 #include <catch2/catch.hpp>
 #include <httplib.h>
 #include <simdjson.h>
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <utility>
+#include <vector>
 #include <memory>
 #include <string>
 
@@ -82,6 +90,39 @@ inline std::string json_quote(const std::string& s) {
     }
   }
   return out + "\"";
+}
+
+// Tool calls grouped by the tool list they were made under: (tools JSON, [(name, arguments text)]).
+using CallSets = std::vector<std::pair<std::string, std::vector<std::pair<std::string, std::string>>>>;
+
+// Validates every call's arguments with python3-jsonschema (tests/validate_tool_args.py, one
+// process for all), not with the grammar that made them. Fails the test if there is no call.
+inline void validate_tool_calls(const CallSets& sets) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("picolm_test_calls_" + std::to_string(getpid()));
+  fs::create_directories(dir);
+  const fs::path in = dir / "calls.jsonl", out = dir / "out.txt";
+  std::ofstream lines(in);
+  int n = 0;
+  for (size_t i = 0; i < sets.size(); ++i) {
+    const fs::path tools = dir / ("tools" + std::to_string(i) + ".json");
+    std::ofstream(tools) << sets[i].first;
+    for (const auto& [name, args] : sets[i].second) {
+      lines << R"({"tools":)" << json_quote(tools.string()) << R"(,"name":)" << json_quote(name)
+            << R"(,"arguments_text":)" << json_quote(args) << "}\n";
+      ++n;
+    }
+  }
+  lines.close();
+  REQUIRE(n > 0);
+  const std::string cmd = "/usr/bin/python3 '" + std::string(PICOLM_SOURCE_DIR) + "/tests/validate_tool_args.py' '" +
+                          in.string() + "' > '" + out.string() + "' 2>&1";
+  const int rc = std::system(cmd.c_str());
+  std::stringstream ss;
+  ss << std::ifstream(out).rdbuf();
+  INFO(ss.str());
+  CHECK(rc == 0);
+  fs::remove_all(dir);
 }
 
 }  // namespace server_fixture

@@ -107,55 +107,6 @@ double metric(int port, const std::string& name) {
   return -1;
 }
 
-// Validates tool calls with python3-jsonschema against the tools they name.
-void validate_calls(const std::vector<std::pair<std::string, std::vector<std::pair<std::string, std::string>>>>& sets) {
-  const fs::path dir = fs::temp_directory_path() / ("picolm_test_jump_" + std::to_string(getpid()));
-  fs::create_directories(dir);
-  const fs::path in = dir / "calls.jsonl", script = dir / "validate.py", out = dir / "out.txt";
-  std::ofstream lines(in);
-  int n = 0;
-  const auto quote = server_fixture::json_quote;
-  for (size_t i = 0; i < sets.size(); ++i) {
-    const fs::path tools = dir / ("tools" + std::to_string(i) + ".json");
-    std::ofstream(tools) << sets[i].first;
-    for (const auto& [name, args] : sets[i].second) {
-      lines << R"({"tools":)" << quote(tools.string()) << R"(,"name":)" << quote(name) << R"(,"arguments_text":)"
-            << quote(args) << "}\n";
-      ++n;
-    }
-  }
-  lines.close();
-  REQUIRE(n > 0);
-  std::ofstream(script) << R"PY(
-import json, sys
-from jsonschema import Draft202012Validator
-bad = 0
-n = 0
-for n, line in enumerate(open(sys.argv[1], encoding="utf-8"), 1):
-    rec = json.loads(line)
-    try:
-        tools = {t["function"]["name"]: t["function"].get("parameters", {}) for t in json.load(open(rec["tools"]))}
-        params = dict(tools[rec["name"]])
-        params.setdefault("additionalProperties", False)  # the provider closes tool parameters
-        args = json.loads(rec["arguments_text"])
-        if not isinstance(args, dict):
-            raise ValueError("arguments are not an object")
-        Draft202012Validator(params).validate(args)
-    except Exception as e:
-        bad += 1
-        print("call %d invalid: %s: %s" % (n, e, line.strip()[:300]))
-print("checked", n, "bad", bad)
-sys.exit(1 if bad or n == 0 else 0)
-)PY";
-  const std::string cmd = "/usr/bin/python3 " + script.string() + " " + in.string() + " > " + out.string() + " 2>&1";
-  const int rc = std::system(cmd.c_str());
-  std::stringstream ss;
-  ss << std::ifstream(out).rdbuf();
-  INFO(ss.str());
-  CHECK(rc == 0);
-  fs::remove_all(dir);
-}
-
 const char* const kRecordSchema =
     R"({"type":"object","properties":{"kind":{"const":"record"},"count":{"type":"integer","minimum":0,"maximum":99},"done":{"type":"boolean"}},"required":["kind","count","done"],"additionalProperties":false})";
 
@@ -254,7 +205,7 @@ void check_and_validate(const std::vector<Request>& reqs, const std::vector<Repl
       sets.push_back({reqs[i].tools, replies[i].calls});
     }
   }
-  validate_calls(sets);
+  server_fixture::validate_tool_calls(sets);
 }
 
 }  // namespace

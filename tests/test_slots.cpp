@@ -183,53 +183,16 @@ std::vector<StreamResult> run_together(Started& s, const std::vector<std::string
 class Validator {
  public:
   void add_tool_call(const std::string& name, const std::string& arguments_text) {
-    lines_ += R"({"name":)" + quote(name) + R"(,"arguments_text":)" + quote(arguments_text) + "}\n";
-    ++count_;
+    calls_.emplace_back(name, arguments_text);
   }
-  int count() const { return count_; }
+  int count() const { return static_cast<int>(calls_.size()); }
   void check(const std::string& tools_json) {
-    REQUIRE(count_ > 0);
-    const fs::path dir = fs::temp_directory_path() / ("picolm_test_slots_" + std::to_string(getpid()));
-    fs::create_directories(dir);
-    const fs::path in = dir / "calls.jsonl", tools = dir / "tools.json", script = dir / "validate.py",
-                   out = dir / "out.txt";
-    std::ofstream(in) << lines_;
-    std::ofstream(tools) << tools_json;
-    std::ofstream(script) << R"PY(
-import json, sys
-from jsonschema import Draft202012Validator
-tools = {t["function"]["name"]: t["function"].get("parameters", {}) for t in json.load(open(sys.argv[2]))}
-bad = 0
-n = 0
-for n, line in enumerate(open(sys.argv[1], encoding="utf-8"), 1):
-    rec = json.loads(line)
-    try:
-        params = dict(tools[rec["name"]])
-        params.setdefault("additionalProperties", False)  # the provider closes tool parameters
-        args = json.loads(rec["arguments_text"])
-        if not isinstance(args, dict):
-            raise ValueError("arguments are not an object")
-        Draft202012Validator(params).validate(args)
-    except Exception as e:
-        bad += 1
-        print("call %d invalid: %s: %s" % (n, e, line.strip()[:300]))
-print("checked", n, "bad", bad)
-sys.exit(1 if bad or n == 0 else 0)
-)PY";
-    const std::string cmd = "/usr/bin/python3 " + script.string() + " " + in.string() + " " + tools.string() + " > " +
-                            out.string() + " 2>&1";
-    const int rc = std::system(cmd.c_str());
-    std::stringstream ss;
-    ss << std::ifstream(out).rdbuf();
-    INFO(ss.str());
-    CHECK(rc == 0);
-    fs::remove_all(dir);
+    REQUIRE(!calls_.empty());
+    server_fixture::validate_tool_calls({{tools_json, calls_}});
   }
 
  private:
-  static std::string quote(const std::string& s) { return server_fixture::json_quote(s); }
-  std::string lines_;
-  int count_ = 0;
+  std::vector<std::pair<std::string, std::string>> calls_;
 };
 
 }  // namespace
