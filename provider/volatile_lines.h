@@ -1,0 +1,93 @@
+// Volatile lines of a system message: the few lines that change between the requests of one
+// conversation (a clock with minute resolution, a date, the current sender, a session line) while
+// everything else stays. Left where the client put them, they change the prompt early, and every
+// token after them (the tool list, the whole history) is prefilled again on every turn.
+//
+// The provider moves them instead: each volatile line of the system message is replaced by one
+// fixed placeholder line, and their current text is appended to the latest message of the request
+// (the user turn, or the tool results of an agent loop) as a context note. The system prompt, the
+// tool list and the history then stay a stable prefix that the slots and the prompt cache reuse
+// exactly (no KV computed under other earlier tokens is reused), the model sees every current value
+// once, at the end where it is fresh, and never an earlier one: only the latest message carries a
+// note, and an earlier message is rendered as the client sent it.
+//
+// Which lines are volatile (VolatileLineTracker::classify):
+//   - lines that read as a clock or a date (12:05, 2026-11-26, 26/11/2026, "Nov 26, 2026", ...),
+//     from the first request on, so the clock never enters the cached prefix;
+//   - lines that differ from the most similar system message seen before (a line diff), when few
+//     lines differ: a sender, a session or any other line that changes while the rest stays,
+//     whatever its wording and wherever it sits; such a line stays volatile for that system prompt;
+//   - never a line longer than max_line_bytes (content, not a value), never more than max_lines.
+// What was learned is kept per system prompt (bounded) and, with a cache directory, in a small file
+// beside the prompt cache, so a restart keeps the same layout and its cache files stay useful.
+//
+// Thread-safety: VolatileLineTracker is internally locked; the free functions are pure.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <list>
+#include <mutex>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "chat_template.h"
+
+namespace picolm {
+
+struct VolatileOptions {
+  size_t max_lines = 8;         // more lines than this differ: the prompt changed, it is not a clock
+  size_t max_line_bytes = 300;  // a longer line is content, never moved
+  size_t max_prompts = 64;      // system prompts remembered (least recently used go first)
+  std::string state_file;       // "" = in memory only; else loaded at start, rewritten on change
+};
+
+// The line a volatile line is replaced with in the system message (fixed, so the prefix is stable).
+inline constexpr std::string_view kVolatilePlaceholder = "(current value: see <current_context> in the latest message)";
+
+// True if the line reads as a clock or a calendar date.
+bool line_has_clock_or_date(std::string_view line);
+
+// The lines of `text` split at '\n' (joining them with '\n' gives `text` back).
+std::vector<std::string_view> split_lines(std::string_view text);
+
+class VolatileLineTracker {
+ public:
+  explicit VolatileLineTracker(VolatileOptions opts);
+
+  // The indexes (into split_lines(system_text)) of the volatile lines, ascending; remembers the
+  // prompt for the next call.
+  std::vector<size_t> classify(std::string_view system_text);
+
+  // Prompts remembered (for tests and metrics).
+  size_t remembered() const;
+
+ private:
+  struct Entry {
+    std::vector<uint64_t> hashes;   // one per line
+    std::vector<uint8_t> volatile_; // 1 = volatile
+    uint64_t key = 0;               // hash of the stable lines, in order
+  };
+  void load();
+  void save_locked() const;
+
+  VolatileOptions opts_;
+  mutable std::mutex mu_;
+  std::list<Entry> entries_;  // most recently used first
+};
+
+struct RelocatedMessages {
+  std::vector<ChatMessage> messages;
+  std::vector<std::string> moved;  // the moved lines, in their order in the system message
+  size_t note_message = 0;         // index of the message that carries the note
+};
+
+// messages[0] must be a system message; `lines` index split_lines(messages[0].content). Each run of
+// volatile lines becomes kVolatilePlaceholder; the lines, with the heading or label line just
+// above each run, are appended to the last user or tool message as
+// "\n\n<current_context>\n...\n</current_context>". With no user or tool message after the system
+// message, or no lines, the messages are returned unchanged (moved empty).
+RelocatedMessages relocate_volatile_lines(std::span<const ChatMessage> messages, std::span<const size_t> lines);
+
+}  // namespace picolm
