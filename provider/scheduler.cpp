@@ -1353,7 +1353,16 @@ std::shared_ptr<Job> Engine::prepare(const ChatRequest& req, ApiError& err) {
     hro.add_generation_prompt = false;
     size_t common = 0;
     if (!head.empty()) {
+      // The head is rendered with an empty user turn after it: the tokens it shares with the prompt
+      // then end where the last user message's content starts, also for templates that render a
+      // system message only inside the first user turn (Gemma 3) or refuse a conversation without
+      // a user turn (Qwen3.5: "No user query found"). Without it if the template refuses that.
+      head.push_back(ChatMessage{"user", "", {}, "", "", std::nullopt});
       ChatRenderResult h = render_chat(s.family, head, hro);
+      if (!h.ok) {
+        head.pop_back();
+        h = render_chat(s.family, head, hro);
+      }
       if (h.ok) {
         const UnmarkedPrompt hp = unmark_control_text(h.text);
         std::vector<int32_t> ht = tok.encode(hp.text, false, hp.plain);

@@ -25,6 +25,28 @@ bool is_blank(std::string_view line) {
   return std::all_of(line.begin(), line.end(), [](unsigned char c) { return std::isspace(c) != 0; });
 }
 
+// A markdown horizontal rule: three or more '-', '*' or '_' alone on a line.
+bool is_rule(std::string_view line) {
+  size_t n = 0;
+  char c0 = 0;
+  for (char c : line) {
+    if (c == ' ' || c == '\t') continue;
+    if ((c != '-' && c != '*' && c != '_') || (c0 && c != c0)) return false;
+    c0 = c;
+    ++n;
+  }
+  return n >= 3;
+}
+
+bool is_heading(std::string_view line) {
+  size_t i = 0;
+  while (i < line.size() && line[i] == ' ') ++i;
+  return i < line.size() && line[i] == '#';
+}
+
+// The value lines of a clock's block are short ("Current sender: Anna (ID: 581234907)").
+constexpr size_t kBlockLineBytes = 120;
+
 bool digit(char c) { return c >= '0' && c <= '9'; }
 bool alpha(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'); }
 
@@ -70,32 +92,41 @@ bool has_numeric_date(std::string_view s) {
   return false;
 }
 
-// A month name (English, full or 3 letters) next to a day or a year: "Nov 26", "26 November 2026".
+constexpr std::string_view kMonths[] = {"january", "february", "march", "april", "may", "june", "july",
+                                        "august", "september", "october", "november", "december"};
+constexpr std::string_view kWeekdays[] = {"monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday"};
+
+std::string lower(std::string_view w) {
+  std::string out(w);
+  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+// "nov", "november", "sept"; "may" only capitalised (the verb is not a month).
+bool is_month(std::string_view word) {
+  const std::string w = lower(word);
+  if (w == "may") return word[0] == 'M';
+  for (auto m : kMonths) {
+    if (w == m || (w.size() == 3 && m.compare(0, 3, w) == 0)) return true;
+  }
+  return w == "sept";
+}
+
+bool is_weekday(std::string_view word) {
+  const std::string w = lower(word);
+  for (auto d : kWeekdays) {
+    if (w == d || (w.size() == 3 && d.compare(0, 3, w) == 0)) return true;
+  }
+  return false;
+}
+
+// A month name next to a day or a year: "Nov 26", "26 November 2026", "November 26, 2026".
 bool has_month_date(std::string_view s) {
-  static constexpr std::string_view kMonths[] = {"jan", "feb", "mar", "apr", "may", "jun",
-                                                 "jul", "aug", "sep", "oct", "nov", "dec"};
   for (size_t i = 0; i < s.size(); ++i) {
     if (!alpha(s[i]) || (i > 0 && alpha(s[i - 1]))) continue;
     size_t j = i;
     while (j < s.size() && alpha(s[j])) ++j;
-    const size_t len = j - i;
-    if (len < 3 || len > 9) {
-      i = j;
-      continue;
-    }
-    std::string word(s.substr(i, len));
-    for (char& c : word) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    bool month = false;
-    for (auto m : kMonths) month = month || word.compare(0, 3, m) == 0;
-    static constexpr std::string_view kFull[] = {"january", "february", "march", "april", "may", "june", "july",
-                                                 "august", "september", "october", "november", "december", "sept"};
-    if (word == "may" && s[i] != 'M') month = false;  // the verb, not the month
-    if (month && len > 3) {
-      month = false;
-      for (auto f : kFull) month = month || word == f;
-    }
-    if (month) {
-      // A number of 1-2 (day) or 4 (year) digits right after (", " or " " between) or a day right before.
+    if (is_month(s.substr(i, j - i))) {
       size_t k = j;
       while (k < s.size() && (s[k] == ' ' || s[k] == ',' || s[k] == '.')) ++k;
       const size_t after = k < s.size() ? digits_at(s, k) : 0;
@@ -111,6 +142,27 @@ bool has_month_date(std::string_view s) {
     i = j;
   }
   return false;
+}
+
+// Words of letters that are not part of a date or a time: not a month or weekday name, not am/pm,
+// not a time-zone abbreviation (2-5 capitals: UTC, CEST).
+size_t other_words(std::string_view s) {
+  size_t n = 0;
+  for (size_t i = 0; i < s.size();) {
+    if (!alpha(s[i])) {
+      ++i;
+      continue;
+    }
+    size_t j = i;
+    while (j < s.size() && alpha(s[j])) ++j;
+    const std::string_view w = s.substr(i, j - i);
+    const bool zone = w.size() >= 2 && w.size() <= 5 &&
+                      std::all_of(w.begin(), w.end(), [](char c) { return c >= 'A' && c <= 'Z'; });
+    const std::string lw = lower(w);
+    if (!is_month(w) && !is_weekday(w) && !zone && lw != "am" && lw != "pm" && lw != "t" && lw != "z") ++n;
+    i = j;
+  }
+  return n;
 }
 
 // For each line of `a`, the index of the line of `b` it is matched to in a longest common
@@ -155,8 +207,16 @@ constexpr std::string_view kStateMagic = "picolm-volatile-lines 1";
 
 }  // namespace
 
-bool line_has_clock_or_date(std::string_view line) {
-  return has_time(line) || has_numeric_date(line) || has_month_date(line);
+bool line_reads_as_clock(std::string_view line) {
+  const bool date = has_numeric_date(line) || has_month_date(line);
+  if (!date) return false;
+  // A date with a time of day, under a short label ("Current time: 2026-11-26 09:44 (Thursday)").
+  if (has_time(line)) return other_words(line) <= 6;
+  // A date alone, or with a two-word label ("Today is Nov 26, 2026"); never a heading (a dated
+  // section of a memory file is content).
+  size_t first = 0;
+  while (first < line.size() && std::isspace(static_cast<unsigned char>(line[first]))) ++first;
+  return (first == line.size() || line[first] != '#') && other_words(line) <= 2;
 }
 
 std::vector<std::string_view> split_lines(std::string_view text) {
@@ -193,13 +253,41 @@ std::vector<size_t> VolatileLineTracker::classify(std::string_view system_text) 
     const bool blank = is_blank(lines[i]);
     nonblank += blank ? 0 : 1;
     movable[i] = !blank && lines[i].size() <= opts_.max_line_bytes;
-    if (movable[i] && line_has_clock_or_date(lines[i])) {
+    if (movable[i] && line_reads_as_clock(lines[i])) {
       pattern[i] = 1;
       ++n_pattern;
     }
   }
   // A prompt full of times (a timetable) is content: its lines are not a clock.
   if (n_pattern > opts_.max_lines) std::fill(pattern.begin(), pattern.end(), 0);
+  // A clock usually comes with the other per-request facts in a short block of its own (between
+  // horizontal rules, or the message's start or end): the sender, the session, the runtime. When
+  // that block is short, all its value lines are volatile from the first request on, so a sender
+  // that changes later costs nothing either (headings stay: they label the placeholders).
+  {
+    std::vector<uint8_t> block_lines(n, 0);
+    size_t begin = 0;
+    for (size_t i = 0; i <= n; ++i) {
+      if (i < n && !is_rule(lines[i])) continue;
+      bool has_clock = false, short_block = true;
+      size_t values = 0;
+      for (size_t j = begin; j < i; ++j) {
+        has_clock = has_clock || pattern[j];
+        if (is_blank(lines[j]) || is_heading(lines[j])) continue;
+        ++values;
+        short_block = short_block && lines[j].size() <= kBlockLineBytes;
+      }
+      if (has_clock && short_block && values <= opts_.max_lines) {
+        for (size_t j = begin; j < i; ++j)
+          if (movable[j] && !is_heading(lines[j])) block_lines[j] = 1;
+      }
+      begin = i + 1;
+    }
+    size_t n_block = 0;
+    for (size_t i = 0; i < n; ++i) n_block += (pattern[i] || block_lines[i]) ? 1 : 0;
+    if (n_block <= opts_.max_lines)
+      for (size_t i = 0; i < n; ++i) pattern[i] = pattern[i] || block_lines[i];
+  }
 
   std::lock_guard<std::mutex> lock(mu_);
   // The most similar prompt seen before: the most lines in common.

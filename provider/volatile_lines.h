@@ -12,8 +12,10 @@
 // note, and an earlier message is rendered as the client sent it.
 //
 // Which lines are volatile (VolatileLineTracker::classify):
-//   - lines that read as a clock or a date (12:05, 2026-11-26, 26/11/2026, "Nov 26, 2026", ...),
-//     from the first request on, so the clock never enters the cached prefix;
+//   - lines that read as a clock (line_reads_as_clock: a date and a time under a short label, or a
+//     date alone), from the first request on, so the clock never enters the cached prefix; with
+//     it, the other value lines of its block (between horizontal rules or the message's ends) when
+//     that block is short: the sender, the session (a group chat's sender then costs nothing either);
 //   - lines that differ from the most similar system message seen before (a line diff), when few
 //     lines differ: a sender, a session or any other line that changes while the rest stays,
 //     whatever its wording and wherever it sits; such a line stays volatile for that system prompt;
@@ -46,8 +48,11 @@ struct VolatileOptions {
 // The line a volatile line is replaced with in the system message (fixed, so the prefix is stable).
 inline constexpr std::string_view kVolatilePlaceholder = "(current value: see <current_context> in the latest message)";
 
-// True if the line reads as a clock or a calendar date.
-bool line_has_clock_or_date(std::string_view line);
+// True if the line reads as a clock: a calendar date with a time of day under a short label
+// ("2026-11-26 09:44 (Thursday)", "Current time: 2026-11-26T09:44Z"), or a date alone or with a
+// label of at most two words ("Today is Nov 26, 2026"), never a markdown heading. A line that only
+// mentions a time or a date among other words (a dated memory entry, a schedule) is content.
+bool line_reads_as_clock(std::string_view line);
 
 // The lines of `text` split at '\n' (joining them with '\n' gives `text` back).
 std::vector<std::string_view> split_lines(std::string_view text);

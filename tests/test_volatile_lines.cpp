@@ -47,17 +47,21 @@ std::filesystem::path scratch_dir(const char* name) {
 
 }  // namespace
 
-TEST_CASE("clock and date lines are recognised, versions and ids are not", "[unit][volatile]") {
-  for (const char* yes : {"2026-11-26 09:44 (Thursday)", "Current time: 9:05", "It is 26/11/2026.", "Date: 26.11.2026",
-                          "Today is Nov 26, 2026", "26 November 2026", "2026-11-26T09:44:00Z", "updated 11-26-26"}) {
+TEST_CASE("clock lines are recognised; versions, ids, dated notes and schedules are not", "[unit][volatile]") {
+  for (const char* yes : {"2026-11-26 09:44 (Thursday)", "Current time: 2026-11-26 9:05", "It is 26/11/2026.",
+                          "Date: 26.11.2026", "Today is Nov 26, 2026", "26 November 2026", "2026-11-26T09:44:00Z",
+                          "Thursday, 26 November 2026, 09:44 CET", "The current date and time is 2026-11-26 09:44 UTC."}) {
     INFO(yes);
-    CHECK(line_has_clock_or_date(yes));
+    CHECK(line_reads_as_clock(yes));
   }
   for (const char* no : {"linux arm64, Go 1.25.3", "Chat ID: 581234907", "server 192.168.1.10", "ratio 3:1",
                          "version 1.2.3", "Current sender: Anna (ID: 581234907)", "You may 3 times retry",
-                         "a mayor of March", "Channel: telegram"}) {
+                         "a mayor of March", "Channel: telegram", "Current time: 9:05", "### 2026-11-25",
+                         "Knowledge Cutoff Date: June 2025", "- Boiler service is done every October; last one was 2026-10-09.",
+                         "- Found two dentist slots (Tuesday 16:00, Friday 09:30); Anna took Friday.",
+                         "Anna planned Saturday (market, rain until 11:00) and reviewed her notes."}) {
     INFO(no);
-    CHECK_FALSE(line_has_clock_or_date(no));
+    CHECK_FALSE(line_reads_as_clock(no));
   }
 }
 
@@ -70,23 +74,40 @@ TEST_CASE("split_lines gives the text back", "[unit][volatile]") {
   }
 }
 
-TEST_CASE("the clock line is volatile from the first request, a changing sender from when it changes", "[unit][volatile]") {
+// The value lines of PicoClaw's dynamic block for a clock and a sender.
+std::vector<std::string> block_values(const std::string& clock, const std::string& sender) {
+  return {clock, "linux arm64, Go 1.25.3", "Channel: telegram", "Chat ID: 581234907",
+          "Current sender: " + sender + " (ID: 581234907)"};
+}
+
+TEST_CASE("the clock's short block is volatile from the first request, whatever changes in it later", "[unit][volatile]") {
   VolatileLineTracker t(VolatileOptions{});
   const std::string s1 = picoclaw_system("2026-11-26 09:44 (Thursday)");
-  CHECK(lines_at(s1, t.classify(s1)) == std::vector<std::string>{"2026-11-26 09:44 (Thursday)"});
-  const std::string s2 = picoclaw_system("2026-11-26 09:47 (Thursday)");
-  CHECK(lines_at(s2, t.classify(s2)) == std::vector<std::string>{"2026-11-26 09:47 (Thursday)"});
+  CHECK(lines_at(s1, t.classify(s1)) == block_values("2026-11-26 09:44 (Thursday)", "Anna"));
+  const std::string s2 = picoclaw_system("2026-11-26 09:47 (Thursday)", "Ben");
+  CHECK(lines_at(s2, t.classify(s2)) == block_values("2026-11-26 09:47 (Thursday)", "Ben"));
+  const std::string s3 = picoclaw_system("2026-11-26 09:50 (Thursday)", "Anna");
+  CHECK(lines_at(s3, t.classify(s3)) == block_values("2026-11-26 09:50 (Thursday)", "Anna"));
+}
+
+TEST_CASE("a line outside the clock's block is volatile from when it changes, and stays so", "[unit][volatile]") {
+  VolatileLineTracker t(VolatileOptions{});
+  // No horizontal rule: the clock's block is the whole prompt, too long to move; the clock alone is.
+  auto sys = [](const std::string& clock, const std::string& sender) {
+    return static_part() + "\nCurrent time: " + clock + "\nCurrent sender: " + sender;
+  };
+  const std::string s1 = sys("2026-11-26 09:44", "Anna");
+  CHECK(lines_at(s1, t.classify(s1)) == std::vector<std::string>{"Current time: 2026-11-26 09:44"});
+  const std::string s2 = sys("2026-11-26 09:47", "Anna");
+  CHECK(lines_at(s2, t.classify(s2)) == std::vector<std::string>{"Current time: 2026-11-26 09:47"});
   // The sender changes: the diff against the prompt before finds it.
-  const std::string s3 = picoclaw_system("2026-11-26 09:50 (Thursday)", "Ben");
-  CHECK(lines_at(s3, t.classify(s3)) ==
-        std::vector<std::string>{"2026-11-26 09:50 (Thursday)", "Current sender: Ben (ID: 581234907)"});
-  // ... and stays volatile when it changes back (same layout as the turn before).
-  const std::string s4 = picoclaw_system("2026-11-26 09:53 (Thursday)", "Anna");
-  CHECK(lines_at(s4, t.classify(s4)) ==
-        std::vector<std::string>{"2026-11-26 09:53 (Thursday)", "Current sender: Anna (ID: 581234907)"});
-  const std::string s5 = picoclaw_system("2026-11-26 09:56 (Thursday)", "Anna");
-  CHECK(lines_at(s5, t.classify(s5)) ==
-        std::vector<std::string>{"2026-11-26 09:56 (Thursday)", "Current sender: Anna (ID: 581234907)"});
+  const std::string s3 = sys("2026-11-26 09:50", "Ben");
+  CHECK(lines_at(s3, t.classify(s3)) == std::vector<std::string>{"Current time: 2026-11-26 09:50", "Current sender: Ben"});
+  // ... and it stays volatile when it changes back (same layout as the turn before).
+  const std::string s4 = sys("2026-11-26 09:53", "Anna");
+  CHECK(lines_at(s4, t.classify(s4)) == std::vector<std::string>{"Current time: 2026-11-26 09:53", "Current sender: Anna"});
+  const std::string s5 = sys("2026-11-26 09:56", "Anna");
+  CHECK(lines_at(s5, t.classify(s5)) == std::vector<std::string>{"Current time: 2026-11-26 09:56", "Current sender: Anna"});
 }
 
 TEST_CASE("a changing line is found at the start, in the middle, whatever its wording", "[unit][volatile]") {
@@ -127,19 +148,21 @@ TEST_CASE("what was learned survives a restart through the state file; a bad fil
   const auto dir = scratch_dir("state");
   VolatileOptions o;
   o.state_file = (dir / "volatile-lines.txt").string();
-  const std::string ben = picoclaw_system("2026-11-26 10:00 (Thursday)", "Ben");
-  const std::string anna = picoclaw_system("2026-11-26 10:03 (Thursday)", "Anna");
+  auto sys = [](const std::string& clock, const std::string& sender) {
+    return static_part() + "\nCurrent time: " + clock + "\nCurrent sender: " + sender;
+  };
+  const std::string ben = sys("2026-11-26 10:00", "Ben");
+  const std::string anna = sys("2026-11-26 10:03", "Anna");
   {
     VolatileLineTracker t(o);
-    t.classify(picoclaw_system("2026-11-26 09:57 (Thursday)", "Anna"));
+    t.classify(sys("2026-11-26 09:57", "Anna"));
     CHECK(t.classify(ben).size() == 2);
   }
   REQUIRE(std::filesystem::exists(o.state_file));
   {
     VolatileLineTracker t(o);  // a restart
     CHECK(t.remembered() >= 1);
-    CHECK(lines_at(anna, t.classify(anna)) ==
-          std::vector<std::string>{"2026-11-26 10:03 (Thursday)", "Current sender: Anna (ID: 581234907)"});
+    CHECK(lines_at(anna, t.classify(anna)) == std::vector<std::string>{"Current time: 2026-11-26 10:03", "Current sender: Anna"});
   }
   // Truncated, then garbage: ignored, the tracker starts empty and still works.
   std::string text;
@@ -152,7 +175,7 @@ TEST_CASE("what was learned survives a restart through the state file; a bad fil
     std::ofstream(o.state_file, std::ios::trunc) << bad;
     VolatileLineTracker t(o);
     CHECK(t.remembered() == 0);
-    CHECK(lines_at(anna, t.classify(anna)) == std::vector<std::string>{"2026-11-26 10:03 (Thursday)"});
+    CHECK(lines_at(anna, t.classify(anna)) == std::vector<std::string>{"Current time: 2026-11-26 10:03"});
   }
   std::filesystem::remove_all(dir);
 }
