@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${BUILD_DIR:-build}/bin
-for name in picolm picolm-provider picolm-bench picolm-synth picolm-gguf picolm-grammar picolm-cachebench picolm-budgetbench picolm-loadbench; do
+for name in picolm picolm-provider picolm-bench picolm-synth picolm-gguf picolm-grammar picolm-cachebench picolm-budgetbench picolm-loadbench picolm-agentbench; do
   [ -x "$BIN/$name" ] || { echo "missing $BIN/$name: build it first (cmake --build build --target $name)" >&2; exit 1; }
 done
 python3 - "$BIN" <<'PY'
@@ -13,7 +13,7 @@ import re, subprocess, sys
 bin_dir = sys.argv[1]
 path = "README.md"
 text = open(path, encoding="utf-8").read()
-for name in ("picolm", "picolm-provider", "picolm-bench", "picolm-synth", "picolm-gguf", "picolm-grammar", "picolm-cachebench", "picolm-budgetbench", "picolm-loadbench"):
+for name in ("picolm", "picolm-provider", "picolm-bench", "picolm-synth", "picolm-gguf", "picolm-grammar", "picolm-cachebench", "picolm-budgetbench", "picolm-loadbench", "picolm-agentbench"):
     help_text = subprocess.run([f"{bin_dir}/{name}", "--help"], check=True, capture_output=True, text=True).stdout
     pattern = re.compile(r"(<!-- BEGIN %s --help[^\n]*-->\n```text\n).*?(```\n<!-- END %s --help -->)"
                          % (re.escape(name), re.escape(name)), re.S)

@@ -58,10 +58,10 @@ bool contains(const std::string& s, const std::string& w) { return s.find(w) != 
 TEST_CASE("docs: the README's option lists are the binaries' --help", "[docs]") {
   const std::string doc = readme();
   for (const char* name : {"picolm", "picolm-provider", "picolm-bench", "picolm-synth", "picolm-gguf", "picolm-grammar",
-                           "picolm-cachebench", "picolm-budgetbench", "picolm-loadbench"}) {
+                           "picolm-cachebench", "picolm-budgetbench", "picolm-loadbench", "picolm-agentbench"}) {
     const std::string bin = std::string(PICOLM_BIN_DIR) + "/" + name;
     const bool server_tool = std::string(name) == "picolm-provider" || std::string(name) == "picolm-cachebench" ||
-                             std::string(name) == "picolm-loadbench";
+                             std::string(name) == "picolm-loadbench" || std::string(name) == "picolm-agentbench";
     if (server_tool && access(bin.c_str(), X_OK) != 0) {
       WARN(name << " not built (PICOLM_BUILD_SERVER=OFF): its block is not checked");
       continue;
