@@ -530,6 +530,23 @@ void write_head(JsonWriter& w, const ResponseIds& ids, const char* object) {
 
 }  // namespace
 
+namespace {
+// "tool_calls": [{"id", "type": "function", "function": {"name", "arguments"}}] of a request's
+// ToolCall or a reply's GeneratedToolCall (same fields).
+template <class Call>
+void write_tool_calls(JsonWriter& w, const std::vector<Call>& calls) {
+  w.key("tool_calls").begin_array();
+  for (const Call& tc : calls) {
+    w.begin_object();
+    w.key("id").value(tc.id);
+    w.key("type").value("function");
+    w.key("function").begin_object().key("name").value(tc.name).key("arguments").value(tc.arguments_json).end_object();
+    w.end_object();
+  }
+  w.end_array();
+}
+}  // namespace
+
 std::string messages_json(std::span<const ChatMessage> messages) {
   JsonWriter w;
   w.begin_array();
@@ -540,17 +557,7 @@ std::string messages_json(std::span<const ChatMessage> messages) {
     if (!m.name.empty()) w.key("name").value(m.name);
     if (!m.tool_call_id.empty()) w.key("tool_call_id").value(m.tool_call_id);
     if (m.reasoning_content) w.key("reasoning_content").value(*m.reasoning_content);
-    if (!m.tool_calls.empty()) {
-      w.key("tool_calls").begin_array();
-      for (const ToolCall& tc : m.tool_calls) {
-        w.begin_object();
-        w.key("id").value(tc.id);
-        w.key("type").value("function");
-        w.key("function").begin_object().key("name").value(tc.name).key("arguments").value(tc.arguments_json).end_object();
-        w.end_object();
-      }
-      w.end_array();
-    }
+    if (!m.tool_calls.empty()) write_tool_calls(w, m.tool_calls);
     w.end_object();
   }
   w.end_array();
@@ -568,17 +575,7 @@ std::string chat_completion_json(const ResponseIds& ids, const Completion& c) {
   w.key("content");
   if (c.content) w.value(*c.content); else w.null();
   if (c.reasoning_content) w.key("reasoning_content").value(*c.reasoning_content);
-  if (!c.tool_calls.empty()) {
-    w.key("tool_calls").begin_array();
-    for (const auto& tc : c.tool_calls) {
-      w.begin_object();
-      w.key("id").value(tc.id);
-      w.key("type").value("function");
-      w.key("function").begin_object().key("name").value(tc.name).key("arguments").value(tc.arguments_json).end_object();
-      w.end_object();
-    }
-    w.end_array();
-  }
+  if (!c.tool_calls.empty()) write_tool_calls(w, c.tool_calls);
   w.key("refusal").null();
   w.end_object();
   w.key("logprobs");
