@@ -1243,7 +1243,7 @@ std::shared_ptr<Job> Engine::prepare(const ChatRequest& req, ApiError& err) {
   RelocatedMessages relocated;
   std::span<const ChatMessage> source = req.messages;
   if (s.volatile_lines && !req.messages.empty() && req.messages[0].role == "system") {
-    const std::vector<size_t> lines = s.volatile_lines->classify(req.messages[0].content);
+    const std::vector<size_t> lines = s.volatile_lines->classify(req.messages[0].content, conversation_key(req.messages));
     if (!lines.empty()) {
       relocated = relocate_volatile_lines(req.messages, lines);
       if (!relocated.moved.empty()) {

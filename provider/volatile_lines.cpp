@@ -203,7 +203,11 @@ std::vector<ptrdiff_t> match_lines(const std::vector<uint64_t>& a, const std::ve
   return m;
 }
 
-constexpr std::string_view kStateMagic = "picolm-volatile-lines 1";
+constexpr std::string_view kStateMagic = "picolm-volatile-lines 2";
+
+bool hex16(const std::string& s) {
+  return s.size() == 16 && std::all_of(s.begin(), s.end(), [](char c) { return std::isxdigit(static_cast<unsigned char>(c)) != 0; });
+}
 
 }  // namespace
 
@@ -242,7 +246,7 @@ size_t VolatileLineTracker::remembered() const {
   return entries_.size();
 }
 
-std::vector<size_t> VolatileLineTracker::classify(std::string_view system_text) {
+std::vector<size_t> VolatileLineTracker::classify(std::string_view system_text, uint64_t conversation) {
   const std::vector<std::string_view> lines = split_lines(system_text);
   const size_t n = lines.size();
   std::vector<uint64_t> hashes(n);
@@ -290,9 +294,13 @@ std::vector<size_t> VolatileLineTracker::classify(std::string_view system_text) 
   }
 
   std::lock_guard<std::mutex> lock(mu_);
-  // The most similar prompt seen before: the most lines in common.
+  // The most similar prompt seen before (the most lines in common), of this conversation if it
+  // has one: a line is learned as volatile only when it changed within one conversation (another
+  // agent's prompt that differs in a few lines of its own is not a clock). Lines another prompt
+  // learned are carried over from any similar prompt.
   auto best = entries_.end();
   size_t best_score = 0;
+  bool best_same = false;
   bool learned = false;  // lines that changed against `best`: its layout is superseded
   std::vector<uint64_t> sorted = hashes;
   std::sort(sorted.begin(), sorted.end());
@@ -301,9 +309,11 @@ std::vector<size_t> VolatileLineTracker::classify(std::string_view system_text) 
     std::sort(theirs.begin(), theirs.end());
     std::vector<uint64_t> common;
     std::set_intersection(sorted.begin(), sorted.end(), theirs.begin(), theirs.end(), std::back_inserter(common));
-    if (common.size() > best_score) {
+    const bool same = conversation != 0 && it->conversation == conversation;
+    if ((same && !best_same) || (same == best_same && common.size() > best_score)) {
       best_score = common.size();
       best = it;
+      best_same = same;
     }
   }
   if (best != entries_.end() && best_score * 2 >= n && nonblank > 0) {
@@ -319,7 +329,23 @@ std::vector<size_t> VolatileLineTracker::classify(std::string_view system_text) 
         small = small && movable[i];
       }
     }
-    if (!small || n_changed > opts_.max_lines) std::fill(changed.begin(), changed.end(), 0);
+    // A volatile line with another value is unmatched: where a run of unmatched lines faces a run
+    // of the same length in the other prompt, the lines are each other's (another sender, the
+    // same place), and the other's flags carry over.
+    ptrdiff_t prev_i = -1, prev_j = -1;
+    for (size_t i = 0; i <= n; ++i) {
+      if (i < n && m[i] < 0) continue;
+      const ptrdiff_t j = i < n ? m[i] : static_cast<ptrdiff_t>(best->hashes.size());
+      if (static_cast<ptrdiff_t>(i) - prev_i == j - prev_j) {
+        for (ptrdiff_t k = 1; prev_i + k < static_cast<ptrdiff_t>(i); ++k) {
+          const size_t a = static_cast<size_t>(prev_i + k), b = static_cast<size_t>(prev_j + k);
+          if (best->volatile_[b] && movable[a]) carried[a] = 1;
+        }
+      }
+      prev_i = static_cast<ptrdiff_t>(i);
+      prev_j = j;
+    }
+    if (!best_same || !small || n_changed > opts_.max_lines) std::fill(changed.begin(), changed.end(), 0);
     learned = std::find(changed.begin(), changed.end(), 1) != changed.end();
   }
   auto count_union = [&](bool with_carried) {
@@ -345,7 +371,8 @@ std::vector<size_t> VolatileLineTracker::classify(std::string_view system_text) 
     key = fnv1a("\n", key);
   }
   bool dirty = false;
-  auto same = std::find_if(entries_.begin(), entries_.end(), [&](const Entry& e) { return e.key == key; });
+  auto same = std::find_if(entries_.begin(), entries_.end(),
+                           [&](const Entry& e) { return e.key == key && e.conversation == conversation; });
   if (same != entries_.end()) {
     dirty = same->volatile_ != vol;
     same->hashes = std::move(hashes);
@@ -355,7 +382,7 @@ std::vector<size_t> VolatileLineTracker::classify(std::string_view system_text) 
     // The prompt the new lines were learned from keeps no layout of its own: its next request is
     // this conversation's next turn (or one like it) and must find the flags learned here.
     if (learned && best != entries_.end() && out.size() > 0) entries_.erase(best);
-    entries_.push_front(Entry{std::move(hashes), std::move(vol), key});
+    entries_.push_front(Entry{std::move(hashes), std::move(vol), key, conversation});
     while (entries_.size() > opts_.max_prompts) entries_.pop_back();
     dirty = true;
   }
@@ -363,14 +390,16 @@ std::vector<size_t> VolatileLineTracker::classify(std::string_view system_text) 
   return out;
 }
 
-// State file: the magic line, then per prompt "P <key> <lines>" and one "<hash> <0|1>" per line,
+// State file: the magic line, then per prompt "P <key> <conversation> <lines>" and one
+// "<hash> <0|1>" per line,
 // then "C <checksum of everything before>". Anything else: ignored, the tracker starts empty.
 void VolatileLineTracker::save_locked() const {
   std::string text(kStateMagic);
   text += '\n';
   char buf[64];
   for (const Entry& e : entries_) {
-    std::snprintf(buf, sizeof buf, "P %016llx %zu\n", static_cast<unsigned long long>(e.key), e.hashes.size());
+    std::snprintf(buf, sizeof buf, "P %016llx %016llx %zu\n", static_cast<unsigned long long>(e.key),
+                  static_cast<unsigned long long>(e.conversation), e.hashes.size());
     text += buf;
     for (size_t i = 0; i < e.hashes.size(); ++i) {
       std::snprintf(buf, sizeof buf, "%016llx %d\n", static_cast<unsigned long long>(e.hashes[i]), e.volatile_[i] ? 1 : 0);
@@ -413,23 +442,34 @@ void VolatileLineTracker::load() {
   std::string tag;
   while (in >> tag) {
     if (tag != "P") return;
-    std::string key_hex;
+    std::string key_hex, conversation_hex;
     size_t lines = 0;
-    if (!(in >> key_hex >> lines) || lines > (size_t{1} << 20)) return;
+    if (!(in >> key_hex >> conversation_hex >> lines) || lines > (size_t{1} << 20) || key_hex.size() != 16 ||
+        conversation_hex.size() != 16 || !hex16(key_hex) || !hex16(conversation_hex))
+      return;
     Entry e;
     e.key = std::stoull(key_hex, nullptr, 16);
+    e.conversation = std::stoull(conversation_hex, nullptr, 16);
     e.hashes.resize(lines);
     e.volatile_.resize(lines);
     for (size_t i = 0; i < lines; ++i) {
       std::string h;
       int v = 0;
-      if (!(in >> h >> v) || h.size() != 16 || (v != 0 && v != 1)) return;
+      if (!(in >> h >> v) || h.size() != 16 || !hex16(h) || (v != 0 && v != 1)) return;
       e.hashes[i] = std::stoull(h, nullptr, 16);
       e.volatile_[i] = static_cast<uint8_t>(v);
     }
     if (loaded.size() < opts_.max_prompts) loaded.push_back(std::move(e));
   }
   entries_ = std::move(loaded);
+}
+
+uint64_t conversation_key(std::span<const ChatMessage> messages) {
+  if (messages.size() < 2) return 0;
+  uint64_t h = fnv1a(messages[1].role);
+  h = fnv1a("\n", h);
+  h = fnv1a(messages[1].content, h);
+  return h == 0 ? 1 : h;
 }
 
 RelocatedMessages relocate_volatile_lines(std::span<const ChatMessage> messages, std::span<const size_t> lines) {

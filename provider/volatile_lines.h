@@ -16,9 +16,11 @@
 //     date alone), from the first request on, so the clock never enters the cached prefix; with
 //     it, the other value lines of its block (between horizontal rules or the message's ends) when
 //     that block is short: the sender, the session (a group chat's sender then costs nothing either);
-//   - lines that differ from the most similar system message seen before (a line diff), when few
-//     lines differ: a sender, a session or any other line that changes while the rest stays,
-//     whatever its wording and wherever it sits; such a line stays volatile for that system prompt;
+//   - lines that differ from the system message of the same conversation's previous request (a
+//     line diff; a conversation is known by its first message, which a chat resends every turn),
+//     when few lines differ: a sender, a session or any other line that changes while the rest
+//     stays, whatever its wording and wherever it sits; such a line stays volatile for that prompt,
+//     and similar prompts of other conversations move it too;
 //   - never a line longer than max_line_bytes (content, not a value), never more than max_lines.
 // What was learned is kept per system prompt (bounded) and, with a cache directory, in a small file
 // beside the prompt cache, so a restart keeps the same layout and its cache files stay useful.
@@ -62,8 +64,9 @@ class VolatileLineTracker {
   explicit VolatileLineTracker(VolatileOptions opts);
 
   // The indexes (into split_lines(system_text)) of the volatile lines, ascending; remembers the
-  // prompt for the next call.
-  std::vector<size_t> classify(std::string_view system_text);
+  // prompt for the next call. `conversation` (conversation_key; 0 = unknown) says which requests
+  // belong to one conversation: only there do changed lines become volatile.
+  std::vector<size_t> classify(std::string_view system_text, uint64_t conversation);
 
   // Prompts remembered (for tests and metrics).
   size_t remembered() const;
@@ -73,6 +76,7 @@ class VolatileLineTracker {
     std::vector<uint64_t> hashes;   // one per line
     std::vector<uint8_t> volatile_; // 1 = volatile
     uint64_t key = 0;               // hash of the stable lines, in order
+    uint64_t conversation = 0;      // conversation_key of the request
   };
   void load();
   void save_locked() const;
@@ -81,6 +85,10 @@ class VolatileLineTracker {
   mutable std::mutex mu_;
   std::list<Entry> entries_;  // most recently used first
 };
+
+// What the requests of one conversation share: its first message after the system message (a
+// chat resends its whole history every turn). 0 when there is none.
+uint64_t conversation_key(std::span<const ChatMessage> messages);
 
 struct RelocatedMessages {
   std::vector<ChatMessage> messages;

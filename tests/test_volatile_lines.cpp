@@ -14,6 +14,8 @@ using namespace picolm;
 
 namespace {
 
+constexpr uint64_t kChat = 42;  // conversation_key of the chat the requests belong to
+
 std::string static_part() {
   std::string s = "# picoclaw\n\nYou are picoclaw, a personal assistant.\n\n## Rules\n";
   for (int i = 0; i < 40; ++i) s += "- Rule " + std::to_string(i) + ": answer briefly and use tools when asked.\n";
@@ -83,11 +85,11 @@ std::vector<std::string> block_values(const std::string& clock, const std::strin
 TEST_CASE("the clock's short block is volatile from the first request, whatever changes in it later", "[unit][volatile]") {
   VolatileLineTracker t(VolatileOptions{});
   const std::string s1 = picoclaw_system("2026-11-26 09:44 (Thursday)");
-  CHECK(lines_at(s1, t.classify(s1)) == block_values("2026-11-26 09:44 (Thursday)", "Anna"));
+  CHECK(lines_at(s1, t.classify(s1, kChat)) == block_values("2026-11-26 09:44 (Thursday)", "Anna"));
   const std::string s2 = picoclaw_system("2026-11-26 09:47 (Thursday)", "Ben");
-  CHECK(lines_at(s2, t.classify(s2)) == block_values("2026-11-26 09:47 (Thursday)", "Ben"));
+  CHECK(lines_at(s2, t.classify(s2, kChat)) == block_values("2026-11-26 09:47 (Thursday)", "Ben"));
   const std::string s3 = picoclaw_system("2026-11-26 09:50 (Thursday)", "Anna");
-  CHECK(lines_at(s3, t.classify(s3)) == block_values("2026-11-26 09:50 (Thursday)", "Anna"));
+  CHECK(lines_at(s3, t.classify(s3, kChat)) == block_values("2026-11-26 09:50 (Thursday)", "Anna"));
 }
 
 TEST_CASE("a line outside the clock's block is volatile from when it changes, and stays so", "[unit][volatile]") {
@@ -97,17 +99,17 @@ TEST_CASE("a line outside the clock's block is volatile from when it changes, an
     return static_part() + "\nCurrent time: " + clock + "\nCurrent sender: " + sender;
   };
   const std::string s1 = sys("2026-11-26 09:44", "Anna");
-  CHECK(lines_at(s1, t.classify(s1)) == std::vector<std::string>{"Current time: 2026-11-26 09:44"});
+  CHECK(lines_at(s1, t.classify(s1, kChat)) == std::vector<std::string>{"Current time: 2026-11-26 09:44"});
   const std::string s2 = sys("2026-11-26 09:47", "Anna");
-  CHECK(lines_at(s2, t.classify(s2)) == std::vector<std::string>{"Current time: 2026-11-26 09:47"});
+  CHECK(lines_at(s2, t.classify(s2, kChat)) == std::vector<std::string>{"Current time: 2026-11-26 09:47"});
   // The sender changes: the diff against the prompt before finds it.
   const std::string s3 = sys("2026-11-26 09:50", "Ben");
-  CHECK(lines_at(s3, t.classify(s3)) == std::vector<std::string>{"Current time: 2026-11-26 09:50", "Current sender: Ben"});
+  CHECK(lines_at(s3, t.classify(s3, kChat)) == std::vector<std::string>{"Current time: 2026-11-26 09:50", "Current sender: Ben"});
   // ... and it stays volatile when it changes back (same layout as the turn before).
   const std::string s4 = sys("2026-11-26 09:53", "Anna");
-  CHECK(lines_at(s4, t.classify(s4)) == std::vector<std::string>{"Current time: 2026-11-26 09:53", "Current sender: Anna"});
+  CHECK(lines_at(s4, t.classify(s4, kChat)) == std::vector<std::string>{"Current time: 2026-11-26 09:53", "Current sender: Anna"});
   const std::string s5 = sys("2026-11-26 09:56", "Anna");
-  CHECK(lines_at(s5, t.classify(s5)) == std::vector<std::string>{"Current time: 2026-11-26 09:56", "Current sender: Anna"});
+  CHECK(lines_at(s5, t.classify(s5, kChat)) == std::vector<std::string>{"Current time: 2026-11-26 09:56", "Current sender: Anna"});
 }
 
 TEST_CASE("a changing line is found at the start, in the middle, whatever its wording", "[unit][volatile]") {
@@ -115,33 +117,63 @@ TEST_CASE("a changing line is found at the start, in the middle, whatever its wo
   auto with_token = [](int k) {
     return "Session token: " + std::string(1, char('a' + k)) + "x" + std::string(1, char('q' + k)) + "\n" + static_part();
   };
-  CHECK(t.classify(with_token(0)).empty());  // nothing reads as a clock, nothing to compare with
-  CHECK(t.classify(with_token(1)) == std::vector<size_t>{0});
-  CHECK(t.classify(with_token(2)) == std::vector<size_t>{0});
+  CHECK(t.classify(with_token(0), kChat).empty());  // nothing reads as a clock, nothing to compare with
+  CHECK(t.classify(with_token(1), kChat) == std::vector<size_t>{0});
+  CHECK(t.classify(with_token(2), kChat) == std::vector<size_t>{0});
   // In the middle: the mood line between the rules and the memory.
   VolatileLineTracker m(VolatileOptions{});
   auto middle = [](const char* mood) {
     return "# bot\n\nRules:\n- be brief\n- be kind\n\nMood of the user: " + std::string(mood) + "\n\n" + static_part();
   };
-  CHECK(m.classify(middle("happy")).empty());
-  const auto idx = m.classify(middle("sleepy"));
+  CHECK(m.classify(middle("happy"), kChat).empty());
+  const auto idx = m.classify(middle("sleepy"), kChat);
   CHECK(lines_at(middle("sleepy"), idx) == std::vector<std::string>{"Mood of the user: sleepy"});
+}
+
+TEST_CASE("lines are learned within a conversation only; learned lines carry over to similar prompts", "[unit][volatile]") {
+  VolatileLineTracker t(VolatileOptions{});
+  auto sys = [](const std::string& soul, const std::string& sender) {
+    return static_part() + "\nSoul: " + soul + "\nCurrent sender: " + sender;
+  };
+  CHECK(t.classify(sys("calm", "Anna"), 1).empty());
+  // Another agent (another conversation) whose prompt differs in one line: not a clock.
+  CHECK(t.classify(sys("cheerful", "Anna"), 2).empty());
+  // Within conversation 1 the sender changes: learned.
+  CHECK(lines_at(sys("calm", "Ben"), t.classify(sys("calm", "Ben"), 1)) == std::vector<std::string>{"Current sender: Ben"});
+  // A new conversation of the same agent moves the learned line from its first request on.
+  CHECK(lines_at(sys("calm", "Cleo"), t.classify(sys("calm", "Cleo"), 3)) == std::vector<std::string>{"Current sender: Cleo"});
+}
+
+TEST_CASE("conversation_key: the first message after the system message", "[unit][volatile]") {
+  std::vector<ChatMessage> a(2), b(3);
+  a[0].role = b[0].role = "system";
+  a[0].content = "x";
+  b[0].content = "y";
+  a[1].role = b[1].role = "user";
+  a[1].content = b[1].content = "hello";
+  b[2].role = "assistant";
+  CHECK(conversation_key(a) == conversation_key(b));
+  CHECK(conversation_key(a) != 0);
+  b[1].content = "hello!";
+  CHECK(conversation_key(a) != conversation_key(b));
+  a.resize(1);
+  CHECK(conversation_key(a) == 0);
 }
 
 TEST_CASE("a different prompt or a timetable is not moved", "[unit][volatile]") {
   VolatileLineTracker t(VolatileOptions{});
-  CHECK(t.classify(static_part()).empty());
+  CHECK(t.classify(static_part(), kChat).empty());
   // Another prompt: most lines differ, nothing is learned from the comparison.
   std::string other = "You are a cook.\n";
   for (int i = 0; i < 30; ++i) other += "Recipe " + std::to_string(i) + " needs salt.\n";
-  CHECK(t.classify(other).empty());
+  CHECK(t.classify(other, kChat).empty());
   // A schedule of many times is content, not a clock.
   std::string timetable = "Bus times:\n";
   for (int h = 6; h < 20; ++h) timetable += std::to_string(h) + ":15 departs\n";
-  CHECK(t.classify(timetable).empty());
+  CHECK(t.classify(timetable, kChat).empty());
   // A long line is content even with a date in it.
   const std::string long_line = "Policy of 2024-01-01: " + std::string(400, 'x');
-  CHECK(t.classify(long_line).empty());
+  CHECK(t.classify(long_line, kChat).empty());
 }
 
 TEST_CASE("what was learned survives a restart through the state file; a bad file is ignored", "[unit][volatile]") {
@@ -155,14 +187,14 @@ TEST_CASE("what was learned survives a restart through the state file; a bad fil
   const std::string anna = sys("2026-11-26 10:03", "Anna");
   {
     VolatileLineTracker t(o);
-    t.classify(sys("2026-11-26 09:57", "Anna"));
-    CHECK(t.classify(ben).size() == 2);
+    t.classify(sys("2026-11-26 09:57", "Anna"), kChat);
+    CHECK(t.classify(ben, kChat).size() == 2);
   }
   REQUIRE(std::filesystem::exists(o.state_file));
   {
     VolatileLineTracker t(o);  // a restart
     CHECK(t.remembered() >= 1);
-    CHECK(lines_at(anna, t.classify(anna)) == std::vector<std::string>{"Current time: 2026-11-26 10:03", "Current sender: Anna"});
+    CHECK(lines_at(anna, t.classify(anna, kChat)) == std::vector<std::string>{"Current time: 2026-11-26 10:03", "Current sender: Anna"});
   }
   // Truncated, then garbage: ignored, the tracker starts empty and still works.
   std::string text;
@@ -170,12 +202,12 @@ TEST_CASE("what was learned survives a restart through the state file; a bad fil
     std::ifstream f(o.state_file);
     text.assign(std::istreambuf_iterator<char>(f), {});
   }
-  for (const std::string& bad : {text.substr(0, text.size() / 2), std::string("picolm-volatile-lines 1\nP zz 99999999\n"),
+  for (const std::string& bad : {text.substr(0, text.size() / 2), std::string("picolm-volatile-lines 2\nP zz 99999999\n"),
                                  text.substr(0, text.size() - 3) + "0\n"}) {
     std::ofstream(o.state_file, std::ios::trunc) << bad;
     VolatileLineTracker t(o);
     CHECK(t.remembered() == 0);
-    CHECK(lines_at(anna, t.classify(anna)) == std::vector<std::string>{"Current time: 2026-11-26 10:03"});
+    CHECK(lines_at(anna, t.classify(anna, kChat)) == std::vector<std::string>{"Current time: 2026-11-26 10:03"});
   }
   std::filesystem::remove_all(dir);
 }
