@@ -388,6 +388,10 @@ bool parse_chat_request(std::string_view body, ChatRequest& r, ApiError& err) {
     }
   }
   if (!parse_common_sampling(obj, r, err)) return false;
+  if (!obj["return_prompt"].get(v) && !v.is_null()) {
+    if (v.type() != dom::element_type::BOOL) return wrong_type(err, "return_prompt", "a boolean", v);
+    r.return_prompt = bool(v);
+  }
   if (!obj["stop"].get(v) && !v.is_null()) {
     if (v.type() == dom::element_type::STRING) {
       r.stop.emplace_back(std::string_view(v));
@@ -505,8 +509,15 @@ void write_timings(JsonWriter& w, const Timings& t) {
 
 // Provider extensions, only when there is something to say (clients ignore unknown fields).
 void write_picolm(JsonWriter& w, const Completion& c) {
-  if (c.dropped_messages <= 0) return;
-  w.key("picolm").begin_object().key("dropped_messages").value(c.dropped_messages).end_object();
+  if (c.dropped_messages <= 0 && c.volatile_lines_moved <= 0 && !c.evaluated_prompt_text) return;
+  w.key("picolm").begin_object();
+  if (c.dropped_messages > 0) w.key("dropped_messages").value(c.dropped_messages);
+  if (c.volatile_lines_moved > 0) w.key("volatile_lines_moved").value(c.volatile_lines_moved);
+  if (c.evaluated_prompt_text) {
+    w.key("prompt").value(*c.evaluated_prompt_text);
+    w.key("messages").raw(c.evaluated_messages_json);
+  }
+  w.end_object();
 }
 
 void write_head(JsonWriter& w, const ResponseIds& ids, const char* object) {
@@ -519,6 +530,40 @@ void write_head(JsonWriter& w, const ResponseIds& ids, const char* object) {
 
 }  // namespace
 
+namespace {
+// "tool_calls": [{"id", "type": "function", "function": {"name", "arguments"}}] of a request's
+// ToolCall or a reply's GeneratedToolCall (same fields).
+template <class Call>
+void write_tool_calls(JsonWriter& w, const std::vector<Call>& calls) {
+  w.key("tool_calls").begin_array();
+  for (const Call& tc : calls) {
+    w.begin_object();
+    w.key("id").value(tc.id);
+    w.key("type").value("function");
+    w.key("function").begin_object().key("name").value(tc.name).key("arguments").value(tc.arguments_json).end_object();
+    w.end_object();
+  }
+  w.end_array();
+}
+}  // namespace
+
+std::string messages_json(std::span<const ChatMessage> messages) {
+  JsonWriter w;
+  w.begin_array();
+  for (const ChatMessage& m : messages) {
+    w.begin_object();
+    w.key("role").value(m.role);
+    w.key("content").value(m.content);
+    if (!m.name.empty()) w.key("name").value(m.name);
+    if (!m.tool_call_id.empty()) w.key("tool_call_id").value(m.tool_call_id);
+    if (m.reasoning_content) w.key("reasoning_content").value(*m.reasoning_content);
+    if (!m.tool_calls.empty()) write_tool_calls(w, m.tool_calls);
+    w.end_object();
+  }
+  w.end_array();
+  return w.take();
+}
+
 std::string chat_completion_json(const ResponseIds& ids, const Completion& c) {
   JsonWriter w;
   w.begin_object();
@@ -530,17 +575,7 @@ std::string chat_completion_json(const ResponseIds& ids, const Completion& c) {
   w.key("content");
   if (c.content) w.value(*c.content); else w.null();
   if (c.reasoning_content) w.key("reasoning_content").value(*c.reasoning_content);
-  if (!c.tool_calls.empty()) {
-    w.key("tool_calls").begin_array();
-    for (const auto& tc : c.tool_calls) {
-      w.begin_object();
-      w.key("id").value(tc.id);
-      w.key("type").value("function");
-      w.key("function").begin_object().key("name").value(tc.name).key("arguments").value(tc.arguments_json).end_object();
-      w.end_object();
-    }
-    w.end_array();
-  }
+  if (!c.tool_calls.empty()) write_tool_calls(w, c.tool_calls);
   w.key("refusal").null();
   w.end_object();
   w.key("logprobs");

@@ -4,6 +4,7 @@
 #pragma once
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -62,6 +63,9 @@ struct ChatRequest {
   // llama.cpp do) and reasoning_effort; nullopt = not given.
   std::optional<bool> enable_thinking;
   std::optional<ReasoningEffort> reasoning_effort;
+  // Extension "return_prompt": true: the response's "picolm" object carries the prompt as the model
+  // was given it (the rendered text, and the messages after volatile lines were moved).
+  bool return_prompt = false;
 };
 
 // Parses and validates a POST /v1/chat/completions body. Unknown fields are ignored; a known field
@@ -98,6 +102,10 @@ struct Completion {
   int64_t reasoning_tokens = 0;  // of completion_tokens: the think block's (open and close tags included)
   int64_t cached_tokens = 0;
   int64_t dropped_messages = 0;  // oldest messages left out to fit the context ("picolm" extension field)
+  int64_t volatile_lines_moved = 0;  // system-message lines moved to the latest message (volatile_lines.h)
+  // ChatRequest::return_prompt: the prompt as evaluated ("picolm": {"prompt", "messages"}).
+  std::optional<std::string> evaluated_prompt_text;
+  std::string evaluated_messages_json;
   Timings timings;
   std::optional<std::vector<TokenLogprob>> logprobs;  // the request asked for logprobs: one per sampled token
 };
@@ -109,6 +117,8 @@ struct ResponseIds {
 };
 
 std::string chat_completion_json(const ResponseIds& ids, const Completion& c);
+// Messages as an OpenAI "messages" array (tool-call arguments as JSON strings).
+std::string messages_json(std::span<const ChatMessage> messages);
 // Stream chunks (the JSON after "data: ").
 std::string chunk_role_json(const ResponseIds& ids);
 // logprobs: the entries to attach to this chunk (nullptr: "logprobs": null).

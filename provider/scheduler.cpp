@@ -19,6 +19,7 @@
 #include "content_marks.h"
 #include "token_budget.h"
 #include "tool_format.h"
+#include "volatile_lines.h"
 
 namespace picolm {
 
@@ -254,6 +255,7 @@ struct Engine::Impl {
   std::unique_ptr<ThreadPool> pool;
   std::vector<Slot> slots;  // worker thread only (their count is fixed at create)
   std::unique_ptr<PromptCacheStore> cache;  // null when both tiers are off; shared by the slots
+  std::unique_ptr<VolatileLineTracker> volatile_lines;  // null with --volatile-context off (HTTP threads; locked)
   std::shared_ptr<const grammar::Vocabulary> vocab;
   grammar::GrammarCache grammars{opts.grammar_cache_mb << 20};  // opts is initialized first
   TemplateFamily family = TemplateFamily::ChatML;
@@ -380,6 +382,9 @@ Generation::Generation(Engine::Impl& engine, Slot& slot, std::shared_ptr<Job> jo
   out_.timings.queue_ms = ms_between(job_.arrived, started_);
   out_.prompt_tokens = static_cast<int64_t>(job_.prompt.size());
   out_.dropped_messages = job_.dropped_messages;
+  out_.volatile_lines_moved = job_.volatile_lines_moved;
+  out_.evaluated_prompt_text = job_.evaluated_prompt_text;
+  out_.evaluated_messages_json = job_.evaluated_messages_json;
   if (job_.cancelled()) {
     // Gone while queued: nothing was evaluated, so nothing is counted as prefill (issue 15 item 9).
     cancelled_ = true;
@@ -1174,6 +1179,12 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineOptions& opts, Metric
     };
     impl->cache = std::make_unique<PromptCacheStore>(std::move(co));
   }
+  if (opts.volatile_context) {
+    VolatileOptions vo;
+    // Beside the prompt cache's files, so a restart keeps the layout they were computed with.
+    if (!opts.cache_dir.empty()) vo.state_file = (std::filesystem::path(opts.cache_dir) / "volatile-lines.txt").string();
+    impl->volatile_lines = std::make_unique<VolatileLineTracker>(std::move(vo));
+  }
 
   impl->model_id = opts.model_id;
   if (impl->model_id.empty()) {
@@ -1227,7 +1238,24 @@ std::shared_ptr<Job> Engine::prepare(const ChatRequest& req, ApiError& err) {
   // tokens are parsed as such (content_marks.h).
   const Tokenizer& tok = s.model->tokenizer();
   const ControlTextFinder find_control = [&tok](std::string_view t) { return tok.find_control_text(t); };
-  const std::vector<ChatMessage> marked = mark_control_text(req.messages, s.family, find_control);
+  // Volatile lines of the system message (a clock, a sender) go into a note on the latest message,
+  // so the system prompt, the tools and the history stay a prefix the cache holds (volatile_lines.h).
+  RelocatedMessages relocated;
+  std::span<const ChatMessage> source = req.messages;
+  if (s.volatile_lines && !req.messages.empty() && req.messages[0].role == "system") {
+    const std::vector<size_t> lines = s.volatile_lines->classify(req.messages[0].content, conversation_key(req.messages));
+    if (!lines.empty()) {
+      relocated = relocate_volatile_lines(req.messages, lines);
+      if (!relocated.moved.empty()) {
+        source = relocated.messages;
+        job->volatile_lines_moved = static_cast<int64_t>(relocated.moved.size());
+      }
+    }
+  }
+  const bool keep_text = req.return_prompt || spdlog::should_log(spdlog::level::debug);
+  std::string evaluated_text;          // keep_text: the rendered prompt
+  size_t drop_first = 0, drop_end = 0;  // messages [drop_first, drop_end) of `source` were dropped
+  const std::vector<ChatMessage> marked = mark_control_text(source, s.family, find_control);
   const std::string tools_json = mark_control_text_json(req.tools_json, find_control);
   RenderOptions ro;
   std::vector<ChatMessage> messages;  // as rendered (tool history lowered where the family needs it)
@@ -1265,6 +1293,7 @@ std::shared_ptr<Job> Engine::prepare(const ChatRequest& req, ApiError& err) {
       return false;
     }
     const UnmarkedPrompt prompt = unmark_control_text(rendered.text);
+    if (keep_text) evaluated_text = prompt.text;
     job->prompt = tok.encode(prompt.text, false, prompt.plain);
     if (tok.add_bos() && tok.bos_id() >= 0 && (job->prompt.empty() || job->prompt[0] != tok.bos_id())) {
       job->prompt.insert(job->prompt.begin(), tok.bos_id());
@@ -1289,9 +1318,25 @@ std::shared_ptr<Job> Engine::prepare(const ChatRequest& req, ApiError& err) {
           continue;  // e.g. a template that wants a turn this cut removed: cut further
         }
         job->dropped_messages = static_cast<int64_t>(cuts.cuts[k] - cuts.first);
+        drop_first = cuts.first;
+        drop_end = cuts.cuts[k];
         if (fits()) break;
       }
     }
+  }
+  if (keep_text) {
+    spdlog::debug("evaluated prompt ({} tokens{}):\n{}", job->prompt.size(),
+                  relocated.moved.empty() ? std::string()
+                                          : fmt::format(", {} volatile system lines moved to message {}",
+                                                        relocated.moved.size(), relocated.note_message),
+                  evaluated_text);
+  }
+  if (req.return_prompt) {
+    std::vector<ChatMessage> kept(source.begin(), source.end());
+    if (drop_end > drop_first)
+      kept.erase(kept.begin() + static_cast<std::ptrdiff_t>(drop_first), kept.begin() + static_cast<std::ptrdiff_t>(drop_end));
+    job->evaluated_messages_json = messages_json(kept);
+    job->evaluated_prompt_text = std::move(evaluated_text);
   }
   job->stable_len = job->prompt.size();
   size_t last_user = messages.size();
@@ -1308,7 +1353,16 @@ std::shared_ptr<Job> Engine::prepare(const ChatRequest& req, ApiError& err) {
     hro.add_generation_prompt = false;
     size_t common = 0;
     if (!head.empty()) {
+      // The head is rendered with an empty user turn after it: the tokens it shares with the prompt
+      // then end where the last user message's content starts, also for templates that render a
+      // system message only inside the first user turn (Gemma 3) or refuse a conversation without
+      // a user turn (Qwen3.5: "No user query found"). Without it if the template refuses that.
+      head.push_back(ChatMessage{"user", "", {}, "", "", std::nullopt});
       ChatRenderResult h = render_chat(s.family, head, hro);
+      if (!h.ok) {
+        head.pop_back();
+        h = render_chat(s.family, head, hro);
+      }
       if (h.ok) {
         const UnmarkedPrompt hp = unmark_control_text(h.text);
         std::vector<int32_t> ht = tok.encode(hp.text, false, hp.plain);

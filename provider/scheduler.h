@@ -89,6 +89,9 @@ struct EngineOptions {
   size_t grammar_cache_mb = 64;  // compiled grammars kept (bytes incl. their mask caches)
   ReasoningMode reasoning = ReasoningMode::Auto;  // --reasoning: thinking when a request does not say
   JumpForward jump_forward = JumpForward::On;     // --jump-forward: forced grammar runs as one batch
+  // --volatile-context: the volatile lines of a system message (a clock, a sender) are moved into
+  // a note on the latest message, so the rest stays a cached prefix (volatile_lines.h).
+  bool volatile_context = true;
 };
 
 // How the reply is produced and read back.
@@ -132,6 +135,11 @@ class Job {
   std::chrono::steady_clock::time_point arrived, deadline;
   std::string endpoint;    // for the log line
   int64_t dropped_messages = 0;  // oldest messages left out to fit the context (ContextOverflow)
+  int64_t volatile_lines_moved = 0;  // system-message lines moved into the latest message's note
+  // The request asked for the evaluated prompt (ChatRequest::return_prompt): the rendered text and
+  // the messages it was rendered from (after moving volatile lines), as JSON.
+  std::optional<std::string> evaluated_prompt_text;
+  std::string evaluated_messages_json;
   int logprobs_top = -1;   // >= 0: record each sampled token's logprob with this many top tokens (logprobs.h)
   JumpForward jump_forward = JumpForward::On;  // EngineOptions::jump_forward (a bench may set it per job)
 

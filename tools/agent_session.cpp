@@ -1,5 +1,7 @@
 #include "agent_session.h"
 
+#include "json_writer.h"
+
 #include <cstdio>
 
 namespace picolm::tools {
@@ -327,25 +329,9 @@ void append_user(std::string& out, const std::string& text) {
 }  // namespace
 
 std::string json_string(const std::string& s) {
-  std::string out = "\"";
-  for (unsigned char c : s) {
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      default:
-        if (c < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof buf, "\\u%04x", c);
-          out += buf;
-        } else {
-          out += static_cast<char>(c);
-        }
-    }
-  }
-  return out + "\"";
+  std::string out;
+  json::append_json_string(out, s);
+  return out;
 }
 
 const std::string& agent_static_prompt() {

@@ -59,6 +59,12 @@ void usage(FILE* out) {
       "                          its prefix is unique, closing braces), write them in the model's own tokens\n"
       "                          and evaluate them as one batch (default on); step: the same tokens one per\n"
       "                          step (for comparison); off: sample every token\n"
+      "  --volatile-context on|off\n"
+      "                          move the volatile lines of a system message (a clock, a date, a sender:\n"
+      "                          lines that change while the rest stays) into a <current_context> note on\n"
+      "                          the latest message, so the system prompt, tools and history stay cached\n"
+      "                          (default on; off renders the messages as sent)\n"
+      "  --log-level LEVEL       debug|info|warn|error (default info); debug logs each evaluated prompt\n"
       "  --max-queue N           requests waiting for a free slot before 429 (default 16)\n"
       "  --timeout SEC           per-request limit incl. queue wait, then finish_reason length (default 110)\n"
       "  --max-body-mb N         largest request body (default 8)\n"
@@ -180,6 +186,23 @@ int main(int argc, char** argv) {
         return 2;
       }
       o.engine.jump_forward = *j;
+    }
+    else if (k == "--volatile-context") {
+      const std::string v = val();
+      if (v != "on" && v != "off") {
+        std::fprintf(stderr, "picolm-provider: --volatile-context takes on or off, not '%s'\n", v.c_str());
+        return 2;
+      }
+      o.engine.volatile_context = v == "on";
+    }
+    else if (k == "--log-level") {
+      const std::string v = val();
+      const spdlog::level::level_enum lv = spdlog::level::from_str(v);
+      if (lv == spdlog::level::off && v != "off") {
+        std::fprintf(stderr, "picolm-provider: --log-level takes debug, info, warn or error, not '%s'\n", v.c_str());
+        return 2;
+      }
+      spdlog::set_level(lv);
     }
     else if (k == "--max-queue") o.engine.max_queue = static_cast<size_t>(num(0, 1 << 20));
     else if (k == "--timeout") o.engine.timeout_sec = static_cast<double>(num(1, 1 << 24));
