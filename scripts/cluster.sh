@@ -6,7 +6,9 @@
 # 127.0.0.1:$PROXY_PORT (defaults: 8080 and BASE_PORT 8080, i.e. replicas on 8081..). All replicas
 # share one prompt-cache directory (--cache-dir, default the provider's). Clients use
 # http://127.0.0.1:8080/v1; each replica's metrics are at /replica/r<i>/metrics, the proxy's at
-# /haproxy/metrics. Ctrl-C drains and stops everything. Builds like scripts/run.sh (BUILD_DIR,
+# /haproxy/metrics. A replica that exits (crash, kill, drain after SIGTERM) leaves the proxy and the
+# other replicas running; Ctrl-C or SIGTERM to this script drains and stops everything, and so does
+# the proxy exiting. Builds like scripts/run.sh (BUILD_DIR,
 # PICOLM_CMAKE_ARGS); PROVIDER=path/to/picolm-provider skips the build. Installs haproxy if missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -70,7 +72,12 @@ for i in $(seq 1 "$n"); do
   done
 done
 replica_pids=""
-for i in $(seq 1 "$n"); do replica_pids+=" r$i=${pids[$((i - 1))]}"; done
+declare -A name_of
+for i in $(seq 1 "$n"); do
+  replica_pids+=" r$i=${pids[$((i - 1))]}"
+  name_of[${pids[$((i - 1))]}]=r$i
+done
+proxy_pid=${pids[$n]}
 cat <<EOF
 cluster up: $n replica(s) behind http://127.0.0.1:$PROXY_PORT/v1 (logs and haproxy.cfg in $run_dir)
   replica pids:$replica_pids
@@ -78,9 +85,29 @@ cluster up: $n replica(s) behind http://127.0.0.1:$PROXY_PORT/v1 (logs and hapro
        -d '{"messages":[{"role":"system","content":"You are terse."},{"role":"user","content":"Hi"}]}'
   curl -s http://127.0.0.1:$PROXY_PORT/replica/r1/metrics     # one replica's metrics
   curl -s http://127.0.0.1:$PROXY_PORT/haproxy/metrics        # the proxy's
-  kill -TERM <pid of a replica>                                 # try a drain: its requests finish, others go on
+  kill -TERM <pid of a replica>   # a drain: its requests finish, new ones go to the other replicas
+  kill -9 <pid of a replica>      # a crash: requests not yet answered are retried on the others
+  (the proxy and the other replicas keep running when a replica exits)
 Ctrl-C stops all.
 EOF
-wait -n "${pids[@]}" || true
-echo "a process exited; stopping the rest"
-cleanup 1
+# Until Ctrl-C/SIGTERM (the trap) or the proxy's exit: a replica that exits is reported and left out
+# (the proxy's health checks have moved its chats to the other replicas).
+live=("${pids[@]}")
+while :; do
+  exited="" status=0
+  wait -n -p exited "${live[@]}" || status=$?
+  if [ -z "$exited" ]; then
+    [ "$status" -ne 127 ] && continue  # (a signal; the trap has run)
+    echo "no process left to wait for; stopping"
+    cleanup 1
+  fi
+  rest=()
+  for p in "${live[@]}"; do [ "$p" = "$exited" ] || rest+=("$p"); done
+  live=("${rest[@]}")
+  if [ "$exited" = "$proxy_pid" ]; then
+    echo "the proxy exited (status $status); stopping the replicas"
+    cleanup 1
+  fi
+  name=${name_of[$exited]}
+  echo "replica $name (pid $exited) exited (status $status; log $run_dir/$name.log); the proxy and $((${#live[@]} - 1)) replica(s) go on"
+done

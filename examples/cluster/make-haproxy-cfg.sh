@@ -1,22 +1,35 @@
 #!/usr/bin/env bash
 # Prints an HAProxy 2.6 configuration for picolm-provider replicas (see examples/cluster/README.md).
-#   make-haproxy-cfg.sh [--listen HOST:PORT] [--maxconn N] [NAME=]HOST:PORT...
+#   make-haproxy-cfg.sh [--listen HOST:PORT] [--maxconn N] [--key-bytes N] [NAME=]HOST:PORT...
 # A replica without NAME= is called r1, r2, ... in its order on the command line; give each the same
 # name as its --instance-id, so logs, /metrics and the proxy's /replica/NAME/ paths agree.
+# --key-bytes N: a conversation is keyed on the first N bytes (default 2048) of its first message
+# with the digits taken out (0: the whole message); X-Prompt-Key overrides.
 # examples/cluster/haproxy.cfg is this script's output for three replicas on 127.0.0.1:8081-8083.
 set -euo pipefail
 listen=127.0.0.1:8080
 maxconn=4
+key_bytes=2048
 servers=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --listen) listen=$2; shift 2 ;;
     --maxconn) maxconn=$2; shift 2 ;;
-    -h|--help) sed -n '2,6p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --key-bytes) key_bytes=$2; shift 2 ;;
+    -h|--help) sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     -*) echo "make-haproxy-cfg.sh: unknown option $1" >&2; exit 2 ;;
     *) servers+=("$1"); shift ;;
   esac
 done
+if ! [[ $key_bytes =~ ^[0-9]+$ ]]; then
+  echo "make-haproxy-cfg.sh: --key-bytes wants a number of bytes (0 = the whole message), got '$key_bytes'" >&2
+  exit 2
+fi
+if [ "$key_bytes" -eq 0 ]; then
+  key_cut="" key_what="the whole of it"
+else
+  key_cut=",bytes(0,$key_bytes)" key_what="its first $key_bytes bytes"
+fi
 if [ ${#servers[@]} -eq 0 ]; then
   echo "make-haproxy-cfg.sh: give at least one replica address HOST:PORT" >&2
   exit 2
@@ -75,15 +88,20 @@ frontend picolm
     default_backend replicas
 
 backend replicas
-    # Route by the system prompt, so every request that shares one lands on the replica whose
-    # prompt cache holds it. The key is the client's X-Prompt-Key header if it sends one, else the
-    # first message's content (Chat Completions; a string or its first text part), else the instructions (Responses API); requests
-    # without any (GET /v1/models) go round robin.
+    # Route by the stable part of the system prompt, so every turn of a conversation lands on the
+    # replica whose slots and prompt cache hold it. The key is the first message's content (Chat
+    # Completions; a string or its first text part), else the instructions (Responses API), with
+    # its digits taken out, ${key_what} (make-haproxy-cfg.sh --key-bytes): PicoClaw's system
+    # message ends with a clock line that changes every minute and a sender line (and the date and
+    # time of day are digits wherever a client puts them), so the whole message would send every
+    # turn elsewhere. The client's X-Prompt-Key header, if it sends one, is the key instead.
+    # Requests without any (GET /v1/models) go round robin.
     option http-buffer-request
-    http-request set-var(txn.prompt_key) req.hdr(X-Prompt-Key) if { req.hdr(X-Prompt-Key) -m found }
-    http-request set-var(txn.prompt_key) req.body,json_query('\$.messages[0].content') if !{ var(txn.prompt_key) -m found } { method POST }
+    http-request set-var(txn.prompt_key) req.body,json_query('\$.messages[0].content') if { method POST }
     http-request set-var(txn.prompt_key) req.body,json_query('\$.messages[0].content[0].text') if !{ var(txn.prompt_key) -m found } { method POST }
     http-request set-var(txn.prompt_key) req.body,json_query('\$.instructions') if !{ var(txn.prompt_key) -m found } { method POST }
+    http-request set-var(txn.prompt_key) var(txn.prompt_key),regsub("[0-9]+",,g)${key_cut} if { var(txn.prompt_key) -m found }
+    http-request set-var(txn.prompt_key) req.hdr(X-Prompt-Key) if { req.hdr(X-Prompt-Key) -m found }
     balance hash var(txn.prompt_key)
     # Consistent: adding or losing a replica moves only the prompts it held. Bounded load: a replica
     # with more than 1.5x the average of active requests passes new ones to the next on the ring

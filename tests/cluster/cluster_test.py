@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Three picolm-provider replicas behind HAProxy (examples/cluster), on loopback (issue 22).
 
-  cluster_test.py PROVIDER MODEL WORKDIR
+  cluster_test.py PROVIDER MODEL WORKDIR AGENTBENCH SESSION_MODEL
 
 1. Routing: 3 system prompts x 20 requests. Every prompt is served, and prefilled, by exactly one
    replica: each response names its replica (X-Picolm-Instance); each replica's /metrics (read through
@@ -12,8 +12,13 @@
    completes, on another replica.
 3. Rolling restart: while 60 requests run, each replica in turn gets SIGTERM (drains, exits 0) and
    is started again: all 60 complete, none with an error.
-4. examples/cluster/haproxy.cfg is the generator's output and valid; scripts/cluster.sh 2 comes up,
+4. examples/cluster/haproxy.cfg is the generator's output and valid; scripts/cluster.sh 3 comes up,
    serves a chat through its proxy and stops on SIGINT.
+5. PicoClaw's 8-turn agent session (issue 27: one system message whose clock line moves 3 minutes a
+   turn; picolm-agentbench's session, SESSION_MODEL with a real Qwen3 vocabulary) through the proxy of
+   scripts/cluster.sh 3: picolm-agentbench --url puts turns 2-8 on one replica; then the session again,
+   and the replica holding it is killed (-9) between turns 4 and 5: every later turn is answered by
+   another replica, and the script keeps the proxy and the other replicas running.
 
 Only the Python standard library; everything listens on 127.0.0.1.
 """
@@ -98,7 +103,10 @@ def system_prompt(k):
     # Long and distinct from the first word on: about 600-700 tokens of the demo vocabulary each.
     topics = ["kitchen lights and the heating schedule", "a weekly shopping list with prices",
               "train times between three cities"]
-    words = ("You are assistant number %d. You help with %s. " % (k, topics[k % 3])) * 12
+    # The proxy keys on the prompt without its digits (examples/cluster): the assistant's name spells
+    # k in letters, so the 12 prompts of the rolling restart stay 12 keys.
+    name = "".join("abcdefghij"[int(d)] for d in str(k))
+    words = ("You are assistant %s. You help with %s. " % (name, topics[k % 3])) * 12
     return words + "Answer in one short sentence. Rules: %s" % ", ".join("rule %d-%d" % (k, i) for i in range(30))
 
 
@@ -280,13 +288,116 @@ def check_example_config():
     check(valid.returncode == 0, "haproxy -c accepts examples/cluster/haproxy.cfg: %s" % valid.stderr.strip()[-300:])
 
 
-def check_cluster_script(provider, workdir):
-    """scripts/cluster.sh 2 brings up two replicas and the proxy, serves a chat, and stops on SIGINT."""
-    base = free_port_run(2)
+def post_raw(port, body, timeout=120):
+    """POST a chat body through the proxy and read the whole answer (JSON or SSE): (status, instance, text)."""
+    c = http.client.HTTPConnection(HOST, port, timeout=timeout)
+    try:
+        c.request("POST", "/v1/chat/completions", body=body.encode("utf-8"),
+                  headers={"Content-Type": "application/json"})
+        resp = c.getresponse()
+        return resp.status, resp.getheader("X-Picolm-Instance"), resp.read().decode("utf-8", "replace")
+    except (OSError, http.client.HTTPException) as e:
+        return None, None, "%s: %s" % (type(e).__name__, e)
+    finally:
+        c.close()
+
+
+def wait_proxy_idle(proxy_port, timeout=10):
+    """Until the proxy counts no request on any replica. Bounded-load hashing (hash-balance-factor 150)
+    rightly passes a request on when its replica still counts the previous one as active, which a
+    client can see finished a moment before the proxy does; a chat's turns are minutes apart."""
+    until = time.time() + timeout
+    while time.time() < until:
+        _, _, text = request(proxy_port, "GET", "/haproxy/metrics", timeout=10)
+        busy = [line for line in text.splitlines()
+                if line.startswith('haproxy_server_current_sessions{proxy="replicas"') and not line.endswith(" 0")]
+        if "haproxy_server_current_sessions" in text and not busy:
+            return True
+        time.sleep(0.01)
+    return False
+
+
+def play(proxy_port, body):
+    """One turn after the previous one has left the proxy: (status, replica, uncached share or None, text)."""
+    wait_proxy_idle(proxy_port)
+    st, inst, text = post_raw(proxy_port, body)
+    share = None
+    prompt = re.findall(r'"prompt_tokens":(\d+)', text)
+    cached = re.findall(r'"cached_tokens":(\d+)', text)
+    if prompt and cached:
+        share = round((int(prompt[-1]) - int(cached[-1])) / int(prompt[-1]), 3)
+    return st, inst, share, text
+
+
+def check_agent_session(proc, base, log_name, agentbench, pids):
+    """Issue 27: PicoClaw's session through the proxy of scripts/cluster.sh (its clock line moves every
+    turn), then the replica holding it killed between two turns."""
+    bodies = subprocess.run([agentbench, "--print-requests", "--max-tokens", "4"], check=True,
+                            capture_output=True, text=True).stdout.splitlines()
+    check(len(bodies) == 8 and all('"content":"# picoclaw' in b for b in bodies),
+          "agent session: picolm-agentbench --print-requests gives 8 PicoClaw bodies")
+    turns = [play(base, b) for b in bodies]
+    print("agent session: replicas %s, uncached shares %s" % ([t[1] for t in turns], [t[2] for t in turns]))
+    check(all(st == 200 and "data: [DONE]" in text for st, _, _, text in turns),
+          "agent session: 8 turns answered through the proxy (%s)" %
+          [(st, text[-200:]) for st, _, _, text in turns if st != 200])
+    later = {t[1] for t in turns[1:]}
+    check(len(later) == 1, "agent session: turns 2-8 on one replica although the clock line changes: %s" %
+          sorted(map(str, later)))
+    holder = turns[-1][1]
+
+    # picolm-agentbench itself through the proxy (back to back: it does not wait for the proxy's
+    # accounting, so its turns may spill; only that every turn is answered is checked).
+    bench = subprocess.run([agentbench, "--url", "http://%s:%d" % (HOST, base), "--json", "--max-tokens", "4"],
+                           capture_output=True, text=True, timeout=300)
+    lines = [json.loads(line) for line in bench.stdout.splitlines() if line.startswith('{"turn"')]
+    print("picolm-agentbench --url: replicas %s" % [t["replica"] for t in lines])
+    check(bench.returncode == 0 and len(lines) == 8 and all(t["ok"] and t["replica"] for t in lines),
+          "picolm-agentbench --url through the proxy: 8 turns answered, each naming its replica (rc %d: %s)" %
+          (bench.returncode, bench.stderr[-300:]))
+
+    # The same session again (as a user who keeps chatting), the holder killed between turns 4 and 5.
+    first = [play(base, b) for b in bodies[:4]]
+    check(all(st == 200 and "data: [DONE]" in text for st, _, _, text in first),
+          "agent session: turns 1-4 answered (%s)" % [(st, text[-200:]) for st, _, _, text in first if st != 200])
+    check({t[1] for t in first} == {holder}, "agent session: turns 1-4 again on %s: %s" %
+          (holder, [t[1] for t in first]))
+    victim = pids.get(holder)
+    check(victim is not None, "agent session: the pid of %s from the banner (%s)" % (holder, pids))
+    if victim is None:
+        return
+    wait_proxy_idle(base)
+    os.kill(victim, signal.SIGKILL)
+    # No waiting for the proxy's health check: a refused connection is retried on another replica.
+    rest = [post_raw(base, b) for b in bodies[4:]]
+    print("agent session: after killing %s (pid %d), turns 5-8 on %s" % (holder, victim, [i for _, i, _ in rest]))
+    check(all(st == 200 and "data: [DONE]" in text for st, _, text in rest),
+          "agent session: every turn after the kill answered (%s)" %
+          [(st, text[-200:]) for st, _, text in rest if st != 200 or "data: [DONE]" not in text])
+    check(all(inst not in (None, holder) for _, inst, _ in rest),
+          "agent session: turns 5-8 answered by another replica than %s" % holder)
+    check(proc.poll() is None, "scripts/cluster.sh still runs after %s was killed" % holder)
+    until = time.time() + 10
+    reported = False
+    while time.time() < until and not reported:
+        with open(log_name) as f:
+            reported = "replica %s (pid %d) exited" % (holder, victim) in f.read()
+        time.sleep(0.05)
+    check(reported, "scripts/cluster.sh reports the exit of %s and goes on" % holder)
+    st, inst, _ = post_raw(base, json.dumps({"messages": [{"role": "user", "content": "still there?"}],
+                                             "max_tokens": 2}))
+    check(st == 200 and inst != holder, "the proxy still answers after the kill (%s from %s)" % (st, inst))
+
+
+def check_cluster_script(provider, workdir, agentbench, session_model):
+    """scripts/cluster.sh 3 brings up three replicas and the proxy, serves a chat and the agent session
+    (a replica killed in between), and stops on SIGINT."""
+    base = free_port_run(3)
     env = dict(os.environ, PROVIDER=provider, PROXY_PORT=str(base), BASE_PORT=str(base), TMPDIR=workdir)
     log = open(os.path.join(workdir, "cluster_sh.log"), "wb")
-    proc = subprocess.Popen(["bash", os.path.join(SOURCE, "scripts", "cluster.sh"), "2", "--cache-dir", "none",
-                             "-j", "1"], env=env, stdout=log, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(["bash", os.path.join(SOURCE, "scripts", "cluster.sh"), "3", "--cache-dir", "none",
+                             "-j", "1", "-m", session_model, "-c", "8192"],
+                            env=env, stdout=log, stderr=subprocess.STDOUT)
     try:
         up = False
         until = time.time() + 60
@@ -294,14 +405,17 @@ def check_cluster_script(provider, workdir):
             with open(log.name) as f:
                 up = "cluster up" in f.read()
             time.sleep(0.1)
-        check(up, "scripts/cluster.sh 2: cluster up (log %s)" % log.name)
+        check(up, "scripts/cluster.sh 3: cluster up (log %s)" % log.name)
+        with open(log.name) as f:
+            pids = {m.group(1): int(m.group(2)) for m in re.finditer(r"\b(r\d)=(\d+)", f.read())}
         time.sleep(1.2)  # the proxy's first health checks
         r = chat(base, 0, "hello", max_tokens=4)
-        check(r.status == 200 and r.finished and r.instance in ("r1", "r2"),
-              "scripts/cluster.sh 2: a chat through its proxy (%s, %s)" % (r.status, r.instance or r.error))
+        check(r.status == 200 and r.finished and r.instance in ("r1", "r2", "r3"),
+              "scripts/cluster.sh 3: a chat through its proxy (%s, %s)" % (r.status, r.instance or r.error))
         status, _, text = request(base, "GET", "/replica/r2/metrics", timeout=10)
         check(status == 200 and 'picolm_instance_info{instance_id="r2"} 1' in text,
-              "scripts/cluster.sh 2: /replica/r2/metrics")
+              "scripts/cluster.sh 3: /replica/r2/metrics")
+        check_agent_session(proc, base, log.name, agentbench, pids)
     finally:
         proc.send_signal(signal.SIGINT)
         try:
@@ -311,7 +425,7 @@ def check_cluster_script(provider, workdir):
             rc = "hung"
     check(rc == 0, "scripts/cluster.sh stopped on SIGINT (rc %s)" % rc)
     leftovers = []
-    for port in (base, base + 1, base + 2):
+    for port in range(base, base + 4):
         with socket.socket() as s:
             if s.connect_ex((HOST, port)) == 0:
                 leftovers.append(port)
@@ -321,7 +435,10 @@ def check_cluster_script(provider, workdir):
 def main():
     # ctest's timeout sends SIGTERM: unwind through the finally below, which stops every process.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit("cluster test: terminated"))
-    provider, model, workdir = sys.argv[1:4]
+    provider, model, workdir, agentbench, session_model = sys.argv[1:6]
+    for path in (provider, model, agentbench, session_model):
+        if not os.path.exists(path):
+            sys.exit("cluster test: %s is missing" % path)
     shutil.rmtree(workdir, ignore_errors=True)
     os.makedirs(workdir)
     check_example_config()
@@ -474,8 +591,8 @@ def main():
         still_running = sum(1 for r in rres if r is None)
         check(still_running == 0, "rolling: no request left over")
 
-        # ---- 4. the try-it-out script ----
-        check_cluster_script(provider, workdir)
+        # ---- 4, 5. the try-it-out script, PicoClaw's session through it ----
+        check_cluster_script(provider, workdir, agentbench, session_model)
     finally:
         for r in replicas:
             if r.proc and r.proc.poll() is None:
