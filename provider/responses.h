@@ -44,22 +44,29 @@ struct ResponseItem {
   std::string arguments;  // FunctionCall: the arguments object as JSON text
 };
 
-// Conversations of recent responses, for previous_response_id and item_reference. Bounded by the
-// number of responses and by the bytes of their items; the oldest go first.
+// Recent responses: their conversations, for previous_response_id and item_reference, and the
+// response objects, for GET /v1/responses/{id}. Bounded by the number of responses and by the
+// bytes of their items and objects; the oldest go first.
 class ResponseStore {
  public:
   explicit ResponseStore(size_t max_responses = 512, size_t max_bytes = 64u << 20);
   // conversation: the input items followed by the output items (which are indexed by id).
-  void put(const std::string& response_id, std::vector<ResponseItem> conversation);
+  // response_json: the response object as it was answered.
+  void put(const std::string& response_id, std::vector<ResponseItem> conversation, std::string response_json = {});
   std::optional<std::vector<ResponseItem>> conversation(const std::string& response_id) const;
   std::optional<ResponseItem> item(const std::string& item_id) const;
+  std::optional<std::string> response(const std::string& response_id) const;
+  // Forgets a response (DELETE /v1/responses/{id}); false if it is not kept.
+  bool erase(const std::string& response_id);
   size_t size() const;
 
  private:
   struct Entry {
     std::vector<ResponseItem> items;
+    std::string response_json;
     size_t bytes = 0;
   };
+  void erase_locked(std::map<std::string, Entry>::iterator it);
   mutable std::mutex mu_;
   const size_t max_responses_, max_bytes_;
   size_t bytes_ = 0;
