@@ -12,8 +12,9 @@
 // typed SSE events (response.created ... response.completed) with sequence numbers.
 //
 // Stored responses: with store (the default, as OpenAI's) the conversation of a response (its input
-// items and output items) is kept in memory, bounded (ResponseStore), so that previous_response_id
-// and item_reference work; after a restart, or once evicted, they are a 400 naming the id.
+// items and output items) and its response object are kept in memory, bounded (ResponseStore), so
+// that previous_response_id, item_reference and GET / DELETE /v1/responses/{id} work; after a
+// restart, a delete, or once evicted, they are a 400 (404 for GET / DELETE) naming the id.
 //
 // Thread-safety: the functions are pure; a ResponseStore is internally synchronized; a
 // ResponsesStream belongs to one streaming response.
