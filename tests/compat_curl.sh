@@ -161,6 +161,8 @@ check "GET /v1/responses/{id} -> the same response object" \
   "status == 200 and j == json.load(open('$workdir/created'))"
 req GET "/responses/$id"
 check "GET /responses/{id} (no /v1) too" "status == 200 and j['id'] == '$id'"
+req GET "/v1/responses/$id?stream=true"
+check "GET ?stream=true -> 400 naming stream" "status == 400 and j['error']['param'] == 'stream'"
 req DELETE "/v1/responses/$id"
 check "DELETE -> deleted" "status == 200 and j == {'id': '$id', 'object': 'response.deleted', 'deleted': True}"
 req GET "/v1/responses/$id"
