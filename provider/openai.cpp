@@ -3,6 +3,7 @@
 #include <simdjson.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <optional>
 #include <string_view>
@@ -104,6 +105,24 @@ bool get_int(dom::element e, const std::string& param, int64_t lo, int64_t hi, s
   return true;
 }
 
+bool unsupported_content_part(ApiError& err, const std::string& param, const std::string& type,
+                              const char* supported) {
+  // Images, audio and files get a 400 in the words clients look for before falling back to another
+  // model or to text only (PicoClaw's isVisionUnsupportedError: "does not support image input").
+  const char* kind = nullptr;
+  if (type == "image_url" || type == "input_image" || type == "image") kind = "image";
+  else if (type == "input_audio" || type == "audio") kind = "audio";
+  else if (type == "file" || type == "input_file") kind = "file";
+  if (!kind) return fail(err, param, "content part type '" + type + "' is not supported (" + supported + ")");
+  std::string part = param;
+  if (part.ends_with(".type")) part.resize(part.size() - 5);
+  fail(err, param,
+       std::string("this model does not support ") + kind + " input ('" + part + "' is a part of type '" + type +
+           "'; this provider serves text-only models)");
+  err.code = std::string(kind) + "_input_not_supported";
+  return false;
+}
+
 // Message content: a string, null, or an array of {"type":"text","text":...} parts (joined).
 bool get_content(dom::element e, const std::string& param, std::string& out, ApiError& err) {
   if (e.is_null()) { out.clear(); return true; }
@@ -121,11 +140,32 @@ bool get_content(dom::element e, const std::string& param, std::string& out, Api
       if (err.message.empty()) fail(err, p + ".type", "'" + p + ".type' is required");
       return false;
     }
-    if (type_s != "text") return fail(err, p + ".type", "content part type '" + type_s + "' is not supported (text only)");
+    if (type_s != "text") return unsupported_content_part(err, p + ".type", type_s, "text only");
     std::string t;
     if (part["text"].get(text)) return fail(err, p + ".text", "'" + p + ".text' is required");
     if (!get_string(text, p + ".text", t, err)) return false;
     out += t;
+  }
+  return true;
+}
+
+// A call's "arguments" in `parent` (absent: {}): a JSON object encoded as a string, or an object.
+bool parse_call_arguments(dom::element parent, const std::string& p, std::string& out, ApiError& err) {
+  dom::element x;
+  if (parent["arguments"].get(x)) {
+    out = "{}";
+  } else if (x.type() == dom::element_type::STRING) {
+    // Arguments arrive as a JSON string; the templates need them to be a JSON object.
+    dom::parser sub;
+    dom::element parsed;
+    if (sub.parse(std::string(std::string_view(x))).get(parsed) || parsed.type() != dom::element_type::OBJECT) {
+      return fail(err, p + ".arguments", "'" + p + ".arguments' must be a JSON object encoded as a string");
+    }
+    out = simdjson::minify(parsed);
+  } else if (x.type() == dom::element_type::OBJECT) {
+    out = simdjson::minify(x);
+  } else {
+    return wrong_type(err, p + ".arguments", "a string", x);
   }
   return true;
 }
@@ -141,12 +181,27 @@ bool parse_messages(dom::element msgs, std::vector<ChatMessage>& out, ApiError& 
     if (m["role"].get(v)) return fail(err, p + ".role", "'" + p + ".role' is required");
     if (!get_string(v, p + ".role", msg.role, err)) return false;
     if (msg.role == "developer") msg.role = "system";  // OpenAI's newer name for the system role
+    const bool legacy_function = msg.role == "function";  // the legacy tool result: {"name", "content"}
+    if (legacy_function) msg.role = "tool";
     if (msg.role != "system" && msg.role != "user" && msg.role != "assistant" && msg.role != "tool") {
       return fail(err, p + ".role", "unknown role '" + msg.role + "'");
     }
     if (!m["content"].get(v) && !get_content(v, p + ".content", msg.content, err)) return false;
     if (!m["name"].get(v) && !v.is_null() && !get_string(v, p + ".name", msg.name, err)) return false;
-    if (msg.role == "tool") {
+    if (legacy_function) {
+      if (msg.name.empty()) return fail(err, p + ".name", "'" + p + ".name' is required for role function");
+      // It answers the latest call of that function (legacy calls carry no id).
+      bool found = false;
+      for (auto prev = out.rbegin(); prev != out.rend() && !found; ++prev) {
+        for (const ToolCall& c : prev->tool_calls) {
+          if (c.name == msg.name && !found) {
+            msg.tool_call_id = c.id;
+            found = true;
+          }
+        }
+      }
+      if (!found) msg.tool_call_id = "call_fn_" + msg.name;
+    } else if (msg.role == "tool") {
       if (m["tool_call_id"].get(v)) return fail(err, p + ".tool_call_id", "'" + p + ".tool_call_id' is required for role tool");
       if (!get_string(v, p + ".tool_call_id", msg.tool_call_id, err)) return false;
     }
@@ -168,28 +223,45 @@ bool parse_messages(dom::element msgs, std::vector<ChatMessage>& out, ApiError& 
         if (fn.type() != dom::element_type::OBJECT) return wrong_type(err, q + ".function", "an object", fn);
         if (fn["name"].get(x)) return fail(err, q + ".function.name", "'" + q + ".function.name' is required");
         if (!get_string(x, q + ".function.name", call.name, err)) return false;
-        if (fn["arguments"].get(x)) {
-          call.arguments_json = "{}";
-        } else if (x.type() == dom::element_type::STRING) {
-          // Arguments arrive as a JSON string; the templates need them to be a JSON object.
-          std::string_view s = x;
-          dom::parser sub;
-          dom::element parsed;
-          if (sub.parse(std::string(s)).get(parsed) || parsed.type() != dom::element_type::OBJECT) {
-            return fail(err, q + ".function.arguments", "'" + q + ".function.arguments' must be a JSON object encoded as a string");
-          }
-          call.arguments_json = simdjson::minify(parsed);
-        } else if (x.type() == dom::element_type::OBJECT) {
-          call.arguments_json = simdjson::minify(x);
-        } else {
-          return wrong_type(err, q + ".function.arguments", "a string", x);
-        }
+        if (!parse_call_arguments(fn, q + ".function", call.arguments_json, err)) return false;
         msg.tool_calls.push_back(std::move(call));
       }
+    }
+    if (msg.role == "assistant" && !m["function_call"].get(v) && !v.is_null()) {
+      // Legacy: one call, without an id; the function message answering it refers to it by name.
+      if (v.type() != dom::element_type::OBJECT) return wrong_type(err, p + ".function_call", "an object", v);
+      ToolCall call;
+      dom::element x;
+      call.id = "call_fn_" + std::to_string(i - 1);
+      if (v["name"].get(x)) return fail(err, p + ".function_call.name", "'" + p + ".function_call.name' is required");
+      if (!get_string(x, p + ".function_call.name", call.name, err)) return false;
+      if (!parse_call_arguments(v, p + ".function_call", call.arguments_json, err)) return false;
+      msg.tool_calls.push_back(std::move(call));
     }
     out.push_back(std::move(msg));
   }
   if (out.empty()) return fail(err, "messages", "'messages' must not be empty");
+  return true;
+}
+
+// One function definition {"name", "description"?, "parameters"?} (p names it in errors).
+bool parse_function(dom::element fn, const std::string& p, ChatRequest& r, ApiError& err) {
+  if (fn.type() != dom::element_type::OBJECT) return wrong_type(err, p, "an object", fn);
+  dom::element v;
+  ToolSpec spec;
+  if (fn["name"].get(v)) return fail(err, p + ".name", "'" + p + ".name' is required");
+  if (!get_string(v, p + ".name", spec.name, err)) return false;
+  if (spec.name.empty()) return fail(err, p + ".name", "tool names must not be empty");
+  for (const auto& other : r.tools) {
+    if (other.name == spec.name) return fail(err, p + ".name", "duplicate tool name '" + spec.name + "'");
+  }
+  if (!fn["description"].get(v) && !v.is_null() && !get_string(v, p + ".description", spec.description, err)) return false;
+  spec.parameters_json = "{}";
+  if (!fn["parameters"].get(v) && !v.is_null()) {
+    if (v.type() != dom::element_type::OBJECT) return wrong_type(err, p + ".parameters", "an object", v);
+    spec.parameters_json = simdjson::minify(v);
+  }
+  r.tools.push_back(std::move(spec));
   return true;
 }
 
@@ -205,23 +277,43 @@ bool parse_tools(dom::element tools, ChatRequest& r, ApiError& err) {
     if (!t["type"].get(v) && !get_string(v, p + ".type", type, err)) return false;
     if (type != "function") return fail(err, p + ".type", "tool type '" + type + "' is not supported (function only)");
     if (t["function"].get(fn)) return fail(err, p + ".function", "'" + p + ".function' is required");
-    if (fn.type() != dom::element_type::OBJECT) return wrong_type(err, p + ".function", "an object", fn);
-    ToolSpec spec;
-    if (fn["name"].get(v)) return fail(err, p + ".function.name", "'" + p + ".function.name' is required");
-    if (!get_string(v, p + ".function.name", spec.name, err)) return false;
-    if (spec.name.empty()) return fail(err, p + ".function.name", "tool names must not be empty");
-    for (const auto& other : r.tools) {
-      if (other.name == spec.name) return fail(err, p + ".function.name", "duplicate tool name '" + spec.name + "'");
-    }
-    if (!fn["description"].get(v) && !v.is_null() && !get_string(v, p + ".function.description", spec.description, err)) return false;
-    spec.parameters_json = "{}";
-    if (!fn["parameters"].get(v) && !v.is_null()) {
-      if (v.type() != dom::element_type::OBJECT) return wrong_type(err, p + ".function.parameters", "an object", v);
-      spec.parameters_json = simdjson::minify(v);
-    }
-    r.tools.push_back(std::move(spec));
+    if (!parse_function(fn, p + ".function", r, err)) return false;
   }
   if (!r.tools.empty()) r.tools_json = simdjson::minify(tools);
+  return true;
+}
+
+// The legacy "functions" array (a function object each, as inside a tool): the same tools, and
+// the tools array the templates read. function_call becomes tool_choice.
+bool parse_legacy_functions(dom::object obj, ChatRequest& r, ApiError& err) {
+  dom::element fns, v;
+  if (obj["functions"].get(fns) || fns.is_null()) return true;
+  if (!r.tools.empty()) return fail(err, "functions", "give either 'tools' or the legacy 'functions', not both");
+  if (fns.type() != dom::element_type::ARRAY) return wrong_type(err, "functions", "an array", fns);
+  JsonWriter tools;
+  tools.begin_array();
+  size_t i = 0;
+  for (dom::element fn : dom::array(fns)) {
+    if (!parse_function(fn, "functions[" + std::to_string(i++) + "]", r, err)) return false;
+    tools.begin_object().key("type").value("function").key("function").raw(simdjson::minify(fn)).end_object();
+  }
+  tools.end_array();
+  if (!r.tools.empty()) r.tools_json = tools.take();
+  r.legacy_functions = true;
+  r.parallel_tool_calls = false;  // a legacy reply holds one function_call
+  if (!obj["function_call"].get(v) && !v.is_null()) {
+    if (!obj["tool_choice"].get(fns) && !fns.is_null()) {
+      return fail(err, "function_call", "give either 'tool_choice' or the legacy 'function_call', not both");
+    }
+    if (v.type() == dom::element_type::STRING && (std::string_view(v) == "none" || std::string_view(v) == "auto")) {
+      r.tool_choice = std::string_view(v) == "none" ? ToolChoice::None : ToolChoice::Auto;
+    } else if (v.type() == dom::element_type::OBJECT && !v["name"].get(fns) && fns.type() == dom::element_type::STRING) {
+      r.tool_choice = ToolChoice::Named;
+      r.tool_choice_name = std::string(std::string_view(fns));
+    } else {
+      return fail(err, "function_call", "'function_call' must be none, auto or {\"name\": ...}");
+    }
+  }
   return true;
 }
 
@@ -284,22 +376,56 @@ bool get_bool(dom::element e, const std::string& param, std::optional<bool>& out
   return true;
 }
 
-// reasoning_effort and chat_template_kwargs.enable_thinking (llama.cpp server, vLLM); a top-level
-// enable_thinking too. Other template kwargs are ignored: the templates we render read no others.
+// The thinking switches clients send, resolved into one on/off switch (enable_thinking) and one
+// effort, most specific first (README "Thinking"):
+//   switch: chat_template_kwargs.enable_thinking (llama.cpp server, vLLM), a top-level
+//           enable_thinking, thinking.type enabled|disabled (Anthropic's shape, which PicoClaw
+//           sends), reasoning.enabled (OpenRouter);
+//   effort: reasoning_effort (OpenAI chat), reasoning.effort (Responses API, OpenRouter).
+// plan_thinking then lets the switch win over the effort (effort none = off). Other keys of
+// chat_template_kwargs, thinking (budget_tokens) and reasoning (max_tokens, exclude, summary) are
+// ignored: the templates read no others and the budget is the effort's share of max_tokens.
 bool parse_thinking(dom::object obj, ChatRequest& r, ApiError& err) {
-  dom::element v;
-  if (!obj["reasoning_effort"].get(v) && !v.is_null()) {
+  dom::element v, x;
+  // Each field given is validated; the first one given sets the value.
+  auto effort_from = [&](dom::element e, const std::string& param) {
+    if (e.is_null()) return true;
     std::string name;
-    if (!get_string(v, "reasoning_effort", name, err)) return false;
-    r.reasoning_effort = reasoning_effort_from_name(name);
-    if (!r.reasoning_effort) return fail(err, "reasoning_effort", "'reasoning_effort' must be none, minimal, low, medium or high");
-  }
-  if (!obj["enable_thinking"].get(v) && !get_bool(v, "enable_thinking", r.enable_thinking, err)) return false;
+    if (!get_string(e, param, name, err)) return false;
+    std::optional<ReasoningEffort> effort = reasoning_effort_from_name(name);
+    if (!effort) return fail(err, param, "'" + param + "' must be none, minimal, low, medium, high, xhigh or max");
+    if (!r.reasoning_effort) r.reasoning_effort = effort;
+    return true;
+  };
+  auto switch_from = [&](dom::element e, const std::string& param) {
+    std::optional<bool> on;
+    if (!get_bool(e, param, on, err)) return false;
+    if (!r.enable_thinking) r.enable_thinking = on;
+    return true;
+  };
   if (!obj["chat_template_kwargs"].get(v) && !v.is_null()) {
     if (v.type() != dom::element_type::OBJECT) return wrong_type(err, "chat_template_kwargs", "an object", v);
-    dom::element et;
-    if (!v["enable_thinking"].get(et) && !get_bool(et, "chat_template_kwargs.enable_thinking", r.enable_thinking, err)) return false;
+    if (!v["enable_thinking"].get(x) && !switch_from(x, "chat_template_kwargs.enable_thinking")) return false;
   }
+  if (!obj["enable_thinking"].get(v) && !switch_from(v, "enable_thinking")) return false;
+  if (!obj["thinking"].get(v) && !v.is_null()) {
+    if (v.type() != dom::element_type::OBJECT) return wrong_type(err, "thinking", "an object", v);
+    std::string type;
+    if (v["type"].get(x) || x.is_null()) return fail(err, "thinking.type", "'thinking.type' is required (enabled or disabled)");
+    if (!get_string(x, "thinking.type", type, err)) return false;
+    if (type != "enabled" && type != "disabled") {
+      return fail(err, "thinking.type", "'thinking.type' must be enabled or disabled");
+    }
+    if (!r.enable_thinking) r.enable_thinking = type == "enabled";
+  }
+  std::optional<dom::element> reasoning;
+  if (!obj["reasoning"].get(v) && !v.is_null()) {
+    if (v.type() != dom::element_type::OBJECT) return wrong_type(err, "reasoning", "an object", v);
+    reasoning = v;
+    if (!v["enabled"].get(x) && !switch_from(x, "reasoning.enabled")) return false;
+  }
+  if (!obj["reasoning_effort"].get(v) && !effort_from(v, "reasoning_effort")) return false;
+  if (reasoning && !(*reasoning)["effort"].get(x) && !effort_from(x, "reasoning.effort")) return false;
   return true;
 }
 
@@ -356,6 +482,7 @@ bool parse_chat_request(std::string_view body, ChatRequest& r, ApiError& err) {
     if (v.type() != dom::element_type::BOOL) return wrong_type(err, "parallel_tool_calls", "a boolean", v);
     r.parallel_tool_calls = bool(v);
   }
+  if (!parse_legacy_functions(obj, r, err)) return false;
   if (!obj["response_format"].get(v) && !v.is_null()) {
     if (v.type() != dom::element_type::OBJECT) return wrong_type(err, "response_format", "an object", v);
     dom::element t;
@@ -520,6 +647,11 @@ void write_picolm(JsonWriter& w, const Completion& c) {
   w.end_object();
 }
 
+// A legacy functions request ends a call with "function_call" instead of "tool_calls".
+std::string_view finish_reason_of(const ResponseIds& ids, std::string_view finish_reason) {
+  return ids.legacy_functions && finish_reason == "tool_calls" ? "function_call" : finish_reason;
+}
+
 void write_head(JsonWriter& w, const ResponseIds& ids, const char* object) {
   w.key("id").value(ids.id);
   w.key("object").value(object);
@@ -575,12 +707,17 @@ std::string chat_completion_json(const ResponseIds& ids, const Completion& c) {
   w.key("content");
   if (c.content) w.value(*c.content); else w.null();
   if (c.reasoning_content) w.key("reasoning_content").value(*c.reasoning_content);
-  if (!c.tool_calls.empty()) write_tool_calls(w, c.tool_calls);
+  if (ids.legacy_functions && !c.tool_calls.empty()) {
+    const GeneratedToolCall& tc = c.tool_calls.front();  // the request allowed one call
+    w.key("function_call").begin_object().key("name").value(tc.name).key("arguments").value(tc.arguments_json).end_object();
+  } else if (!c.tool_calls.empty()) {
+    write_tool_calls(w, c.tool_calls);
+  }
   w.key("refusal").null();
   w.end_object();
   w.key("logprobs");
   if (c.logprobs) w.raw(logprobs_json(*c.logprobs)); else w.null();
-  w.key("finish_reason").value(c.finish_reason);
+  w.key("finish_reason").value(finish_reason_of(ids, c.finish_reason));
   w.end_object().end_array();
   write_usage(w, c);
   write_timings(w, c.timings);
@@ -629,6 +766,12 @@ std::string chunk_reasoning_json(const ResponseIds& ids, std::string_view delta)
 
 std::string chunk_tool_call_json(const ResponseIds& ids, size_t index, const GeneratedToolCall& call) {
   JsonWriter w = chunk_begin(ids);
+  if (ids.legacy_functions) {
+    w.key("delta").begin_object().key("function_call").begin_object();
+    w.key("name").value(call.name).key("arguments").value(call.arguments_json);
+    w.end_object().end_object();
+    return chunk_end(w, nullptr);
+  }
   w.key("delta").begin_object().key("tool_calls").begin_array().begin_object();
   w.key("index").value(static_cast<int64_t>(index));
   w.key("id").value(call.id);
@@ -642,7 +785,7 @@ std::string chunk_finish_json(const ResponseIds& ids, std::string_view finish_re
                               const std::vector<TokenLogprob>* logprobs) {
   JsonWriter w = chunk_begin(ids);
   w.key("delta").begin_object().end_object();
-  std::string fr(finish_reason);
+  std::string fr(finish_reason_of(ids, finish_reason));
   return chunk_end(w, fr.c_str(), logprobs);
 }
 
@@ -704,10 +847,20 @@ void write_token_bytes(JsonWriter& w, const std::string& token) {
 }
 }  // namespace
 
+std::vector<std::string> served_model_ids(const std::string& model_id) {
+  std::vector<std::string> ids{model_id};
+  auto lower = [](std::string s) {
+    for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    return s;
+  };
+  if (lower(model_id) != kModelAlias) ids.emplace_back(kModelAlias);
+  return ids;
+}
+
 std::string models_json(const std::string& model_id, int64_t created, int64_t n_ctx) {
   JsonWriter w;
   w.begin_object().key("object").value("list").key("data").begin_array();
-  write_model(w, model_id, created, n_ctx);
+  for (const std::string& id : served_model_ids(model_id)) write_model(w, id, created, n_ctx);
   w.end_array().end_object();
   return w.take();
 }

@@ -59,13 +59,16 @@ struct ChatRequest {
   // most likely allowed tokens of each step.
   bool logprobs = false;
   int top_logprobs = 0;
-  // Thinking: chat_template_kwargs.enable_thinking (also accepted at the top level, as vLLM and
-  // llama.cpp do) and reasoning_effort; nullopt = not given.
+  // Thinking, resolved from every switch clients send (parse_thinking in openai.cpp has the
+  // order): on/off and the effort; nullopt = not given.
   std::optional<bool> enable_thinking;
   std::optional<ReasoningEffort> reasoning_effort;
   // Extension "return_prompt": true: the response's "picolm" object carries the prompt as the model
   // was given it (the rendered text, and the messages after volatile lines were moved).
   bool return_prompt = false;
+  // The tools came as the legacy "functions" (function_call as tool_choice): one call at most,
+  // answered as message.function_call with finish_reason "function_call".
+  bool legacy_functions = false;
 };
 
 // Parses and validates a POST /v1/chat/completions body. Unknown fields are ignored; a known field
@@ -114,6 +117,7 @@ struct ResponseIds {
   std::string id;       // chatcmpl-...
   int64_t created = 0;  // unix seconds
   std::string model;
+  bool legacy_functions = false;  // ChatRequest::legacy_functions: the call as function_call
 };
 
 std::string chat_completion_json(const ResponseIds& ids, const Completion& c);
@@ -131,6 +135,12 @@ std::string chunk_finish_json(const ResponseIds& ids, std::string_view finish_re
 std::string chunk_usage_json(const ResponseIds& ids, const Completion& c);
 // /tool_call response: {"tool_calls":[{"id","name","arguments":{...}}],"content"?,"finish_reason","usage"}
 std::string tool_call_response_json(const Completion& c);
+// The provider's one model is also listed as "picolm" (the id examples/picoclaw configures as
+// openai/picolm), so a client that checks /v1/models for its configured id finds it whatever
+// GGUF file is served. Requests may name any model; this only matters to such checks.
+inline constexpr std::string_view kModelAlias = "picolm";
+// The ids /v1/models lists: model_id, then kModelAlias unless model_id already is it.
+std::vector<std::string> served_model_ids(const std::string& model_id);
 std::string models_json(const std::string& model_id, int64_t created, int64_t n_ctx);
 // GET /v1/models/{id}: the one model object.
 std::string model_json(const std::string& model_id, int64_t created, int64_t n_ctx);

@@ -30,7 +30,8 @@ std::optional<ReasoningEffort> reasoning_effort_from_name(std::string_view name)
   if (n == "none") return ReasoningEffort::None;
   if (n == "minimal" || n == "low") return ReasoningEffort::Low;  // OpenAI's "minimal": the least thinking we offer
   if (n == "medium") return ReasoningEffort::Medium;
-  if (n == "high") return ReasoningEffort::High;
+  // xhigh and max (openai's newer names, OpenRouter's xhigh): the most thinking we offer.
+  if (n == "high" || n == "xhigh" || n == "max") return ReasoningEffort::High;
   return std::nullopt;
 }
 

@@ -26,7 +26,7 @@ enum class ReasoningEffort : uint8_t { None, Low, Medium, High };
 // does by itself (Qwen3 and SmolLM3 think by default).
 enum class ReasoningMode : uint8_t { Auto, On, Off };
 
-std::optional<ReasoningEffort> reasoning_effort_from_name(std::string_view name);  // none|minimal|low|medium|high
+std::optional<ReasoningEffort> reasoning_effort_from_name(std::string_view name);  // none|minimal|low|medium|high|xhigh|max
 std::optional<ReasoningMode> reasoning_mode_from_name(std::string_view name);      // auto|on|off
 
 // The default share of max_tokens thinking may use, and its ceiling in tokens:

@@ -2,6 +2,7 @@
 
 #include <simdjson.h>
 
+#include <algorithm>
 #include <map>
 #include <utility>
 
@@ -28,21 +29,17 @@ size_t item_bytes(const ResponseItem& it) {
 ResponseStore::ResponseStore(size_t max_responses, size_t max_bytes)
     : max_responses_(max_responses), max_bytes_(max_bytes) {}
 
-void ResponseStore::put(const std::string& response_id, std::vector<ResponseItem> conversation) {
+void ResponseStore::put(const std::string& response_id, std::vector<ResponseItem> conversation,
+                        std::string response_json) {
   Entry e;
   for (const auto& it : conversation) e.bytes += item_bytes(it);
+  e.bytes += response_json.size();
   e.items = std::move(conversation);
+  e.response_json = std::move(response_json);
   std::lock_guard<std::mutex> lock(mu_);
   if (e.bytes > max_bytes_ || responses_.count(response_id)) return;  // too large to keep; ids are unique
   while (!order_.empty() && (order_.size() >= max_responses_ || bytes_ + e.bytes > max_bytes_)) {
-    auto old = responses_.find(order_.front());
-    for (const auto& it : old->second.items) {
-      auto ref = items_.find(it.id);
-      if (ref != items_.end() && ref->second.first == old->first) items_.erase(ref);
-    }
-    bytes_ -= old->second.bytes;
-    responses_.erase(old);
-    order_.pop_front();
+    erase_locked(responses_.find(order_.front()));
   }
   for (size_t i = 0; i < e.items.size(); ++i) {
     if (!e.items[i].id.empty()) items_[e.items[i].id] = {response_id, i};
@@ -52,11 +49,36 @@ void ResponseStore::put(const std::string& response_id, std::vector<ResponseItem
   responses_.emplace(response_id, std::move(e));
 }
 
+void ResponseStore::erase_locked(std::map<std::string, Entry>::iterator old) {
+  for (const auto& it : old->second.items) {
+    auto ref = items_.find(it.id);
+    if (ref != items_.end() && ref->second.first == old->first) items_.erase(ref);
+  }
+  bytes_ -= old->second.bytes;
+  order_.erase(std::find(order_.begin(), order_.end(), old->first));
+  responses_.erase(old);
+}
+
+bool ResponseStore::erase(const std::string& response_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = responses_.find(response_id);
+  if (it == responses_.end()) return false;
+  erase_locked(it);
+  return true;
+}
+
 std::optional<std::vector<ResponseItem>> ResponseStore::conversation(const std::string& response_id) const {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = responses_.find(response_id);
   if (it == responses_.end()) return std::nullopt;
   return it->second.items;
+}
+
+std::optional<std::string> ResponseStore::response(const std::string& response_id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = responses_.find(response_id);
+  if (it == responses_.end() || it->second.response_json.empty()) return std::nullopt;
+  return it->second.response_json;
 }
 
 std::optional<ResponseItem> ResponseStore::item(const std::string& item_id) const {
@@ -93,7 +115,7 @@ bool get_text_content(dom::element e, const std::string& param, std::string& out
     const char* field = type == "refusal" ? "refusal" : "text";
     if (type != "input_text" && type != "output_text" && type != "text" && type != "summary_text" &&
         type != "reasoning_text" && type != "refusal") {
-      return fail(err, p + ".type", "content part type '" + type + "' is not supported (text only)");
+      return wire::unsupported_content_part(err, p + ".type", type, "text only");
     }
     std::string text;
     if (part[field].get(t)) return fail(err, p + "." + field, "'" + p + "." + field + "' is required");
@@ -259,7 +281,6 @@ void responses_error_names(ApiError& err) {
       {"response_format", "text.format"},
       {"messages", "input"},
       {".function.", "."},
-      {"reasoning_effort", "reasoning.effort"},
   };
   for (auto [from, to] : kNames) {
     for (std::string* s : {&err.param, &err.message}) {
@@ -331,17 +352,12 @@ bool parse_responses_request(std::string_view body, const ResponseStore* store, 
   // Same meaning and name in both APIs (and the extensions chat completions accepts).
   for (const char* key : {"model", "temperature", "top_p", "seed", "parallel_tool_calls", "stream", "top_k", "min_p",
                           "repeat_penalty", "presence_penalty", "frequency_penalty", "chat_template_kwargs",
-                          "enable_thinking"}) {
+                          "enable_thinking", "thinking", "reasoning", "reasoning_effort"}) {
     if (!obj[key].get(v)) w.key(key).raw(simdjson::minify(v));
   }
   if (!obj["max_output_tokens"].get(v) && !v.is_null()) {
     w.key("max_completion_tokens").raw(simdjson::minify(v));
     if (v.type() == dom::element_type::INT64) r.max_output_tokens = int64_t(v);
-  }
-  if (!obj["reasoning"].get(v) && !v.is_null()) {
-    if (v.type() != dom::element_type::OBJECT) return wrong_type(err, "reasoning", "an object", v);
-    dom::element effort;
-    if (!v["effort"].get(effort) && !effort.is_null()) w.key("reasoning_effort").raw(simdjson::minify(effort));
   }
   bool logprobs = false;
   if (!obj["include"].get(v) && v.type() == dom::element_type::ARRAY) {

@@ -12,8 +12,9 @@
 // typed SSE events (response.created ... response.completed) with sequence numbers.
 //
 // Stored responses: with store (the default, as OpenAI's) the conversation of a response (its input
-// items and output items) is kept in memory, bounded (ResponseStore), so that previous_response_id
-// and item_reference work; after a restart, or once evicted, they are a 400 naming the id.
+// items and output items) and its response object are kept in memory, bounded (ResponseStore), so
+// that previous_response_id, item_reference and GET / DELETE /v1/responses/{id} work; after a
+// restart, a delete, or once evicted, they are a 400 (404 for GET / DELETE) naming the id.
 //
 // Thread-safety: the functions are pure; a ResponseStore is internally synchronized; a
 // ResponsesStream belongs to one streaming response.
@@ -44,22 +45,29 @@ struct ResponseItem {
   std::string arguments;  // FunctionCall: the arguments object as JSON text
 };
 
-// Conversations of recent responses, for previous_response_id and item_reference. Bounded by the
-// number of responses and by the bytes of their items; the oldest go first.
+// Recent responses: their conversations, for previous_response_id and item_reference, and the
+// response objects, for GET /v1/responses/{id}. Bounded by the number of responses and by the
+// bytes of their items and objects; the oldest go first.
 class ResponseStore {
  public:
   explicit ResponseStore(size_t max_responses = 512, size_t max_bytes = 64u << 20);
   // conversation: the input items followed by the output items (which are indexed by id).
-  void put(const std::string& response_id, std::vector<ResponseItem> conversation);
+  // response_json: the response object as it was answered.
+  void put(const std::string& response_id, std::vector<ResponseItem> conversation, std::string response_json = {});
   std::optional<std::vector<ResponseItem>> conversation(const std::string& response_id) const;
   std::optional<ResponseItem> item(const std::string& item_id) const;
+  std::optional<std::string> response(const std::string& response_id) const;
+  // Forgets a response (DELETE /v1/responses/{id}); false if it is not kept.
+  bool erase(const std::string& response_id);
   size_t size() const;
 
  private:
   struct Entry {
     std::vector<ResponseItem> items;
+    std::string response_json;
     size_t bytes = 0;
   };
+  void erase_locked(std::map<std::string, Entry>::iterator it);
   mutable std::mutex mu_;
   const size_t max_responses_, max_bytes_;
   size_t bytes_ = 0;

@@ -10,6 +10,7 @@
 #include <httplib.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <condition_variable>
@@ -130,7 +131,10 @@ struct Server::Impl {
 
   std::mutex rng_mu;
   std::mt19937_64 rng{std::random_device{}()};
-  ResponseStore responses;  // stored Responses API conversations (previous_response_id, item_reference)
+  // Stored Responses API responses (previous_response_id, item_reference, GET/DELETE by id): the
+  // last kStoredResponses, at most kStoredResponseBytes.
+  static constexpr size_t kStoredResponses = 512, kStoredResponseBytes = size_t(64) << 20;
+  ResponseStore responses{kStoredResponses, kStoredResponseBytes};
 
   std::map<std::string, std::string> allowed_methods;  // route path -> its Allow header (405s)
   int listen_fd = -1;                                  // set while binding (socket options hook)
@@ -174,6 +178,7 @@ struct Server::Impl {
   void load_model();
   void handle_generation(const httplib::Request& req, httplib::Response& res, bool tool_call_api);
   void handle_responses(const httplib::Request& req, httplib::Response& res);
+  void handle_stored_response(const httplib::Request& req, httplib::Response& res, bool erase);
   // The request path every generation endpoint shares: Engine::prepare and submit. Answers the
   // error (400, 429, 503) itself and returns null.
   // map_error: renames fields in a 400 (the Responses API's names).
@@ -260,7 +265,7 @@ void Server::Impl::handle_generation(const httplib::Request& req, httplib::Respo
   if (!eng) return;
   std::shared_ptr<Job> job = start_job(eng, r, tool_call_api ? "tool_call" : (r.stream ? "chat stream" : "chat"), res);
   if (!job) return;
-  ResponseIds ids{new_completion_id(), static_cast<int64_t>(std::time(nullptr)), eng->model_id()};
+  ResponseIds ids{new_completion_id(), static_cast<int64_t>(std::time(nullptr)), eng->model_id(), r.legacy_functions};
   // Old turns left out to fit the context (--context-overflow drop-oldest): known before the reply,
   // so streams get it too.
   if (job->dropped_messages > 0) res.set_header("X-Picolm-Dropped-Messages", std::to_string(job->dropped_messages));
@@ -389,11 +394,12 @@ void Server::Impl::handle_responses(const httplib::Request& req, httplib::Respon
   ResponseHead head{new_id("resp_"), static_cast<int64_t>(std::time(nullptr)), eng->model_id()};
   ItemIdFn new_item_id = [this](std::string_view prefix) { return new_id(prefix); };
   auto watch = std::make_shared<ConnectionWatch>(req);
-  auto keep = [this, rr, head](std::vector<ResponseItem> output) {
+  auto keep = [this, rr, head](const Completion& c, std::vector<ResponseItem> output) {
     if (!rr->store) return;
+    std::string object = response_json(head, *rr, &c, output);  // what GET /v1/responses/{id} answers
     std::vector<ResponseItem> conversation = rr->conversation;
     for (auto& it : output) conversation.push_back(std::move(it));
-    responses.put(head.id, std::move(conversation));
+    responses.put(head.id, std::move(conversation), std::move(object));
   };
 
   if (rr->chat.stream) {
@@ -435,7 +441,7 @@ void Server::Impl::handle_responses(const httplib::Request& req, httplib::Respon
             } else {
               std::vector<ResponseItem> output;
               if (!write(state->stream.finish(job->result(), output))) return false;
-              keep(std::move(output));
+              keep(job->result(), std::move(output));
             }
             sink.done();
             return true;
@@ -457,7 +463,28 @@ void Server::Impl::handle_responses(const httplib::Request& req, httplib::Respon
   const Completion& c = job->result();
   std::vector<ResponseItem> output = response_output_items(c, new_item_id);
   send_json(res, 200, response_json(head, *rr, &c, output));
-  keep(std::move(output));
+  keep(c, std::move(output));
+}
+
+// GET / DELETE /v1/responses/{id}: a response the store keeps (store true, recent, no restart since).
+void Server::Impl::handle_stored_response(const httplib::Request& req, httplib::Response& res, bool erase) {
+  const std::string id = req.matches.size() > 1 ? std::string(req.matches[1]) : std::string();
+  if (!erase && req.has_param("stream") && req.get_param_value("stream") != "false") {
+    return send_error(res, ApiError{400, "stream is not supported when retrieving a stored response",
+                                    "invalid_request_error", "stream", ""});
+  }
+  std::optional<std::string> object = erase ? std::nullopt : responses.response(id);
+  if (erase ? !responses.erase(id) : !object) {
+    return send_error(res, ApiError{404,
+                                    "Response with id '" + id + "' not found: this server keeps the last " +
+                                        std::to_string(kStoredResponses) +
+                                        " stored responses in memory, until it restarts",
+                                    "invalid_request_error", "response_id", "response_not_found"});
+  }
+  if (object) return send_json(res, 200, *object);
+  json::JsonWriter w;
+  w.begin_object().key("id").value(id).key("object").value("response.deleted").key("deleted").value(true).end_object();
+  send_json(res, 200, w.take());
 }
 
 // CORS (--cors): the allowed origin is echoed (or "*"), on every answer of the server.
@@ -542,14 +569,26 @@ void Server::Impl::setup_routes() {
                               [this](const httplib::Request& q, httplib::Response& s) { handle_responses(q, s); });
   post("/v1/responses", responses_route);
   post("/responses", responses_route);
+  // Issue 30: responses.retrieve and responses.delete for stored responses.
+  auto stored_get = edge("responses_get", true, [this](const httplib::Request& q, httplib::Response& s) {
+    handle_stored_response(q, s, false);
+  });
+  auto stored_delete = edge("responses_delete", true, [this](const httplib::Request& q, httplib::Response& s) {
+    handle_stored_response(q, s, true);
+  });
+  for (const char* path : {R"(/v1/responses/([^/]+))", R"(/responses/([^/]+))"}) {
+    http.Get(path, stored_get);
+    http.Delete(path, stored_delete);
+  }
   auto model = edge("models", true, [this](const httplib::Request& req, httplib::Response& res) {
     const std::string id = req.matches.size() > 1 ? std::string(req.matches[1]) : std::string();
-    if (id != model_id) {
+    const std::vector<std::string> ids = served_model_ids(model_id);
+    if (std::find(ids.begin(), ids.end(), id) == ids.end()) {
       return send_error(res, ApiError{404, "The model '" + id + "' does not exist; this server serves '" + model_id + "'",
                                       "invalid_request_error", "model", "model_not_found"});
     }
     auto eng = get_engine();
-    send_json(res, 200, model_json(model_id, started_unix, eng ? eng->n_ctx() : 0));
+    send_json(res, 200, model_json(id, started_unix, eng ? eng->n_ctx() : 0));
   });
   http.Get(R"(/v1/models/(.+))", model);
   http.Get(R"(/models/(.+))", model);
@@ -558,7 +597,7 @@ void Server::Impl::setup_routes() {
     // with it); the headers a client may send are those it asks for.
     http.Options(R"(.*)", [this](const httplib::Request& req, httplib::Response& res) {
       res.status = 204;
-      res.set_header("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+      res.set_header("Access-Control-Allow-Methods", "GET, POST, DELETE, OPTIONS");
       const std::string asked = req.get_header_value("Access-Control-Request-Headers");
       res.set_header("Access-Control-Allow-Headers", asked.empty() ? "Authorization, Content-Type" : asked);
       res.set_header("Access-Control-Max-Age", "86400");

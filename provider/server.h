@@ -2,6 +2,7 @@
 //
 //   POST /v1/chat/completions, /chat/completions   (stream: SSE)
 //   POST /v1/responses, /responses                 (OpenAI Responses API, responses.h; stream: typed SSE)
+//   GET, DELETE /v1/responses/{id}, /responses/{id} (stored responses)
 //   POST /tool_call, /v1/tool_call                 (plain tool-call API, schemas/tool_call.*.json)
 //   GET  /v1/models, /models, /v1/models/{id}, /health, /metrics
 //   OPTIONS *                                      (CORS preflight, with --cors)

@@ -901,7 +901,9 @@ TEST_CASE("thinking plan per family and request", "[reasoning]") {
 
   CHECK(reasoning_effort_from_name("HIGH") == ReasoningEffort::High);
   CHECK(reasoning_effort_from_name("minimal") == ReasoningEffort::Low);
-  CHECK_FALSE(reasoning_effort_from_name("max").has_value());
+  CHECK(reasoning_effort_from_name("max") == ReasoningEffort::High);  // issue 30: xhigh and max are high
+  CHECK(reasoning_effort_from_name("xhigh") == ReasoningEffort::High);
+  CHECK_FALSE(reasoning_effort_from_name("maximal").has_value());
   CHECK(reasoning_mode_from_name("off") == ReasoningMode::Off);
   CHECK_FALSE(reasoning_mode_from_name("maybe").has_value());
 }

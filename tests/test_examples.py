@@ -10,9 +10,24 @@ and the part of that migration which decides where requests go is re-enacted her
 pkg/config does it (migrateLegacyAgentDefaultsModel, then v0ProvidersMapToModelList: the entry is
 named after the provider slot, "vllm"), so that the agent's model_name still finds the entry.
 The field lists are PicoClaw's ModelConfig and AgentDefaults JSON tags (pkg/config/config.go).
+
+With a provider binary (ctest passes it), PicoClaw's web-UI probe is re-enacted too: for a local
+api_base its backend (web/backend/api/model_status.go) GETs {api_base}/models within 800 ms and
+calls the model reachable when some data[].id equals, case-insensitively (Go's EqualFold), the
+configured model after splitModel: trimmed, lower-cased, cut at the first "/" (the protocol,
+"openai"). The provider is started as the README says (picolm-provider with no model: the
+built-in demo model; then another GGUF file, since the ids must agree whatever file is served),
+on a free port instead of 8080, which replaces the port of the config's api_base.
+
+  python3 tests/test_examples.py SOURCE_DIR [PROVIDER_BIN OTHER_MODEL.gguf]
 """
 import json
+import re
+import subprocess
 import sys
+import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 MODEL_CONFIG_FIELDS = {
@@ -140,6 +155,102 @@ def test_legacy(path):
         check_entry_reaches_provider(entries[0], f"{path} (migrated)", {"vllm"})
 
 
+def picoclaw_split_model(model):
+    """PicoClaw's splitModel: (protocol, model id), both lower-cased; no "/" means openai."""
+    model = model.strip().lower()
+    if "/" not in model:
+        return "openai", model
+    protocol, _, rest = model.partition("/")
+    return protocol, rest.strip()
+
+
+def picoclaw_probe(api_base, model, api_key=""):
+    """PicoClaw's probeOpenAICompatibleModel for the configured `model`: True = reachable."""
+    _, model_id = picoclaw_split_model(model)
+    url = api_base.strip().rstrip("/") + "/models"
+    req = urllib.request.Request(url)
+    if api_key.strip():
+        req.add_header("Authorization", "Bearer " + api_key.strip())
+    try:
+        with urllib.request.urlopen(req, timeout=0.8) as res:  # modelProbeTimeout
+            if res.status != 200:
+                return False
+            data = json.load(res).get("data") or []
+    except (urllib.error.URLError, OSError, ValueError):
+        return False
+    return any(str(m.get("id", "")).strip().casefold() == model_id.casefold() for m in data)
+
+
+class Provider:
+    """picolm-provider on a free loopback port; args as the README gives them."""
+
+    def __init__(self, binary, args):
+        self.proc = subprocess.Popen([binary, "--port", "0", *args], stdout=subprocess.PIPE,
+                                     stderr=subprocess.DEVNULL, text=True)
+        line = self.proc.stdout.readline()  # "listening on HOST:PORT", the only stdout line
+        m = re.match(r"listening on ([^:]+):(\d+)", line)
+        if not m:
+            self.stop()
+            raise RuntimeError(f"{binary} {args}: no 'listening on' line (got {line!r})")
+        self.port = int(m.group(2))
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/health", timeout=2) as r:
+                    if r.status == 200:
+                        return
+            except (urllib.error.URLError, OSError):
+                pass
+            time.sleep(0.1)
+        self.stop()
+        raise RuntimeError(f"{binary} {args}: /health not 200 within 60 s")
+
+    def api_base(self, configured):
+        return re.sub(r":8080(?=/|$)", f":{self.port}", configured)
+
+    def stop(self):
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def test_probe(folder, binary, other_model):
+    """PicoClaw's web UI must find the example's model on a provider started as the README says."""
+    current = load(folder / "config.json")
+    name = current["agents"]["defaults"]["model_name"]
+    entry = find_model(current["model_list"], name)[0]
+    legacy = migrate_v0(load(folder / "config.legacy-providers.json"))
+    lname = legacy["agents"]["defaults"]["model_name"]
+    lentry = find_model(legacy["model_list"], lname)[0]
+    for label, args in (("demo model (picolm-provider)", []),
+                        (f"-m {Path(other_model).name}", ["-m", str(other_model)]),
+                        # examples/picoclaw/README.md: the legacy file's migrated entry asks for "vllm".
+                        ("--model-id vllm", ["--model-id", "vllm"])):
+        try:
+            p = Provider(binary, args)
+        except RuntimeError as e:
+            check(False, str(e))
+            continue
+        try:
+            base = p.api_base(entry["api_base"])
+            check(picoclaw_probe(base, entry["model"]),
+                  f"{label}: PicoClaw's probe does not find {entry['model']!r} in {base}/models")
+            # Self-check: the re-enactment can say "unreachable".
+            check(not picoclaw_probe(base, "openai/some-other-model"),
+                  f"{label}: the probe found a model the provider does not serve")
+            check(not picoclaw_probe(base.replace(str(p.port), "1"), entry["model"]),
+                  f"{label}: the probe succeeded against a closed port")
+            if args and args[0] == "--model-id":
+                lbase = p.api_base(lentry["api_base"])
+                check(picoclaw_probe(lbase, lentry["model"]),
+                      f"{label}: the migrated legacy entry {lentry['model']!r} is not found in {lbase}/models")
+        finally:
+            p.stop()
+
+
 def main():
     src = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).resolve().parent.parent
     folder = src / "examples" / "picoclaw"
@@ -157,6 +268,15 @@ def main():
     m = migrate_v0(broken)
     check(not find_model(m["model_list"], m["agents"]["defaults"]["model_name"]),
           "self-check: a legacy model name other than the slot's should not resolve")
+    if len(sys.argv) > 3:
+        provider, other_model = Path(sys.argv[2]), Path(sys.argv[3])
+        for p in (provider, other_model):
+            if not p.is_file():
+                print(f"missing {p}")
+                return 1
+        test_probe(folder, str(provider), str(other_model))
+    else:
+        print("test_examples: no provider binary given; PicoClaw's model probe not re-enacted")
     for f in failures:
         print("FAIL:", f)
     print(f"test_examples: {len(failures)} failure(s)")

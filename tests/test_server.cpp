@@ -1104,14 +1104,122 @@ TEST_CASE("thinking request fields are validated", "[server][thinking]") {
   CHECK(r.reasoning_effort == ReasoningEffort::Medium);
   CHECK(r.enable_thinking == std::optional<bool>(false));
   ChatRequest r2;
-  CHECK_FALSE(parse_chat_request(R"({"messages":[{"role":"user","content":"x"}],"reasoning_effort":"max"})", r2, err));
+  CHECK_FALSE(parse_chat_request(R"({"messages":[{"role":"user","content":"x"}],"reasoning_effort":"maximal"})", r2, err));
   CHECK(err.param == "reasoning_effort");
+  // Issue 30: every switch, one precedence order (README "Thinking").
+  struct Case {
+    std::string fields;
+    std::optional<bool> on;
+    std::optional<ReasoningEffort> effort;
+  };
+  const std::vector<Case> cases = {
+      {R"("reasoning_effort":"xhigh")", std::nullopt, ReasoningEffort::High},
+      {R"("reasoning_effort":"max")", std::nullopt, ReasoningEffort::High},
+      {R"("reasoning":{"effort":"none"})", std::nullopt, ReasoningEffort::None},
+      {R"("reasoning_effort":"low","reasoning":{"effort":"high"})", std::nullopt, ReasoningEffort::Low},
+      {R"("thinking":{"type":"disabled"})", false, std::nullopt},
+      {R"("thinking":{"type":"enabled","budget_tokens":100})", true, std::nullopt},
+      {R"("reasoning":{"enabled":false,"effort":"high"})", false, ReasoningEffort::High},
+      {R"("thinking":{"type":"enabled"},"reasoning":{"enabled":false})", true, std::nullopt},
+      {R"("enable_thinking":false,"thinking":{"type":"enabled"})", false, std::nullopt},
+      {R"("chat_template_kwargs":{"enable_thinking":true},"enable_thinking":false)", true, std::nullopt},
+  };
+  for (const auto& k : cases) {
+    INFO(k.fields);
+    ChatRequest q;
+    REQUIRE(parse_chat_request(R"({"messages":[{"role":"user","content":"x"}],)" + k.fields + "}", q, err));
+    CHECK(q.enable_thinking == k.on);
+    CHECK(q.reasoning_effort == k.effort);
+  }
+  for (const auto& [fields, param] : std::vector<std::pair<std::string, std::string>>{
+           {R"("thinking":{"type":"adaptive"})", "thinking.type"},
+           {R"("thinking":{})", "thinking.type"},
+           {R"("thinking":true)", "thinking"},
+           {R"("reasoning":{"enabled":1})", "reasoning.enabled"},
+           {R"("reasoning":{"effort":"huge"})", "reasoning.effort"},
+           {R"("reasoning":"high")", "reasoning"},
+           // A lower-precedence field is still validated.
+           {R"("chat_template_kwargs":{"enable_thinking":true},"enable_thinking":"yes")", "enable_thinking"}}) {
+    INFO(fields);
+    ChatRequest q;
+    CHECK_FALSE(parse_chat_request(R"({"messages":[{"role":"user","content":"x"}],)" + fields + "}", q, err));
+    CHECK(err.param == param);
+  }
   ChatRequest r3;
   CHECK_FALSE(parse_chat_request(R"({"messages":[{"role":"user","content":"x"}],"chat_template_kwargs":{"enable_thinking":"yes"}})", r3, err));
   CHECK(err.param == "chat_template_kwargs.enable_thinking");
   ChatRequest r4;
   CHECK(parse_chat_request(R"({"messages":[{"role":"assistant","content":"a","reasoning_content":"why"},{"role":"user","content":"x"}]})", r4, err));
   CHECK(r4.messages[0].reasoning_content == std::optional<std::string>("why"));
+}
+
+TEST_CASE("legacy functions / function_call map to tools / tool_choice; the reply says function_call", "[server]") {
+  ChatRequest r;
+  ApiError err;
+  REQUIRE(parse_chat_request(R"({"messages":[{"role":"user","content":"x"},
+      {"role":"assistant","content":null,"function_call":{"name":"f","arguments":"{\"a\":1}"}},
+      {"role":"function","name":"f","content":"done"}],
+      "functions":[{"name":"f","parameters":{"type":"object"}},{"name":"g"}],"function_call":{"name":"g"}})",
+                             r, err));
+  CHECK(r.legacy_functions);
+  REQUIRE(r.tools.size() == 2);
+  CHECK(r.tools[1].parameters_json == "{}");
+  CHECK(r.tools_json == R"([{"type":"function","function":{"name":"f","parameters":{"type":"object"}}},{"type":"function","function":{"name":"g"}}])");
+  CHECK(r.tool_choice == ToolChoice::Named);
+  CHECK(r.tool_choice_name == "g");
+  CHECK_FALSE(r.parallel_tool_calls);
+  REQUIRE(r.messages[1].tool_calls.size() == 1);
+  CHECK(r.messages[1].tool_calls[0].arguments_json == R"({"a":1})");
+  CHECK(r.messages[2].role == "tool");
+  CHECK(r.messages[2].tool_call_id == r.messages[1].tool_calls[0].id);  // answers the call by name
+
+  Completion c;
+  c.content.reset();
+  c.tool_calls = {{"call_1", "g", R"({"b":2})"}};
+  c.finish_reason = "tool_calls";
+  Json legacy(chat_completion_json(ResponseIds{"chatcmpl-1", 1, "m", true}, c));
+  dom::element choice = legacy.root["choices"].at(0), x;
+  CHECK(str(choice["finish_reason"]) == "function_call");
+  CHECK(str(choice["message"]["function_call"]["name"]) == "g");
+  CHECK(str(choice["message"]["function_call"]["arguments"]) == R"({"b":2})");
+  CHECK(choice["message"]["tool_calls"].get(x) != simdjson::SUCCESS);
+  Json modern(chat_completion_json(ResponseIds{"chatcmpl-1", 1, "m", false}, c));
+  CHECK(str(modern.root["choices"].at(0)["finish_reason"]) == "tool_calls");
+  Json chunk(chunk_tool_call_json(ResponseIds{"chatcmpl-1", 1, "m", true}, 0, c.tool_calls[0]));
+  CHECK(str(chunk.root["choices"].at(0)["delta"]["function_call"]["name"]) == "g");
+  Json fin(chunk_finish_json(ResponseIds{"chatcmpl-1", 1, "m", true}, "tool_calls"));
+  CHECK(str(fin.root["choices"].at(0)["finish_reason"]) == "function_call");
+
+  for (const auto& [body, param] : std::vector<std::pair<std::string, std::string>>{
+           {R"({"messages":[{"role":"user","content":"x"}],"functions":{"name":"f"}})", "functions"},
+           {R"({"messages":[{"role":"user","content":"x"}],"functions":[{"description":"no name"}]})", "functions[0].name"},
+           {R"({"messages":[{"role":"user","content":"x"}],"functions":[{"name":"f"}],"function_call":"any"})", "function_call"},
+           {R"({"messages":[{"role":"user","content":"x"}],"functions":[{"name":"f"}],"function_call":"auto","tool_choice":"auto"})", "function_call"},
+           {R"({"messages":[{"role":"user","content":"x"},{"role":"assistant","function_call":{"arguments":"{}"}}]})", "messages[1].function_call.name"},
+           {R"({"messages":[{"role":"user","content":"x"},{"role":"assistant","function_call":{"name":"f","arguments":"[1]"}}]})", "messages[1].function_call.arguments"},
+       }) {
+    INFO(body);
+    ChatRequest q;
+    CHECK_FALSE(parse_chat_request(body, q, err));
+    CHECK(err.param == param);
+  }
+}
+
+TEST_CASE("image, audio and file content parts: a 400 in the words clients fall back on", "[server]") {
+  for (const auto& [type, words] : std::vector<std::pair<std::string, std::string>>{
+           {"image_url", "this model does not support image input"},
+           {"input_image", "this model does not support image input"},
+           {"input_audio", "this model does not support audio input"},
+           {"file", "this model does not support file input"},
+           {"video_url", "content part type 'video_url' is not supported (text only)"}}) {
+    INFO(type);
+    ChatRequest q;
+    ApiError err;
+    CHECK_FALSE(parse_chat_request(R"({"messages":[{"role":"user","content":[{"type":"text","text":"x"},{"type":")" + type + R"("}]}]})", q, err));
+    CHECK(err.status == 400);
+    CHECK(err.param == "messages[0].content[1].type");
+    CHECK(err.message.find(words) != std::string::npos);
+  }
 }
 
 TEST_CASE("qwen3: at the minimum max_tokens a required call completes, thinking on or off", "[server][thinking]") {
@@ -1631,6 +1739,34 @@ TEST_CASE("Responses API: stored conversations, previous_response_id, item_refer
   ResponseStore tiny(8, 10);  // a conversation larger than the whole budget is not kept
   tiny.put("resp_x", {ResponseItem{}});
   CHECK(tiny.size() == 0);
+  // The response object is kept beside the conversation; erase forgets both (issue 30).
+  store.put("resp_9", {}, R"({"id":"resp_9"})");
+  CHECK(store.response("resp_9") == std::optional<std::string>(R"({"id":"resp_9"})"));
+  CHECK(store.erase("resp_2"));
+  CHECK_FALSE(store.erase("resp_2"));
+  CHECK_FALSE(store.item("msg_2").has_value());
+  CHECK_FALSE(store.conversation("resp_2").has_value());
+  CHECK(store.size() == 1);
+  for (int i = 10; i < 12; ++i) store.put("resp_" + std::to_string(i), {});  // eviction after an erase
+  CHECK(store.size() == 2);
+  CHECK_FALSE(store.response("resp_9").has_value());
+
+  // GET / DELETE /v1/responses/{id} over HTTP.
+  auto got = c->Get("/v1/responses/" + first.id);
+  REQUIRE(got);
+  CHECK(got->status == 200);
+  CHECK(str(Json(got->body).root["id"]) == first.id);
+  auto del = c->Delete("/v1/responses/" + first.id);
+  REQUIRE(del);
+  CHECK(del->status == 200);
+  CHECK(bool(Json(del->body).root["deleted"]));
+  got = c->Get("/v1/responses/" + first.id);
+  REQUIRE(got);
+  CHECK(got->status == 404);
+  CHECK(str(Json(got->body).root["error"]["code"]) == "response_not_found");
+  got = c->Get("/v1/responses/" + unstored.id);
+  REQUIRE(got);
+  CHECK(got->status == 404);
 }
 
 TEST_CASE("Responses API streaming: typed events with sequence numbers reassemble to the non-streamed response", "[server][responses]") {
@@ -1703,6 +1839,19 @@ TEST_CASE("a named tool_choice yields exactly one call even with parallel_tool_c
 
 TEST_CASE("GET /v1/models/{id}: the model, or 404 with an OpenAI error", "[server]") {
   auto c = client(stories().port);
+  // Issue 30: the alias "picolm" (examples/picoclaw's model) is listed after the file's id.
+  auto list = c->Get("/v1/models");
+  REQUIRE(list);
+  Json models(list->body);
+  dom::array data = models.root["data"];
+  REQUIRE(data.size() == 2);
+  CHECK(str(data.at(0)["id"]) == "stories260K");
+  CHECK(str(data.at(1)["id"]) == "picolm");
+  CHECK(served_model_ids("PicoLM") == std::vector<std::string>{"PicoLM"});
+  auto alias = c->Get("/v1/models/picolm");
+  REQUIRE(alias);
+  CHECK(alias->status == 200);
+  CHECK(str(Json(alias->body).root["id"]) == "picolm");
   for (const char* path : {"/v1/models/stories260K", "/models/stories260K"}) {
     auto res = c->Get(path);
     REQUIRE(res);
