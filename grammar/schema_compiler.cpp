@@ -22,6 +22,7 @@
 #include <optional>
 #include <set>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "grammar/regex_dfa.h"
 
@@ -137,9 +138,17 @@ int64_t pow10i(int e) {
 }
 
 std::string format_regex(std::string_view f) {
+  // Exactly the calendar dates of years 0001-9999 (the proleptic Gregorian calendar of RFC 3339;
+  // year 0000 is left out, as Python's datetime does): 30 days in April, June, September and
+  // November, and February 29 in leap years only: years divisible by 4 but not by 100 (YY
+  // followed by 04, 08, 12, ..., 96), or by 400 (0400, 0800, 1200, 1600, 2000, 2400, ...: a
+  // century YY itself divisible by 4). Compared with Python's datetime for every string
+  // YYYY-MM-DD with MM 00-13 and DD 00-32 (no difference); the unit test `format date and
+  // date-time: exactly the calendar dates` compares selected years with the Gregorian rule.
   const std::string date =
-      "[1-9][0-9]{3}-((0[13578]|1[02])-(0[1-9]|[12][0-9]|3[01])|(0[469]|11)-(0[1-9]|[12][0-9]|30)|"
-      "02-(0[1-9]|1[0-9]|2[0-8]))";
+      "((000[1-9]|00[1-9][0-9]|0[1-9][0-9]{2}|[1-9][0-9]{3})-((0[13578]|1[02])-(0[1-9]|[12][0-9]|3[01])|"
+      "(0[469]|11)-(0[1-9]|[12][0-9]|30)|02-(0[1-9]|1[0-9]|2[0-8]))|"
+      "([0-9]{2}(0[48]|[2468][048]|[13579][26])|(0[48]|[2468][048]|[13579][26])00)-02-29)";
   const std::string time = "([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\\.[0-9]{1,9})?(Z|[+-]([01][0-9]|2[0-3]):[0-5][0-9])";
   const std::string label = "[A-Za-z0-9]([A-Za-z0-9]|-[A-Za-z0-9]){0,20}";
   const std::string last_label = "[A-Za-z]([A-Za-z0-9]|-[A-Za-z0-9]){0,20}";
@@ -326,8 +335,12 @@ class SchemaCompiler {
   // ---- pass 1: keyword scan ----
   static bool is_nonneg_int(const JValue& v) { return v.is_integer_valued() && v.number >= 0; }
 
+  // Every schema location is scanned once, wherever it is reached from: the tree walk below or a
+  // `$ref` to any pointer in the document (`#/x`, `#/$defs/g/inner`: locations the walk does not
+  // visit as schemas), so the same supported/refused rules apply everywhere (issue 29).
   void scan(const JValue& s, const std::string& ptr) {
     ptrs_[&s] = ptr;
+    if (!scanned_.insert(&s).second) return;
     if (s.is_bool()) return;
     if (!s.is_object()) {
       error(ptr, "", "a schema must be an object or a boolean");
@@ -415,8 +428,10 @@ class SchemaCompiler {
       } else if (k == "$ref") {
         has_ref_ = true;
         if (!v.is_string()) { error(kp, k, "'$ref' must be a string"); continue; }
-        std::string why;
-        if (!resolve(v.str, why)) error(kp, k, "cannot resolve $ref '" + v.str + "': " + why);
+        std::string why, target_ptr;
+        const JValue* t = resolve(v.str, why, &target_ptr);
+        if (!t) error(kp, k, "cannot resolve $ref '" + v.str + "': " + why);
+        else if (!scanned_.count(t)) scan(*t, target_ptr);
       }
       // Any other keyword is unknown to JSON Schema and therefore an annotation.
     }
@@ -465,7 +480,9 @@ class SchemaCompiler {
     scan(v, kp);
   }
 
-  const JValue* resolve(const std::string& ref, std::string& why) {
+  // The schema a local `$ref` points to; *target_ptr (when given) receives its location as a
+  // canonical JSON pointer (percent-decoded, tokens re-escaped), the prefix of error pointers there.
+  const JValue* resolve(const std::string& ref, std::string& why, std::string* target_ptr = nullptr) {
     if (ref.empty() || ref[0] != '#') {
       why = "only local references ('#...') are supported";
       return nullptr;
@@ -486,6 +503,7 @@ class SchemaCompiler {
       return nullptr;
     }
     const JValue* cur = &root_;
+    std::string canon;
     size_t i = 0;
     while (i < dec.size()) {
       size_t j = dec.find('/', i + 1);
@@ -496,6 +514,7 @@ class SchemaCompiler {
         else if (dec[k] == '~' && k + 1 < j && dec[k + 1] == '0') { tok += '~'; ++k; }
         else tok += dec[k];
       }
+      canon += "/" + pointer_escape(tok);
       if (cur->is_object()) {
         cur = cur->get(tok);
       } else if (cur->is_array()) {
@@ -515,6 +534,7 @@ class SchemaCompiler {
       why = "target is not a schema";
       return nullptr;
     }
+    if (target_ptr) *target_ptr = canon;
     return cur;
   }
 
@@ -2220,6 +2240,7 @@ class SchemaCompiler {
   std::vector<CompileError>& errors_;
   size_t errors_at_start_ = errors_.size();
   std::unordered_map<const JValue*, std::string> ptrs_;
+  std::unordered_set<const JValue*> scanned_;  // schema locations already scanned (see scan)
   std::unordered_map<const JValue*, uint32_t> memo_;
   std::vector<const JValue*> flatten_stack_;
   std::map<std::string, std::shared_ptr<Dfa>> dfas_;
