@@ -5,7 +5,8 @@ Reads a JSON-lines file; each record is one generated instance:
   {"id": 7, "kind": "schema", "schema": {...}, "text_hex": "7b7d"}
   {"id": 8, "kind": "tools", "tools": [...], "format": "object|array|hermes|envelope",
    "parallel": false, "allow_text": false, "text_hex": "..."}
-("decimal": true parses the numbers of schema and instance as exact decimals)
+("decimal": true parses the numbers of schema and instance as exact decimals; "draft": 7 validates
+with Draft7Validator instead of Draft202012Validator)
 and prints one JSON line per record: {"id": 7, "ok": true} or {"id": 7, "ok": false, "error": "..."}.
 
 The instance must be valid UTF-8, parse as JSON with no duplicate object keys and nothing after
@@ -19,7 +20,7 @@ import re
 import sys
 from decimal import Decimal
 
-from jsonschema import Draft202012Validator
+from jsonschema import Draft7Validator, Draft202012Validator
 
 
 class Invalid(Exception):
@@ -46,8 +47,9 @@ def parse_json(text, decimal=False):
         raise Invalid("not JSON: %s" % e)
 
 
-def validate(schema, instance, what):
-    errors = sorted(Draft202012Validator(schema).iter_errors(instance), key=lambda e: list(e.path))
+def validate(schema, instance, what, draft=2020):
+    validator = Draft7Validator if draft == 7 else Draft202012Validator
+    errors = sorted(validator(schema).iter_errors(instance), key=lambda e: list(e.path))
     if errors:
         e = errors[0]
         raise Invalid("%s: %s at %s" % (what, e.message[:300], "/".join(map(str, e.path))))
@@ -128,7 +130,7 @@ def check(rec):
     except UnicodeDecodeError as e:
         raise Invalid("not UTF-8: %s" % e)
     if rec["kind"] == "schema":
-        validate(rec["schema"], parse_json(text, rec.get("decimal", False)), "instance")
+        validate(rec["schema"], parse_json(text, rec.get("decimal", False)), "instance", rec.get("draft", 2020))
     else:
         check_tools(rec, text)
 
