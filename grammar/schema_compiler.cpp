@@ -1241,22 +1241,88 @@ class SchemaCompiler {
     return d;
   }
 
-  // A number rule from a full-match regex, narrowed to readable numbers (memoized per regex).
+  // L(d) plus, for each accepted number written without an exponent, the same number followed by
+  // fraction zeros: "20" -> "20.0", "20.00"; "1.5" -> "1.50" (at most max_zeros of them; the
+  // readable-number cap still bounds the digits). Same values, so exactly as valid (issue 29:
+  // a model that has written "20.0" under a `number` schema may stop there instead of being
+  // pushed to "20.01"). A state reached both before and after '.' (or after an exponent) gets no
+  // tail; beyond max_states the automaton is returned unchanged (a subset, still sound).
+  static Dfa zero_tail(const Dfa& d, int max_zeros = 15, size_t max_states = 100000) {
+    enum : uint8_t { kIntPart = 1, kFracPart = 2, kExpPart = 4 };
+    std::vector<uint8_t> label(d.next.size(), 0);
+    std::vector<int32_t> work = {d.start};
+    label[size_t(d.start)] = kIntPart;
+    while (!work.empty()) {
+      const int32_t q = work.back();
+      work.pop_back();
+      for (int c = 0; c < 256; ++c) {
+        const int32_t to = d.next[size_t(q)][size_t(c)];
+        if (to < 0) continue;
+        const uint8_t l = c == 'e' || c == 'E' ? uint8_t(kExpPart)
+                          : c == '.'           ? uint8_t(kFracPart)
+                                               : label[size_t(q)];
+        if ((label[size_t(to)] | l) == label[size_t(to)]) continue;
+        label[size_t(to)] |= l;
+        work.push_back(to);
+      }
+    }
+    // Product states (q, t): q a state of d or -1; t = 0 no tail, 1 after the tail's '.', 1 + j
+    // after j tail zeros (accepting). Of two tails the one with fewer zeros allows more.
+    std::map<std::pair<int32_t, int>, int32_t> id;
+    std::vector<std::pair<int32_t, int>> states;
+    Dfa out;
+    auto intern = [&](int32_t q, int t) -> int32_t {
+      if (q < 0 && t == 0) return -1;
+      auto [it, fresh] = id.emplace(std::pair{q, t}, int32_t(states.size()));
+      if (fresh) {
+        states.push_back({q, t});
+        out.next.emplace_back();
+        out.next.back().fill(-1);
+        out.accept.push_back((q >= 0 && d.accept[size_t(q)]) || t >= 2);
+      }
+      return it->second;
+    };
+    out.start = intern(d.start, 0);
+    for (size_t i = 0; i < states.size(); ++i) {
+      if (states.size() > max_states) return d;
+      const auto [q, t] = states[i];
+      for (int c = 0; c < 256; ++c) {
+        const int32_t q2 = q >= 0 ? d.next[size_t(q)][size_t(c)] : -1;
+        int t2 = 0;
+        if (c == '0' && t >= 1 && t < 1 + max_zeros) t2 = t + 1;
+        if (q >= 0 && d.accept[size_t(q)]) {
+          if (c == '.' && label[size_t(q)] == kIntPart) t2 = 1;
+          if (c == '0' && label[size_t(q)] == kFracPart) t2 = 2;
+        }
+        const int32_t to = intern(q2, t2);
+        out.next[i][size_t(c)] = to;
+      }
+    }
+    return out;
+  }
+
+  // A number rule from a full-match regex, narrowed to readable numbers (memoized per regex and
+  // zero-tail mode).
   uint32_t num_regex_rule(const std::string& re) {
-    auto it = num_rules_.find(re);
+    const std::string key = (zero_tail_ ? "Z" : "P") + re;
+    auto it = num_rules_.find(key);
     if (it != num_rules_.end()) return it->second;
     const Dfa* d = regex_cache(re, true);
     uint32_t r = d ? num_dfa_rule(*d) : rb_.new_rule();
-    num_rules_[re] = r;
+    num_rules_[key] = r;
     return r;
   }
-  uint32_t num_dfa_rule(const Dfa& d) {
+  uint32_t num_dfa_rule(const Dfa& d_in) {
+    const Dfa d = zero_tail_ ? zero_tail(d_in) : d_in;
     Dfa both = dfa_intersect(d, readable_numbers());
     if (both.next.empty()) return dfa_raw_rules(d);  // too large to intersect: its own digits are capped
     return dfa_raw_rules(both);
   }
 
   uint32_t number_rule(const Flat& f) {
+    // `number` values may end in fraction zeros (20.0, 1.50: see zero_tail); `integer` values are
+    // plain digits, so a client reading them (Python's json: 1.0 is a float) gets an integer.
+    zero_tail_ = (f.types & kNumFrac) != 0;
     bool bounded = f.lo > -kInf || f.hi < kInf;
     const bool ints = (f.types & kInt) != 0;
     const bool step_frac = f.multiple_of > 0 && f.step_s > 0;
@@ -2241,6 +2307,7 @@ class SchemaCompiler {
   size_t errors_at_start_ = errors_.size();
   std::unordered_map<const JValue*, std::string> ptrs_;
   std::unordered_set<const JValue*> scanned_;  // schema locations already scanned (see scan)
+  bool zero_tail_ = false;  // number rules being built admit trailing fraction zeros (number_rule)
   std::unordered_map<const JValue*, uint32_t> memo_;
   std::vector<const JValue*> flatten_stack_;
   std::map<std::string, std::shared_ptr<Dfa>> dfas_;

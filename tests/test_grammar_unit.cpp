@@ -888,7 +888,8 @@ TEST_CASE("fractional multipleOf is exact in decimal", "[grammar]") {
     CHECK(matches(g, t) == (n % 10 == 0));
   }
   CHECK(matches(g, "123456.78"));
-  CHECK_FALSE(matches(g, "1.50"));  // a subset: canonical spellings only
+  CHECK(matches(g, "1.50"));  // trailing fraction zeros: the same value (issue 29)
+  CHECK_FALSE(matches(g, "1.505"));
   CHECK_FALSE(matches(g, "1e-2"));
   auto g2 = compile_ok(R"({"type":"number","multipleOf":0.25,"minimum":-1.3,"exclusiveMaximum":2.5})");
   for (long n = -400; n <= 400; ++n) {
@@ -1153,4 +1154,23 @@ TEST_CASE("check_instance: any spelling of an admitted value, in any member orde
   auto c = check_instance(compile_ok(R"({"type":"integer"})"), vocab, "1.");
   CHECK_FALSE(c.accepted);
   CHECK(c.detail.find("not one JSON value") != std::string::npos);
+}
+
+// Issue 29: a `number` value may end in fraction zeros (a model that wrote "20.0" can stop there
+// instead of being pushed to "20.01"); the value, and so validity, is the same. `integer` values
+// stay plain digits.
+TEST_CASE("number values admit trailing fraction zeros, integer values do not", "[grammar]") {
+  check(R"({"type":"number","minimum":0,"maximum":100})", {"20", "20.0", "20.00", "60.0", "100.0", "99.50", "0.0", "0.50"},
+        {"100.01", "100.10", "-0.5", "1e2", "20.", "-0.0"});
+  check(R"({"type":"number","exclusiveMaximum":100,"exclusiveMinimum":-1.5})", {"99.90", "-1.40", "0.0"},
+        {"100.0", "-1.50", "-1.5", "100"});
+  check(R"({"type":"integer","minimum":0,"maximum":100})", {"20", "0"}, {"20.0", "1.0", "1.5"});
+  check(R"({"type":"number","not":{"type":"integer"}})", {"1.5", "1.50"}, {"1.0", "1", "2.00"});
+  check(R"({"type":"number","not":{"type":"integer"},"minimum":0,"maximum":3})", {"1.5", "1.50"}, {"1.0", "3.0", "0.00"});
+  check(R"({"type":"number","multipleOf":0.25,"minimum":-1,"maximum":2})", {"0.50", "0.250", "2.00", "-1.0"},
+        {"0.30", "2.250", "-1.250"});
+  check(R"({"type":"number","multipleOf":5})", {"10", "10.0", "-5.00"}, {"10.5", "11.0"});
+  check(R"({"type":"number"})", {"20.0", "1.50", "1.5e-7"}, {"1.5e-70.0", "1e2.0"});
+  // Fifteen significant digits at most, zeros included (readable numbers).
+  check(R"({"type":"number","maximum":5})", {"1.00000000000000"}, {"1.000000000000000"});
 }
