@@ -1174,3 +1174,14 @@ TEST_CASE("number values admit trailing fraction zeros, integer values do not", 
   // Fifteen significant digits at most, zeros included (readable numbers).
   check(R"({"type":"number","maximum":5})", {"1.00000000000000"}, {"1.000000000000000"});
 }
+
+// docs/GRAMMAR.md: boolean exclusiveMinimum/exclusiveMaximum are read as draft 4 (modifiers of
+// minimum/maximum), with or without $schema; a 2020-12 validator would call the schema invalid.
+TEST_CASE("boolean exclusiveMinimum/exclusiveMaximum: the draft-4 reading", "[grammar]") {
+  check(R"({"type":"number","minimum":0,"exclusiveMinimum":true})", {"0.5", "1", "2"}, {"0", "-1"});
+  check(R"({"type":"integer","maximum":10,"exclusiveMaximum":true})", {"9", "-3"}, {"10", "11"});
+  check(R"({"type":"number","minimum":0,"exclusiveMinimum":false})", {"0", "0.5"}, {"-0.5"});
+  check(R"({"type":"integer","exclusiveMinimum":true})", {"-5", "0", "5"}, {"1.5"});
+  check(R"({"$schema":"https://json-schema.org/draft/2020-12/schema","type":"integer","minimum":1,"exclusiveMinimum":true})",
+        {"2"}, {"1", "0"});
+}
