@@ -31,7 +31,7 @@ namespace {
 using detail::JValue;
 
 constexpr size_t kMaxAdvances = 200000;
-constexpr size_t kMaxValues = 4096;
+constexpr size_t kMaxValues = 1024;  // the continuations recurse once per value: bounded stack
 constexpr int kMaxPlainDigits = 64;  // longest plain spelling written for an exponent form
 
 // Spellings of one JSON number with the same value, its source spelling first.

@@ -1185,3 +1185,24 @@ TEST_CASE("boolean exclusiveMinimum/exclusiveMaximum: the draft-4 reading", "[gr
   check(R"({"$schema":"https://json-schema.org/draft/2020-12/schema","type":"integer","minimum":1,"exclusiveMinimum":true})",
         {"2"}, {"1", "0"});
 }
+
+TEST_CASE("check_instance: large instances stay within the search bounds", "[grammar]") {
+  static auto vocab = byte_vocab();
+  auto g = compile_ok(R"({"type":"array","items":{"type":"object","properties":{"a":{"type":"integer"},"b":{"type":"number"}}}})");
+  // 1,000 values that all need respelling: found by value, in one pass (the instance's own order
+  // fails only at the key, so each member costs a rejected and an accepted advance).
+  std::string big = "[";
+  for (int i = 0; i < 333; ++i) big += std::string(i ? "," : "") + "{\"b\":1.50e0,\"a\":" + std::to_string(i) + ".0}";
+  big += "]";
+  auto c = check_instance(g, vocab, big);
+  INFO(c.detail);
+  CHECK(c.accepted);
+  CHECK_FALSE(c.as_written);
+  // Past the value bound the instance is judged as written only, and the reason says so.
+  std::string huge = "[";
+  for (int i = 0; i < 2000; ++i) huge += std::string(i ? "," : "") + "{\"a\":1.0}";
+  huge += "]";
+  auto h = check_instance(g, vocab, huge);
+  CHECK_FALSE(h.accepted);
+  CHECK(h.detail.find("values") != std::string::npos);
+}
