@@ -539,6 +539,10 @@ TEST_CASE("random integer and number bounds: exact for integers, never out of ra
       accepted += got;
       INFO(buf << " value " << text);
       CHECK(got == want);
+      // The same value followed by fraction zeros (issue 29): the same verdict.
+      const std::string zeros = text + (text.find('.') == std::string::npos ? ".0" : "00");
+      INFO("with zeros: " << zeros);
+      CHECK(matches(r.grammar, zeros) == want);
     }
   }
 }
