@@ -8,8 +8,8 @@
 //     instances. Accepting what the validator rejects always fails the test; rejecting what it
 //     accepts fails unless the test is listed in kExceptions with its reason (counted and printed;
 //     docs/GRAMMAR_COVERAGE.md section 3);
-//   - two random walks (one free, one switching to the closing mask after a prefix) under the
-//     32k SentencePiece vocabulary must finish and validate (kSuiteSeeds seeds).
+//   - random walks (kSuiteSeeds seeds, each free and switching to the closing mask after a
+//     prefix) under the 32k SentencePiece vocabulary must finish and validate, `format` asserted.
 // Every tool list in ../shared/tool-lists is compiled (JsonObject, Natural whitespace) and walked
 // with kToolSeeds seeds, freely and closing; each call must validate. Schemas whose `$ref` targets are not
 // direct $defs entries (issue 29: `#/x`, `#/$defs/g/inner`) are walked with seeds 1-20, with and
@@ -131,7 +131,9 @@ struct Sweep {
                                   "\n    text: " + w.text);
           continue;
         }
-        ask({Question::Sample, what, w.text, false, "", -1}, record);
+        // Samples are held to `format` too (the validator's FormatChecker: date, date-time, time,
+        // email, ipv4, ipv6, uuid): what the grammar generates must be a real date.
+        ask({Question::Sample, what, w.text, false, "", -1}, "{\"formats\":true," + record.substr(1));
       }
     }
   }
