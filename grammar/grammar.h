@@ -199,4 +199,21 @@ class Matcher {
   std::unique_ptr<Impl> impl_;
 };
 
+// Checking a client's instance (a JSON text) against a compiled grammar by value. The grammar
+// admits one spelling of each value (canonical numbers, properties in schema order, strings
+// escaped as it writes them); JSON Schema judges values. When the bytes as written are rejected,
+// the instance is parsed and spellings of the same value are searched (members in any order,
+// numbers as `60`, `60.0`, `1e2` -> `100`, strings and keys re-escaped) for one the recognizer
+// accepts; that spelling is `canonical`. Bounded (see instance_check.cpp); a text that is not
+// one JSON value (Hermes tags, XML parameters, Python calls) is only checked as written.
+struct InstanceCheck {
+  bool accepted = false;
+  bool as_written = false;   // accepted byte for byte
+  size_t rejected_at = 0;    // as written: bytes accepted before the first rejected byte (= size: incomplete)
+  std::string canonical;     // accepted by value: the spelling the grammar accepted
+  std::string detail;        // not accepted: why no other spelling was accepted either
+};
+InstanceCheck check_instance(std::shared_ptr<const Grammar> grammar, std::shared_ptr<const Vocabulary> vocab,
+                             std::string_view instance);
+
 }  // namespace picolm::grammar

@@ -22,6 +22,7 @@
 #include <optional>
 #include <set>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "grammar/regex_dfa.h"
 
@@ -137,9 +138,17 @@ int64_t pow10i(int e) {
 }
 
 std::string format_regex(std::string_view f) {
+  // Exactly the calendar dates of years 0001-9999 (the proleptic Gregorian calendar of RFC 3339;
+  // year 0000 is left out, as Python's datetime does): 30 days in April, June, September and
+  // November, and February 29 in leap years only: years divisible by 4 but not by 100 (YY
+  // followed by 04, 08, 12, ..., 96), or by 400 (0400, 0800, 1200, 1600, 2000, 2400, ...: a
+  // century YY itself divisible by 4). Compared with Python's datetime for every string
+  // YYYY-MM-DD with MM 00-13 and DD 00-32 (no difference); the unit test `format date and
+  // date-time: exactly the calendar dates` compares selected years with the Gregorian rule.
   const std::string date =
-      "[1-9][0-9]{3}-((0[13578]|1[02])-(0[1-9]|[12][0-9]|3[01])|(0[469]|11)-(0[1-9]|[12][0-9]|30)|"
-      "02-(0[1-9]|1[0-9]|2[0-8]))";
+      "((000[1-9]|00[1-9][0-9]|0[1-9][0-9]{2}|[1-9][0-9]{3})-((0[13578]|1[02])-(0[1-9]|[12][0-9]|3[01])|"
+      "(0[469]|11)-(0[1-9]|[12][0-9]|30)|02-(0[1-9]|1[0-9]|2[0-8]))|"
+      "([0-9]{2}(0[48]|[2468][048]|[13579][26])|(0[48]|[2468][048]|[13579][26])00)-02-29)";
   const std::string time = "([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\\.[0-9]{1,9})?(Z|[+-]([01][0-9]|2[0-3]):[0-5][0-9])";
   const std::string label = "[A-Za-z0-9]([A-Za-z0-9]|-[A-Za-z0-9]){0,20}";
   const std::string last_label = "[A-Za-z]([A-Za-z0-9]|-[A-Za-z0-9]){0,20}";
@@ -326,8 +335,12 @@ class SchemaCompiler {
   // ---- pass 1: keyword scan ----
   static bool is_nonneg_int(const JValue& v) { return v.is_integer_valued() && v.number >= 0; }
 
+  // Every schema location is scanned once, wherever it is reached from: the tree walk below or a
+  // `$ref` to any pointer in the document (`#/x`, `#/$defs/g/inner`: locations the walk does not
+  // visit as schemas), so the same supported/refused rules apply everywhere (issue 29).
   void scan(const JValue& s, const std::string& ptr) {
     ptrs_[&s] = ptr;
+    if (!scanned_.insert(&s).second) return;
     if (s.is_bool()) return;
     if (!s.is_object()) {
       error(ptr, "", "a schema must be an object or a boolean");
@@ -415,8 +428,10 @@ class SchemaCompiler {
       } else if (k == "$ref") {
         has_ref_ = true;
         if (!v.is_string()) { error(kp, k, "'$ref' must be a string"); continue; }
-        std::string why;
-        if (!resolve(v.str, why)) error(kp, k, "cannot resolve $ref '" + v.str + "': " + why);
+        std::string why, target_ptr;
+        const JValue* t = resolve(v.str, why, &target_ptr);
+        if (!t) error(kp, k, "cannot resolve $ref '" + v.str + "': " + why);
+        else if (!scanned_.count(t)) scan(*t, target_ptr);
       }
       // Any other keyword is unknown to JSON Schema and therefore an annotation.
     }
@@ -465,7 +480,9 @@ class SchemaCompiler {
     scan(v, kp);
   }
 
-  const JValue* resolve(const std::string& ref, std::string& why) {
+  // The schema a local `$ref` points to; *target_ptr (when given) receives its location as a
+  // canonical JSON pointer (percent-decoded, tokens re-escaped), the prefix of error pointers there.
+  const JValue* resolve(const std::string& ref, std::string& why, std::string* target_ptr = nullptr) {
     if (ref.empty() || ref[0] != '#') {
       why = "only local references ('#...') are supported";
       return nullptr;
@@ -486,6 +503,7 @@ class SchemaCompiler {
       return nullptr;
     }
     const JValue* cur = &root_;
+    std::string canon;
     size_t i = 0;
     while (i < dec.size()) {
       size_t j = dec.find('/', i + 1);
@@ -496,6 +514,7 @@ class SchemaCompiler {
         else if (dec[k] == '~' && k + 1 < j && dec[k + 1] == '0') { tok += '~'; ++k; }
         else tok += dec[k];
       }
+      canon += "/" + pointer_escape(tok);
       if (cur->is_object()) {
         cur = cur->get(tok);
       } else if (cur->is_array()) {
@@ -515,6 +534,7 @@ class SchemaCompiler {
       why = "target is not a schema";
       return nullptr;
     }
+    if (target_ptr) *target_ptr = canon;
     return cur;
   }
 
@@ -1221,22 +1241,88 @@ class SchemaCompiler {
     return d;
   }
 
-  // A number rule from a full-match regex, narrowed to readable numbers (memoized per regex).
+  // L(d) plus, for each accepted number written without an exponent, the same number followed by
+  // fraction zeros: "20" -> "20.0", "20.00"; "1.5" -> "1.50" (at most max_zeros of them; the
+  // readable-number cap still bounds the digits). Same values, so exactly as valid (issue 29:
+  // a model that has written "20.0" under a `number` schema may stop there instead of being
+  // pushed to "20.01"). A state reached both before and after '.' (or after an exponent) gets no
+  // tail; beyond max_states the automaton is returned unchanged (a subset, still sound).
+  static Dfa zero_tail(const Dfa& d, int max_zeros = 15, size_t max_states = 100000) {
+    enum : uint8_t { kIntPart = 1, kFracPart = 2, kExpPart = 4 };
+    std::vector<uint8_t> label(d.next.size(), 0);
+    std::vector<int32_t> work = {d.start};
+    label[size_t(d.start)] = kIntPart;
+    while (!work.empty()) {
+      const int32_t q = work.back();
+      work.pop_back();
+      for (int c = 0; c < 256; ++c) {
+        const int32_t to = d.next[size_t(q)][size_t(c)];
+        if (to < 0) continue;
+        const uint8_t l = c == 'e' || c == 'E' ? uint8_t(kExpPart)
+                          : c == '.'           ? uint8_t(kFracPart)
+                                               : label[size_t(q)];
+        if ((label[size_t(to)] | l) == label[size_t(to)]) continue;
+        label[size_t(to)] |= l;
+        work.push_back(to);
+      }
+    }
+    // Product states (q, t): q a state of d or -1; t = 0 no tail, 1 after the tail's '.', 1 + j
+    // after j tail zeros (accepting). Of two tails the one with fewer zeros allows more.
+    std::map<std::pair<int32_t, int>, int32_t> id;
+    std::vector<std::pair<int32_t, int>> states;
+    Dfa out;
+    auto intern = [&](int32_t q, int t) -> int32_t {
+      if (q < 0 && t == 0) return -1;
+      auto [it, fresh] = id.emplace(std::pair{q, t}, int32_t(states.size()));
+      if (fresh) {
+        states.push_back({q, t});
+        out.next.emplace_back();
+        out.next.back().fill(-1);
+        out.accept.push_back((q >= 0 && d.accept[size_t(q)]) || t >= 2);
+      }
+      return it->second;
+    };
+    out.start = intern(d.start, 0);
+    for (size_t i = 0; i < states.size(); ++i) {
+      if (states.size() > max_states) return d;
+      const auto [q, t] = states[i];
+      for (int c = 0; c < 256; ++c) {
+        const int32_t q2 = q >= 0 ? d.next[size_t(q)][size_t(c)] : -1;
+        int t2 = 0;
+        if (c == '0' && t >= 1 && t < 1 + max_zeros) t2 = t + 1;
+        if (q >= 0 && d.accept[size_t(q)]) {
+          if (c == '.' && label[size_t(q)] == kIntPart) t2 = 1;
+          if (c == '0' && label[size_t(q)] == kFracPart) t2 = 2;
+        }
+        const int32_t to = intern(q2, t2);
+        out.next[i][size_t(c)] = to;
+      }
+    }
+    return out;
+  }
+
+  // A number rule from a full-match regex, narrowed to readable numbers (memoized per regex and
+  // zero-tail mode).
   uint32_t num_regex_rule(const std::string& re) {
-    auto it = num_rules_.find(re);
+    const std::string key = (zero_tail_ ? "Z" : "P") + re;
+    auto it = num_rules_.find(key);
     if (it != num_rules_.end()) return it->second;
     const Dfa* d = regex_cache(re, true);
     uint32_t r = d ? num_dfa_rule(*d) : rb_.new_rule();
-    num_rules_[re] = r;
+    num_rules_[key] = r;
     return r;
   }
-  uint32_t num_dfa_rule(const Dfa& d) {
+  uint32_t num_dfa_rule(const Dfa& d_in) {
+    const Dfa d = zero_tail_ ? zero_tail(d_in) : d_in;
     Dfa both = dfa_intersect(d, readable_numbers());
     if (both.next.empty()) return dfa_raw_rules(d);  // too large to intersect: its own digits are capped
     return dfa_raw_rules(both);
   }
 
   uint32_t number_rule(const Flat& f) {
+    // `number` values may end in fraction zeros (20.0, 1.50: see zero_tail); `integer` values are
+    // plain digits, so a client reading them (Python's json: 1.0 is a float) gets an integer.
+    zero_tail_ = (f.types & kNumFrac) != 0;
     bool bounded = f.lo > -kInf || f.hi < kInf;
     const bool ints = (f.types & kInt) != 0;
     const bool step_frac = f.multiple_of > 0 && f.step_s > 0;
@@ -2220,6 +2306,8 @@ class SchemaCompiler {
   std::vector<CompileError>& errors_;
   size_t errors_at_start_ = errors_.size();
   std::unordered_map<const JValue*, std::string> ptrs_;
+  std::unordered_set<const JValue*> scanned_;  // schema locations already scanned (see scan)
+  bool zero_tail_ = false;  // number rules being built admit trailing fraction zeros (number_rule)
   std::unordered_map<const JValue*, uint32_t> memo_;
   std::vector<const JValue*> flatten_stack_;
   std::map<std::string, std::shared_ptr<Dfa>> dfas_;

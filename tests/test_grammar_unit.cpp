@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <cstdio>
 #include <iterator>
 #include <random>
 #include <set>
@@ -538,6 +539,10 @@ TEST_CASE("random integer and number bounds: exact for integers, never out of ra
       accepted += got;
       INFO(buf << " value " << text);
       CHECK(got == want);
+      // The same value followed by fraction zeros (issue 29): the same verdict.
+      const std::string zeros = text + (text.find('.') == std::string::npos ? ".0" : "00");
+      INFO("with zeros: " << zeros);
+      CHECK(matches(r.grammar, zeros) == want);
     }
   }
 }
@@ -887,7 +892,8 @@ TEST_CASE("fractional multipleOf is exact in decimal", "[grammar]") {
     CHECK(matches(g, t) == (n % 10 == 0));
   }
   CHECK(matches(g, "123456.78"));
-  CHECK_FALSE(matches(g, "1.50"));  // a subset: canonical spellings only
+  CHECK(matches(g, "1.50"));  // trailing fraction zeros: the same value (issue 29)
+  CHECK_FALSE(matches(g, "1.505"));
   CHECK_FALSE(matches(g, "1e-2"));
   auto g2 = compile_ok(R"({"type":"number","multipleOf":0.25,"minimum":-1.3,"exclusiveMaximum":2.5})");
   for (long n = -400; n <= 400; ++n) {
@@ -1023,4 +1029,184 @@ TEST_CASE("a schema whose grammar would exceed max_grammar_bytes is refused nami
   auto t = compile_tool_list("[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":" + big_schema(10000, 2) + "}}]", to);
   REQUIRE_FALSE(t.ok());
   CHECK(t.errors[0].keyword == "size");
+}
+
+// Issue 29: a `$ref` may point anywhere in the document (a root-level name, inside a $defs entry,
+// through escapes); its target gets the same keyword rules as any other schema location, and a
+// refusal names the pointer of the keyword at the target.
+TEST_CASE("$ref targets anywhere in the document: refused keywords are named at the target", "[grammar]") {
+  // The issue's reproducers (each compiled with exit 0 and sampled invalid instances before).
+  CHECK(has_error(errors_of(R"({"type":"object","properties":{"p":{"$ref":"#/$defs/g/inner"}},"required":["p"],
+      "$defs":{"g":{"inner":{"type":"array","items":{"const":7},"minItems":2,"uniqueItems":true}}}})"),
+                  "/$defs/g/inner/uniqueItems", "uniqueItems"));
+  auto ifthen = errors_of(R"({"$ref":"#/x","x":{"type":"object","properties":{"a":{"type":"integer"},
+      "b":{"type":"boolean"}},"required":["a"],"if":{"required":["a"]},"then":{"required":["b"]}}})");
+  CHECK(has_error(ifthen, "/x/if", "if"));
+  CHECK(has_error(ifthen, "/x/then", "then"));
+  CHECK(has_error(errors_of(R"({"$ref":"#/x","x":{"type":"string","not":{"pattern":"a"},"minLength":5}})"),
+                  "/x/not", "not"));
+  // MaskBench Handwritten/notnames4 (reconstructed from the issue: allOf of $refs into #/ddd/...).
+  auto notnames = errors_of(R"({"allOf":[{"$ref":"#/ddd/names"},{"$ref":"#/ddd/pp"}],"type":"object",
+      "ddd":{"names":{"required":["foo","bar"],"not":{"propertyNames":{"enum":["foo","bar"]}}},
+             "pp":{"patternProperties":{"^x":{"type":"integer"}}}}})");
+  CHECK(has_error(notnames, "/ddd/names/not", "not"));
+  CHECK(has_error(notnames, "/ddd/pp/patternProperties", "patternProperties"));
+  // Nested targets, escapes (~0 ~1) and percent-encoding resolve to the same canonical pointer.
+  CHECK(has_error(errors_of(R"({"$ref":"#/a~1b/c~0d","a/b":{"c~d":{"type":"array","contains":{}}}})"),
+                  "/a~1b/c~0d/contains", "contains"));
+  CHECK(has_error(errors_of(R"({"$ref":"#/a%25b/x","a%b":{"x":{"dependentRequired":{}}}})"),
+                  "/a%b/x/dependentRequired", "dependentRequired"));
+  CHECK(has_error(errors_of(R"({"$ref":"#/definitions/d/deep/er","definitions":{"d":{"deep":{"er":{"$ref":"#/y"}}}},
+      "y":{"type":"object","unevaluatedProperties":false}})"),
+                  "/y/unevaluatedProperties", "unevaluatedProperties"));
+  // A refused keyword reached twice (tree walk and $ref) is reported once.
+  auto once = errors_of(R"({"$defs":{"u":{"uniqueItems":true}},"items":{"$ref":"#/$defs/u"},"type":"array"})");
+  CHECK(once.size() == 1);
+  // Supported keywords at such targets are compiled and enforced.
+  check(R"({"$ref":"#/x","x":{"type":"string","minLength":2,"not":{"const":"ab"}}})", {"\"abc\"", "\"xy\""},
+        {"\"ab\"", "\"a\"", "1"});
+  check(R"({"type":"object","properties":{"p":{"$ref":"#/$defs/g/inner"}},"required":["p"],"additionalProperties":false,
+      "$defs":{"g":{"inner":{"type":"array","items":{"const":7},"minItems":2,"maxItems":2}}}})",
+        {"{\"p\":[7,7]}"}, {"{\"p\":[7]}", "{\"p\":[7,8]}", "{}"});
+}
+
+TEST_CASE("format date and date-time: exactly the calendar dates", "[grammar]") {
+  auto date = compile_ok(R"({"type":"string","format":"date"})");
+  auto date_time = compile_ok(R"({"type":"string","format":"date-time"})");
+  CHECK(matches(date, "\"2028-02-29\""));
+  CHECK(matches(date, "\"2000-02-29\""));
+  CHECK(matches(date_time, "\"2000-02-29T00:00:00Z\""));
+  CHECK_FALSE(matches(date, "\"2100-02-29\""));
+  CHECK_FALSE(matches(date_time, "\"2100-02-29T00:00:00Z\""));
+  CHECK_FALSE(matches(date, "\"0000-01-01\""));
+  auto leap = [](int y) { return (y % 4 == 0 && y % 100 != 0) || y % 400 == 0; };
+  auto days_in = [&](int y, int m) {
+    static const int kDays[13] = {0, 31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+    return m == 2 && leap(y) ? 29 : kDays[m];
+  };
+  std::vector<int> years = {1, 4, 100, 104, 400, 800, 999, 1000, 1600, 1700, 1900, 1996, 2000, 2023, 2024,
+                            2028, 2100, 2400, 2500, 9996, 9999};
+  std::mt19937 rng(29);
+  for (int i = 0; i < 20; ++i) years.push_back(1 + int(rng() % 9999));
+  int n_valid = 0;
+  for (int y : years)
+    for (int m = 0; m <= 13; ++m)
+      for (int d = 0; d <= 32; ++d) {
+        char buf[32];
+        std::snprintf(buf, sizeof buf, "\"%04d-%02d-%02d\"", y, m, d);
+        const bool valid = m >= 1 && m <= 12 && d >= 1 && d <= days_in(y, m);
+        n_valid += valid;
+        INFO(buf);
+        CHECK(matches(date, buf) == valid);
+        if (d == 29 || d == 31) {
+          std::string dt = std::string(buf, 11) + "T23:59:59.5+01:00\"";
+          CHECK(matches(date_time, dt) == valid);
+        }
+      }
+  CHECK(n_valid > 10000);
+}
+
+// Issue 29: `check` judges values. The grammar admits one spelling of a value; check_instance
+// also accepts the same value spelled another way, and only that.
+TEST_CASE("check_instance: any spelling of an admitted value, in any member order", "[grammar]") {
+  static auto vocab = byte_vocab();
+  auto by_value = [&](const std::string& schema, const std::string& instance) {
+    auto c = check_instance(compile_ok(schema), vocab, instance);
+    INFO(schema << " / " << instance << " -> " << c.canonical << " " << c.detail);
+    return c.accepted;
+  };
+  // The issue's cases.
+  CHECK(by_value(R"({"type":"string","format":"date"})", "\"2028-02-29\""));
+  CHECK(by_value(R"({"type":"string","format":"date-time"})", "\"2000-02-29T00:00:00Z\""));
+  CHECK_FALSE(by_value(R"({"type":"string","format":"date"})", "\"2100-02-29\""));
+  CHECK(by_value(R"({"type":"number","maximum":100})", "60.0"));
+  CHECK(by_value(R"({"type":"integer"})", "1.0"));
+  // Numbers by value: bounds, integer, enum/const and multipleOf apply to the value.
+  CHECK(by_value(R"({"type":"number","maximum":100})", "1e2"));
+  CHECK_FALSE(by_value(R"({"type":"number","maximum":100})", "1.01e2"));
+  CHECK_FALSE(by_value(R"({"type":"number","exclusiveMaximum":100})", "100.0"));
+  CHECK(by_value(R"({"type":"integer","minimum":-3})", "-3.000"));
+  CHECK(by_value(R"({"type":"integer","minimum":-3})", "-0.0"));
+  CHECK_FALSE(by_value(R"({"type":"integer"})", "1.5"));
+  CHECK_FALSE(by_value(R"({"type":"integer","maximum":5})", "6.0"));
+  CHECK(by_value(R"({"type":"integer","maximum":500})", "2.5e2"));
+  CHECK(by_value(R"({"enum":[1,"a"]})", "1.0"));
+  CHECK(by_value(R"({"const":1.0})", "1"));
+  CHECK(by_value(R"({"const":2})", "2e0"));
+  CHECK_FALSE(by_value(R"({"const":2})", "2.1"));
+  CHECK(by_value(R"({"type":"number","multipleOf":0.5})", "1.50"));
+  CHECK_FALSE(by_value(R"({"type":"number","multipleOf":0.5})", "1.25"));
+  CHECK(by_value(R"({"type":"number"})", "1.5E-7"));
+  // Member order and escapes.
+  const std::string ab = R"({"type":"object","properties":{"a":{"type":"integer"},"b":{"enum":["x","y"]}},
+      "required":["a","b"],"additionalProperties":false})";
+  CHECK(by_value(ab, R"({"b":"x","a":2})"));
+  CHECK(by_value(ab, R"({"b":"\u0079","\u0061":2.0})"));
+  CHECK_FALSE(by_value(ab, R"({"b":"z","a":2})"));
+  CHECK_FALSE(by_value(ab, R"({"b":"x","a":2,"c":1})"));
+  CHECK_FALSE(by_value(ab, R"({"b":"x"})"));
+  CHECK(by_value(R"({"type":"string","pattern":"^a+$"})", "\"\\u0061a\""));
+  CHECK(by_value(R"({"type":"string","pattern":"^\\n$"})", "\"\\u000a\""));
+  CHECK(by_value(R"({"const":{"a":1,"b":[1,2]}})", R"({"b":[1.0,2],"a":1})"));
+  // Nested and under anyOf branches that order differently.
+  CHECK(by_value(R"({"anyOf":[{"type":"object","properties":{"p":{"type":"integer"},"q":{"type":"string"}},
+      "required":["p","q"]},{"type":"object","properties":{"q":{"type":"boolean"},"p":{"type":"null"}},"required":["p","q"]}]})",
+                 R"({"q":true,"p":null})"));
+  CHECK(by_value(R"({"type":"array","items":{"type":"object","properties":{"x":{"type":"integer"},"y":{"type":"integer"}}}})",
+                 R"([{"y":1.0,"x":2},{},{"x":3E0}])"));
+  // Not JSON, or not the schema's value: rejected, with the reason.
+  auto c = check_instance(compile_ok(R"({"type":"integer"})"), vocab, "1.");
+  CHECK_FALSE(c.accepted);
+  CHECK(c.detail.find("not one JSON value") != std::string::npos);
+}
+
+// Issue 29: a `number` value may end in fraction zeros (a model that wrote "20.0" can stop there
+// instead of being pushed to "20.01"); the value, and so validity, is the same. `integer` values
+// stay plain digits.
+TEST_CASE("number values admit trailing fraction zeros, integer values do not", "[grammar]") {
+  check(R"({"type":"number","minimum":0,"maximum":100})", {"20", "20.0", "20.00", "60.0", "100.0", "99.50", "0.0", "0.50"},
+        {"100.01", "100.10", "-0.5", "1e2", "20.", "-0.0"});
+  check(R"({"type":"number","exclusiveMaximum":100,"exclusiveMinimum":-1.5})", {"99.90", "-1.40", "0.0"},
+        {"100.0", "-1.50", "-1.5", "100"});
+  check(R"({"type":"integer","minimum":0,"maximum":100})", {"20", "0"}, {"20.0", "1.0", "1.5"});
+  check(R"({"type":"number","not":{"type":"integer"}})", {"1.5", "1.50"}, {"1.0", "1", "2.00"});
+  check(R"({"type":"number","not":{"type":"integer"},"minimum":0,"maximum":3})", {"1.5", "1.50"}, {"1.0", "3.0", "0.00"});
+  check(R"({"type":"number","multipleOf":0.25,"minimum":-1,"maximum":2})", {"0.50", "0.250", "2.00", "-1.0"},
+        {"0.30", "2.250", "-1.250"});
+  check(R"({"type":"number","multipleOf":5})", {"10", "10.0", "-5.00"}, {"10.5", "11.0"});
+  check(R"({"type":"number"})", {"20.0", "1.50", "1.5e-7"}, {"1.5e-70.0", "1e2.0"});
+  // Fifteen significant digits at most, zeros included (readable numbers).
+  check(R"({"type":"number","maximum":5})", {"1.00000000000000"}, {"1.000000000000000"});
+}
+
+// docs/GRAMMAR.md: boolean exclusiveMinimum/exclusiveMaximum are read as draft 4 (modifiers of
+// minimum/maximum), with or without $schema; a 2020-12 validator would call the schema invalid.
+TEST_CASE("boolean exclusiveMinimum/exclusiveMaximum: the draft-4 reading", "[grammar]") {
+  check(R"({"type":"number","minimum":0,"exclusiveMinimum":true})", {"0.5", "1", "2"}, {"0", "-1"});
+  check(R"({"type":"integer","maximum":10,"exclusiveMaximum":true})", {"9", "-3"}, {"10", "11"});
+  check(R"({"type":"number","minimum":0,"exclusiveMinimum":false})", {"0", "0.5"}, {"-0.5"});
+  check(R"({"type":"integer","exclusiveMinimum":true})", {"-5", "0", "5"}, {"1.5"});
+  check(R"({"$schema":"https://json-schema.org/draft/2020-12/schema","type":"integer","minimum":1,"exclusiveMinimum":true})",
+        {"2"}, {"1", "0"});
+}
+
+TEST_CASE("check_instance: large instances stay within the search bounds", "[grammar]") {
+  static auto vocab = byte_vocab();
+  auto g = compile_ok(R"({"type":"array","items":{"type":"object","properties":{"a":{"type":"integer"},"b":{"type":"number"}}}})");
+  // 1,000 values that all need respelling: found by value, in one pass (the instance's own order
+  // fails only at the key, so each member costs a rejected and an accepted advance).
+  std::string big = "[";
+  for (int i = 0; i < 333; ++i) big += std::string(i ? "," : "") + "{\"b\":1.50e0,\"a\":" + std::to_string(i) + ".0}";
+  big += "]";
+  auto c = check_instance(g, vocab, big);
+  INFO(c.detail);
+  CHECK(c.accepted);
+  CHECK_FALSE(c.as_written);
+  // Past the value bound the instance is judged as written only, and the reason says so.
+  std::string huge = "[";
+  for (int i = 0; i < 2000; ++i) huge += std::string(i ? "," : "") + "{\"a\":1.0}";
+  huge += "]";
+  auto h = check_instance(g, vocab, huge);
+  CHECK_FALSE(h.accepted);
+  CHECK(h.detail.find("values") != std::string::npos);
 }

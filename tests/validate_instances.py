@@ -5,7 +5,10 @@ Reads a JSON-lines file; each record is one generated instance:
   {"id": 7, "kind": "schema", "schema": {...}, "text_hex": "7b7d"}
   {"id": 8, "kind": "tools", "tools": [...], "format": "object|array|hermes|envelope",
    "parallel": false, "allow_text": false, "text_hex": "..."}
-("decimal": true parses the numbers of schema and instance as exact decimals)
+("decimal": true parses the numbers of schema and instance as exact decimals; "draft": 7 validates
+with Draft7Validator instead of Draft202012Validator; "formats": true asserts `format` with
+jsonschema's FormatChecker plus a date-time checker: date part by datetime.date, time part by
+jsonschema's own "time" checker)
 and prints one JSON line per record: {"id": 7, "ok": true} or {"id": 7, "ok": false, "error": "..."}.
 
 The instance must be valid UTF-8, parse as JSON with no duplicate object keys and nothing after
@@ -14,12 +17,38 @@ Draft202012Validator. Tool calls: the wrapper must have the format's exact shape
 names a listed tool and its arguments validate against that tool's "parameters".
 Usage: validate_instances.py IN.jsonl > OUT.jsonl
 """
+import datetime
 import json
 import re
 import sys
 from decimal import Decimal
 
-from jsonschema import Draft202012Validator
+from jsonschema import Draft7Validator, Draft202012Validator, FormatChecker
+
+# jsonschema's 2020-12 format checkers (date by datetime.date, ipv4/ipv6 by ipaddress, uuid, email)
+# plus RFC 3339 time and date-time, which jsonschema checks only with the optional
+# rfc3339-validator package: the date part by datetime.date (leap years), the time by RFC 3339's
+# grammar (leap second 60 allowed, as RFC 3339 does).
+FORMATS = FormatChecker(
+    [f for f in Draft202012Validator.FORMAT_CHECKER.checkers if f not in ("time", "date-time")])
+RFC3339_TIME = re.compile(
+    r"([01][0-9]|2[0-3]):[0-5][0-9]:([0-5][0-9]|60)(\.[0-9]+)?([Zz]|[+-]([01][0-9]|2[0-3]):[0-5][0-9])", re.ASCII)
+
+
+@FORMATS.checks("time")
+def is_time(instance):
+    return not isinstance(instance, str) or RFC3339_TIME.fullmatch(instance) is not None
+
+
+@FORMATS.checks("date-time", raises=ValueError)
+def is_date_time(instance):
+    if not isinstance(instance, str):
+        return True
+    m = re.fullmatch(r"([0-9]{4}-[0-9]{2}-[0-9]{2})[Tt](.+)", instance, re.ASCII)
+    if not m:
+        return False
+    datetime.date.fromisoformat(m.group(1))
+    return is_time(m.group(2))
 
 
 class Invalid(Exception):
@@ -46,8 +75,10 @@ def parse_json(text, decimal=False):
         raise Invalid("not JSON: %s" % e)
 
 
-def validate(schema, instance, what):
-    errors = sorted(Draft202012Validator(schema).iter_errors(instance), key=lambda e: list(e.path))
+def validate(schema, instance, what, draft=2020, formats=False):
+    validator = Draft7Validator if draft == 7 else Draft202012Validator
+    checker = FORMATS if formats else None
+    errors = sorted(validator(schema, format_checker=checker).iter_errors(instance), key=lambda e: list(e.path))
     if errors:
         e = errors[0]
         raise Invalid("%s: %s at %s" % (what, e.message[:300], "/".join(map(str, e.path))))
@@ -128,7 +159,8 @@ def check(rec):
     except UnicodeDecodeError as e:
         raise Invalid("not UTF-8: %s" % e)
     if rec["kind"] == "schema":
-        validate(rec["schema"], parse_json(text, rec.get("decimal", False)), "instance")
+        validate(rec["schema"], parse_json(text, rec.get("decimal", False)), "instance", rec.get("draft", 2020),
+                 rec.get("formats", False))
     else:
         check_tools(rec, text)
 

@@ -270,21 +270,22 @@ int cmd_check(const Args& a) {
   }
   size_t n_rejected = 0;
   for (size_t i = 0; i < instances.size(); ++i) {
-    picolm::grammar::Matcher m(g.grammar, vocab);
     const std::string& s = instances[i];
-    // Byte by byte so the report can say where the instance went wrong.
-    size_t pos = 0;
-    while (pos < s.size() && m.accept_bytes(std::string_view(s).substr(pos, 1))) ++pos;
+    // As written first (the report says where the bytes went wrong), then by value: the same
+    // value spelled another way (member order, number and string spelling) is valid too.
+    const picolm::grammar::InstanceCheck c = picolm::grammar::check_instance(g.grammar, vocab, s);
+    const size_t pos = c.rejected_at;
     std::string verdict;
-    if (pos < s.size()) {
-      verdict = "rejected: byte " + std::to_string(pos) + " ('" + std::string(1, s[pos]) + "') after \"" +
-                s.substr(pos > 40 ? pos - 40 : 0, std::min<size_t>(pos, 40)) + "\"";
-    } else if (!m.is_complete()) {
-      verdict = "rejected: incomplete";
-    } else {
+    if (c.accepted) {
       verdict = "accepted";
+      if (!c.as_written) verdict += " (by value, as " + c.canonical + ")";
+    } else if (pos < s.size()) {
+      verdict = "rejected: byte " + std::to_string(pos) + " ('" + std::string(1, s[pos]) + "') after \"" +
+                s.substr(pos > 40 ? pos - 40 : 0, std::min<size_t>(pos, 40)) + "\"; " + c.detail;
+    } else {
+      verdict = "rejected: incomplete; " + c.detail;
     }
-    if (verdict != "accepted") ++n_rejected;
+    if (!c.accepted) ++n_rejected;
     if (instances.size() == 1) std::printf("%s\n", verdict.c_str());
     else std::printf("%zu: %s\n", i + 1, verdict.c_str());
   }
