@@ -189,10 +189,15 @@ CompileResult compile_tool_list(std::string_view tools_json, const ToolListOptio
         errors.push_back({base + "/name", "name", "tool name '" + name->str + "' cannot be written in this call format"});
         continue;
       }
+      // Key tags (unique keys): the arguments object opens with the "\n" after the function tag
+      // or with the '(' (which also starts the first keyword), and closes with "</function>" /
+      // ')'.
       std::vector<Elem> seq;
       rb.lit(seq, xml ? "<function=" + name->str + ">\n" : name->str + "(");
+      seq.back() = tagged(seq.back(), xml ? kTagObjOpen : kTagObjOpen | kTagKeyOpen | kTagKeySkipWs);
       seq.push_back(RuleBuilder::ref(p));
       rb.lit(seq, xml ? "</function>" : ")");
+      seq.back() = tagged(seq.back(), kTagObjClose);
       rb.add_alt(call, std::move(seq));
       continue;
     }

@@ -5,7 +5,9 @@
 #include <climits>
 #include <cstring>
 #include <deque>
+#include <optional>
 #include <stdexcept>
+#include <unordered_set>
 
 #include "grammar/grammar_impl.h"
 
@@ -90,9 +92,11 @@ class Recognizer {
     canonicalize(out);
   }
 
-  // out = state after `byte`; returns false if no stack survives.
+  // out = state after `byte`; returns false if no stack survives. tags() is then the union of the
+  // KeyTag bits of the terminals that consumed it.
   bool advance(const std::vector<uint32_t>& in, uint8_t byte, std::vector<uint32_t>& out) {
     out.clear();
+    tags_ = 0;
     size_t i = 0, n = in.size();
     while (i < n) {
       uint32_t len = in[i];
@@ -104,6 +108,7 @@ class Recognizer {
       const Elem& e = g_.elems[pos];
       if (e.kind == ElemKind::Class) {
         if (!byteset_has(g_.classes[e.arg], byte)) continue;
+        tags_ = uint8_t(tags_ | e.tag);
         st_.assign(s, s + len);
         st_.back() = pos + 1;
         expand(st_, 0, out);
@@ -126,6 +131,7 @@ class Recognizer {
     canonicalize(out);
     return !out.empty();
   }
+  uint8_t tags() const { return tags_; }
 
  private:
   static void emit(const std::vector<uint32_t>& st, std::vector<uint32_t>& out) {
@@ -198,6 +204,7 @@ class Recognizer {
   std::deque<std::vector<uint32_t>> scratch_;  // [expansion depth]; deque: growing keeps references valid
   std::vector<std::pair<uint32_t, uint32_t>> spans_;
   std::vector<uint32_t> tmp_;
+  uint8_t tags_ = 0;
 };
 
 }  // namespace detail
@@ -369,6 +376,15 @@ std::shared_ptr<Grammar> Grammar::build(RuleBuilder& rb, uint32_t root, std::str
     return nullptr;
   }
   compute_runs(*g);
+  for (const Elem& e : g->elems) {
+    if (!e.tag) continue;
+    g->has_key_tags = true;
+    if (e.kind != ElemKind::Class) continue;
+    for (size_t w = 0; w < 4; ++w) {
+      if (e.tag & kTagKeyOpen) g->key_open_bytes[w] |= g->classes[e.arg][w];
+      if (e.tag & kTagKeyClose) g->key_close_bytes[w] |= g->classes[e.arg][w];
+    }
+  }
   for (size_t p = 0; p < g->elems.size(); ++p) {
     int32_t c = int32_t(g->elems[p].arg);
     bool wanted = (g->elems[p].kind == ElemKind::Class && g->class_run[p] >= Grammar::kMinClassRun) ||
@@ -661,6 +677,40 @@ class VocabularyImpl final : public Vocabulary {
     return t;
   }
 
+  // Unique keys: the tokens that can close a key (holding a byte of `close`), and those that can
+  // also open one before closing it (a byte of `open`, later a byte of `close`). Only these are
+  // checked against the keys already written (Matcher::Impl::filter_duplicate_keys). Built on first
+  // use per (open, close) pair (one pass over the tokens) and kept.
+  struct KeyTokenLists {
+    std::vector<int32_t> with_close;       // token ids, ascending
+    std::vector<int32_t> open_then_close;  // token ids, ascending
+  };
+  std::shared_ptr<const KeyTokenLists> key_token_lists(const ByteSet& open, const ByteSet& close) const {
+    const auto key = std::make_pair(open, close);
+    {
+      std::lock_guard<std::mutex> lock(loop_mu_);
+      auto it = key_lists_.find(key);
+      if (it != key_lists_.end()) return it->second;
+    }
+    auto t = std::make_shared<KeyTokenLists>();
+    for (size_t id = 0; id < tokens_.size(); ++id) {
+      if (is_eog_[id]) continue;
+      bool opened = false, closes = false, open_close = false;
+      for (unsigned char c : tokens_[id]) {
+        if (byteset_has(close, c)) {
+          closes = true;
+          open_close = open_close || opened;
+        }
+        opened = opened || byteset_has(open, c);
+      }
+      if (closes) t->with_close.push_back(int32_t(id));
+      if (open_close) t->open_then_close.push_back(int32_t(id));
+    }
+    std::lock_guard<std::mutex> lock(loop_mu_);
+    key_lists_.emplace(key, t);
+    return t;
+  }
+
   // Trie child of `node` (-1 = the root) by byte, or -1.
   int32_t child(int32_t node, uint8_t b) const {
     if (node < 0) return root_child_[b];
@@ -692,6 +742,196 @@ class VocabularyImpl final : public Vocabulary {
   uint64_t fingerprint_ = 0;
   mutable std::mutex loop_mu_;
   mutable std::map<ByteSet, std::shared_ptr<const LoopTables>> loop_tables_;
+  mutable std::map<std::pair<ByteSet, ByteSet>, std::shared_ptr<const KeyTokenLists>> key_lists_;  // guarded by loop_mu_
+};
+
+// ---- unique keys ----
+// The compiler tags object and key delimiters (KeyTag); the matcher keeps, per open object, the
+// keys written so far, and refuses a byte that would close a key equal to one of them.
+
+// The value of complete JSON string content: escapes decoded (\u surrogate pairs joined), so
+// "\u0061" and "a" are the same key.
+std::string decode_json_key(std::string_view s) {
+  if (s.find('\\') == std::string_view::npos) return std::string(s);
+  auto hex4 = [&](size_t i) {
+    uint32_t v = 0;
+    for (size_t k = i; k < i + 4; ++k) {
+      const char c = s[k];
+      v = v * 16 + uint32_t(c <= '9' ? c - '0' : (c | 0x20) - 'a' + 10);
+    }
+    return v;
+  };
+  std::string out;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] != '\\' || i + 1 >= s.size()) {
+      out.push_back(s[i]);
+      continue;
+    }
+    const char e = s[++i];
+    switch (e) {
+      case 'b': out.push_back('\b'); break;
+      case 'f': out.push_back('\f'); break;
+      case 'n': out.push_back('\n'); break;
+      case 'r': out.push_back('\r'); break;
+      case 't': out.push_back('\t'); break;
+      case 'u': {
+        if (i + 4 >= s.size()) {  // incomplete (the grammar never closes a key there): keep as is
+          out.append(s.substr(i - 1));
+          i = s.size();
+          break;
+        }
+        uint32_t cp = hex4(i + 1);
+        i += 4;
+        if (cp >= 0xD800 && cp < 0xDC00 && i + 6 < s.size() && s[i + 1] == '\\' && s[i + 2] == 'u') {
+          const uint32_t lo = hex4(i + 3);
+          if (lo >= 0xDC00 && lo < 0xE000) {
+            cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+            i += 6;
+          }
+        }
+        if (cp < 0x80) {
+          out.push_back(char(cp));
+        } else if (cp < 0x800) {
+          out.push_back(char(0xC0 | (cp >> 6)));
+          out.push_back(char(0x80 | (cp & 0x3F)));
+        } else if (cp < 0x10000) {
+          out.push_back(char(0xE0 | (cp >> 12)));
+          out.push_back(char(0x80 | ((cp >> 6) & 0x3F)));
+          out.push_back(char(0x80 | (cp & 0x3F)));
+        } else {
+          out.push_back(char(0xF0 | (cp >> 18)));
+          out.push_back(char(0x80 | ((cp >> 12) & 0x3F)));
+          out.push_back(char(0x80 | ((cp >> 6) & 0x3F)));
+          out.push_back(char(0x80 | (cp & 0x3F)));
+        }
+        break;
+      }
+      default: out.push_back(e);  // \" \\ \/
+    }
+  }
+  return out;
+}
+
+bool is_json_space(uint8_t b) { return b == ' ' || b == '\n' || b == '\t' || b == '\r'; }
+
+// The key being written.
+struct KeyCursor {
+  bool in_key = false;
+  bool json = false;     // JSON string content: compared decoded
+  bool skip_ws = false;  // leading whitespace is not part of it (Python keywords after ", ")
+  std::string buf;       // its bytes so far, as written
+
+  void append(uint8_t b) {
+    if (skip_ws && buf.empty() && is_json_space(b)) return;
+    buf.push_back(char(b));
+  }
+  std::string name() const { return json ? decode_json_key(buf) : buf; }
+};
+
+// The keys written in each open object (innermost last) and the key being written; changes are
+// logged so rollback can undo them.
+struct KeySets {
+  std::vector<std::unordered_set<std::string>> scopes;
+  KeyCursor cur;
+  struct Undo {
+    enum Kind : uint8_t { Push, Pop, Add } kind;
+    uint32_t scope = 0;
+    std::string key;                        // Add
+    std::unordered_set<std::string> saved;  // Pop: the popped object's keys
+  };
+  std::vector<Undo> undo;
+
+  void undo_to(size_t len) {
+    while (undo.size() > len) {
+      Undo& u = undo.back();
+      switch (u.kind) {
+        case Undo::Push: scopes.pop_back(); break;
+        case Undo::Pop: scopes.push_back(std::move(u.saved)); break;
+        case Undo::Add: scopes[u.scope].erase(u.key); break;
+      }
+      undo.pop_back();
+    }
+  }
+  // Whether any key was written in an open object, or one is being written: only then can a
+  // token repeat a key (short of writing a whole object with two equal keys in one token).
+  bool active() const {
+    if (cur.in_key) return true;
+    for (const auto& s : scopes)
+      if (!s.empty()) return true;
+    return false;
+  }
+};
+
+// The effect of some bytes (a token, a completion) on KeySets, before it is committed.
+struct KeyOverlay {
+  const KeySets* base;
+  size_t depth;                                           // base objects still open: [0, depth)
+  std::vector<std::vector<std::string>> pushed;           // objects opened by these bytes
+  std::vector<std::pair<uint32_t, std::string>> added;    // (base object, key)
+  KeyCursor cur;
+
+  explicit KeyOverlay(const KeySets& b) : base(&b), depth(b.scopes.size()), cur(b.cur) {}
+
+  // Whether the innermost open object already has key `name`.
+  bool has(const std::string& name) const {
+    if (!pushed.empty()) return std::find(pushed.back().begin(), pushed.back().end(), name) != pushed.back().end();
+    if (depth == 0) return false;
+    const uint32_t idx = uint32_t(depth - 1);
+    if (base->scopes[idx].count(name)) return true;
+    for (const auto& [i, k] : added)
+      if (i == idx && k == name) return true;
+    return false;
+  }
+  // Whether a byte with these tags would close a key that repeats one.
+  bool repeats(uint8_t tags) const { return (tags & kTagKeyClose) && cur.in_key && has(cur.name()); }
+
+  // Applies one byte that the recognizer consumed with `tags`; false (the overlay is then
+  // unusable) when it closes a key already written in its object.
+  bool step(uint8_t tags, uint8_t byte) {
+    if (tags & kTagKeyClose) {
+      if (!cur.in_key) return true;
+      std::string k = cur.name();
+      cur.in_key = false;
+      cur.buf.clear();
+      if (has(k)) return false;
+      if (!pushed.empty()) pushed.back().push_back(std::move(k));
+      else if (depth > 0) added.emplace_back(uint32_t(depth - 1), std::move(k));
+      return true;
+    }
+    if (tags & kTagObjClose) {
+      if (!pushed.empty()) pushed.pop_back();
+      else if (depth > 0) --depth;
+      cur.in_key = false;
+      cur.buf.clear();
+    }
+    if (tags & kTagObjOpen) pushed.emplace_back();
+    if (tags & kTagKeyOpen) {
+      cur.in_key = true;
+      cur.json = (tags & kTagKeyJson) != 0;
+      cur.skip_ws = (tags & kTagKeySkipWs) != 0;
+      cur.buf.clear();
+    } else if (tags == 0 && cur.in_key) {
+      cur.append(byte);
+    }
+    return true;
+  }
+
+  void commit(KeySets& ks) {
+    using U = KeySets::Undo;
+    for (auto& [idx, k] : added) {
+      ks.scopes[idx].insert(k);
+      ks.undo.push_back({U::Add, idx, std::move(k), {}});
+    }
+    while (ks.scopes.size() > depth) {
+      ks.undo.push_back({U::Pop, 0, {}, std::move(ks.scopes.back())});
+      ks.scopes.pop_back();
+    }
+    for (auto& keys : pushed) {
+      ks.scopes.emplace_back(keys.begin(), keys.end());
+      ks.undo.push_back({U::Push, 0, {}, {}});
+    }
+    ks.cur = std::move(cur);
+  }
 };
 
 }  // namespace
@@ -709,6 +949,8 @@ struct Matcher::Impl {
     std::vector<uint32_t> state;
     size_t text_len;
     bool terminated;
+    size_t keys_undo_len;  // KeySets::undo entries before this step
+    KeyCursor key;
   };
 
   std::shared_ptr<const Grammar> g;
@@ -723,6 +965,13 @@ struct Matcher::Impl {
   mutable std::vector<std::vector<uint32_t>> levels;  // [trie depth] recognizer state
   std::vector<uint8_t> same_as_root;                   // [trie depth] levels[d] == levels[0]
   std::vector<std::vector<uint32_t>> root_memo;        // [byte] state after byte from the root
+  // Unique keys (only for grammars with key tags): the keys written per open object, the
+  // overlay of the token being accepted, and which tokens can close a key.
+  KeySets keys;
+  std::optional<KeyOverlay> pending_keys;
+  std::shared_ptr<const VocabularyImpl::KeyTokenLists> key_lists;
+  std::vector<uint32_t> sim_a, sim_b;
+  std::string key_scratch;
 
   // The canonical shortest completion of the current state and, per suffix, the fewest tokens
   // spelling it: min_tok[k] for comp[k..] (kNoTok if unspellable). `off` bytes of comp have been
@@ -730,6 +979,7 @@ struct Matcher::Impl {
   // only moves `off`, and min_completion_tokens() drops by exactly one per closing-mode token.
   struct Plan {
     bool valid = false;  // computed for the current state
+    bool built = false;  // comp is a whole completion
     bool ok = false;     // a completion exists and the vocabulary spells it
     std::string comp;
     std::vector<int32_t> min_tok;
@@ -745,6 +995,7 @@ struct Matcher::Impl {
     // Build (or fetch) the vocabulary's tables for this grammar's self-loop classes now, so the
     // one-time cost lands in the constructor rather than in a fill_mask call.
     for (int32_t c : g->loop_class_ids) tables_for(c);
+    if (g->has_key_tags) key_lists = v->key_token_lists(g->key_open_bytes, g->key_close_bytes);
   }
 
   bool complete() const {
@@ -759,17 +1010,114 @@ struct Matcher::Impl {
     return true;
   }
 
+  // On success with key tags, pending_keys holds the bytes' effect on the key sets (committed by
+  // push_history's caller through commit_keys). A byte closing a repeated key is refused.
   bool advance_bytes(std::string_view bytes, std::vector<uint32_t>& out) {
     tmp_a = state;
+    if (g->has_key_tags) pending_keys.emplace(keys);
     for (unsigned char c : bytes) {
       if (!rec.advance(tmp_a, c, tmp_b)) return false;
       tmp_a.swap(tmp_b);
+      if (pending_keys && !pending_keys->step(rec.tags(), c)) return false;
     }
     out.swap(tmp_a);
     return true;
   }
+  void commit_keys() {
+    if (pending_keys) pending_keys->commit(keys);
+    pending_keys.reset();
+  }
 
-  void push_history() { history.push_back({state, text.size(), terminated}); }
+  void push_history() { history.push_back({state, text.size(), terminated, keys.undo.size(), keys.cur}); }
+
+  // Whether token `t`, allowed by the grammar from the current state, keeps every object's keys
+  // unique. From inside a key, a token whose only close byte ends this key is answered by one
+  // lookup; anything else (a key opened and closed in the token, escapes) by advancing the
+  // recognizer and the key sets over its bytes.
+  bool token_keeps_keys_unique(const std::string& t) {
+    if (keys.cur.in_key) {
+      size_t i = 0;
+      while (i < t.size() && !byteset_has(g->key_close_bytes, uint8_t(t[i]))) ++i;
+      bool simple = i < t.size() && !(keys.cur.json && (keys.cur.buf.find('\\') != std::string::npos ||
+                                                        t.find('\\') < i));
+      for (size_t j = i + 1; j < t.size() && simple; ++j)
+        if (byteset_has(g->key_close_bytes, uint8_t(t[j]))) simple = false;
+      if (simple) {
+        if (keys.scopes.empty()) return true;
+        key_scratch = keys.cur.buf;
+        for (size_t j = 0; j < i; ++j)
+          if (!(keys.cur.skip_ws && key_scratch.empty() && is_json_space(uint8_t(t[j])))) key_scratch.push_back(t[j]);
+        return keys.scopes.back().count(key_scratch) == 0;
+      }
+    }
+    KeyOverlay o(keys);
+    sim_a = state;
+    for (unsigned char c : t) {
+      if (!rec.advance(sim_a, c, sim_b)) return true;  // not allowed anyway (cannot happen)
+      sim_a.swap(sim_b);
+      if (!o.step(rec.tags(), c)) return false;
+    }
+    return true;
+  }
+
+  // Clears the tokens of `mask` that would close a key repeating one written in its object. Only
+  // tokens holding a byte that can close a key are looked at (a few thousand ids with a 152k
+  // vocabulary, tested against the mask; the allowed ones are usually a few dozen).
+  void filter_duplicate_keys(uint32_t* mask) {
+    if (!key_lists || !keys.active()) return;
+    const auto& ids = keys.cur.in_key ? key_lists->with_close : key_lists->open_then_close;
+    for (int32_t id : ids) {
+      uint32_t& w = mask[size_t(id) / 32];
+      const uint32_t bit = 1u << (id % 32);
+      if ((w & bit) && !token_keeps_keys_unique(v->tokens_[size_t(id)])) w &= ~bit;
+    }
+  }
+
+  // A key that may not close with the byte the completion prefers (it repeats one): the shortest
+  // extension of it, preferred bytes first, that closes on a new key. Breadth-first over the
+  // key's next bytes from `cur`; on success appends the bytes (the closing one included) to
+  // `out` and moves `cur` and `ko` past them.
+  bool extend_key(std::vector<uint32_t>& cur, KeyOverlay& ko, std::string& out,
+                  const std::array<uint8_t, 256>& by_rank) {
+    struct Node {
+      std::vector<uint32_t> st;
+      KeyCursor key;
+      std::string path;
+    };
+    std::deque<Node> q;
+    q.push_back({cur, ko.cur, {}});
+    std::vector<uint32_t> nst;
+    size_t expanded = 0;
+    while (!q.empty() && expanded++ < 512) {
+      Node n = std::move(q.front());
+      q.pop_front();
+      if (n.path.size() > 64) return false;
+      ByteSet next;
+      next_bytes(n.st, next);
+      // Closing bytes first: a solution at this length beats any longer one.
+      for (int pass = 0; pass < 2; ++pass)
+        for (uint8_t b : by_rank) {
+          if (!byteset_has(next, b) || byteset_has(g->key_close_bytes, b) != (pass == 0)) continue;
+          if (!rec.advance(n.st, b, nst)) continue;
+          const uint8_t t = rec.tags();
+          if (t & kTagKeyClose) {
+            if (ko.has(n.key.name())) continue;
+            ko.cur = n.key;
+            ko.step(t, b);
+            cur = nst;
+            out += n.path;
+            out.push_back(char(b));
+            return true;
+          }
+          if (t != 0 || state_cost(nst) >= Grammar::kCostInf) continue;
+          Node child{nst, n.key, n.path};
+          child.key.append(b);
+          child.path.push_back(char(b));
+          q.push_back(std::move(child));
+        }
+    }
+    return false;
+  }
 
   // ---- shortest completion ----
   uint64_t stack_cost(const uint32_t* s, uint32_t len) const {
@@ -785,7 +1133,16 @@ struct Matcher::Impl {
     for (size_t i = 0; i < st.size(); i += 1 + st[i]) best = std::min(best, stack_cost(&st[i + 1], st[i]));
     return best;
   }
-  uint64_t completion_bytes() const { return terminated ? 0 : state_cost(state); }
+  // With keys written (or one being written), the shortest completion may have to spell a key
+  // longer than the grammar's shortest to keep keys unique: the plan knows.
+  uint64_t completion_bytes() {
+    if (terminated) return 0;
+    if (key_lists && keys.active()) {
+      const Plan& p = current_plan();
+      if (p.built) return p.comp.size() - p.off;
+    }
+    return state_cost(state);
+  }
 
   // Byte by byte: among the bytes that start a shortest completion (the cheapest bytes of the
   // top terminals of the cheapest stacks), take the preferred one. Each step is one recognizer
@@ -806,6 +1163,8 @@ struct Matcher::Impl {
     uint64_t c = state_cost(cur);
     if (c > kMaxPlanBytes) return;  // e.g. minLength 10^5 nested in minItems 10^5: no plan
     plan.comp.reserve(size_t(c));
+    std::optional<KeyOverlay> ko;
+    if (g->has_key_tags) ko.emplace(keys);
     while (c > 0) {
       ByteSet opt{};
       for (size_t i = 0; i < cur.size(); i += 1 + cur[i]) {
@@ -836,10 +1195,22 @@ struct Matcher::Impl {
           break;
         }
       if (best < 0 || !rec.advance(cur, uint8_t(best), nxt)) return;  // cannot happen: costs are exact
+      if (ko) {
+        const uint8_t t = rec.tags();
+        if (ko->repeats(t)) {
+          // The shortest key repeats one of its object: write the shortest new one instead.
+          if (!extend_key(cur, *ko, plan.comp, by_rank)) return;
+          c = state_cost(cur);
+          if (plan.comp.size() + c > kMaxPlanBytes) return;
+          continue;
+        }
+        ko->step(t, uint8_t(best));
+      }
       plan.comp.push_back(char(best));
       cur.swap(nxt);
       --c;
     }
+    plan.built = true;
     // Fewest tokens per suffix: walk the trie from each position, every token ending on the way
     // is a candidate first token.
     const size_t n = plan.comp.size();
@@ -927,6 +1298,8 @@ struct Matcher::Impl {
     if (terminated) return out;
     std::vector<uint32_t> cur = state, nxt;
     ByteSet next;
+    std::optional<KeyOverlay> ko;
+    if (key_lists) ko.emplace(keys);
     while (out.size() < max_bytes && next_bytes(cur, next)) {
       int only = -1;
       for (size_t w = 0; w < 4; ++w) {
@@ -936,6 +1309,7 @@ struct Matcher::Impl {
         only = int(w) * 64 + std::countr_zero(next[w]);
       }
       if (only < 0 || !rec.advance(cur, uint8_t(only), nxt)) return out;  // no stack (cannot happen: pruned)
+      if (ko && !ko->step(rec.tags(), uint8_t(only))) return out;  // it would repeat a key
       out.push_back(char(only));
       cur.swap(nxt);
     }
@@ -1138,6 +1512,7 @@ bool Matcher::accept_token(int32_t id) {
   std::vector<uint32_t> next;
   if (!m.advance_bytes(bytes, next)) return false;
   m.push_history();
+  m.commit_keys();
   m.state.swap(next);
   m.text += bytes;
   m.shift_plan(bytes);
@@ -1150,6 +1525,7 @@ bool Matcher::accept_bytes(std::string_view bytes) {
   std::vector<uint32_t> next;
   if (!m.advance_bytes(bytes, next)) return false;
   m.push_history();
+  m.commit_keys();
   m.state.swap(next);
   m.text.append(bytes);
   m.shift_plan(bytes);
@@ -1164,6 +1540,8 @@ void Matcher::rollback(int n_tokens) {
     m.state.swap(s.state);
     m.text.resize(s.text_len);
     m.terminated = s.terminated;
+    m.keys.undo_to(s.keys_undo_len);
+    m.keys.cur = std::move(s.key);
     m.history.pop_back();
   }
 }
@@ -1189,14 +1567,20 @@ void Matcher::fill_mask(uint32_t* mask) const {
     auto it = m.g->mask_cache.find(key);
     if (it != m.g->mask_cache.end()) {
       std::memcpy(mask, it->second->data(), words * sizeof(uint32_t));
+      m.filter_duplicate_keys(mask);
       return;
     }
   }
   m.compute_mask(mask);
   auto stored = std::make_shared<const std::vector<uint32_t>>(mask, mask + words);
-  std::lock_guard<std::mutex> lock(m.g->cache_mu);
-  if (m.g->mask_cache.size() >= Grammar::kMaskCacheMax) m.g->mask_cache.clear();
-  m.g->mask_cache.emplace(std::move(key), std::move(stored));
+  {
+    std::lock_guard<std::mutex> lock(m.g->cache_mu);
+    if (m.g->mask_cache.size() >= Grammar::kMaskCacheMax) m.g->mask_cache.clear();
+    m.g->mask_cache.emplace(std::move(key), std::move(stored));
+  }
+  // The cache holds the grammar's mask (a function of the recognizer state alone); the keys
+  // written so far are this matcher's own.
+  m.filter_duplicate_keys(mask);
 }
 
 const std::string& Matcher::text() const { return impl_->text; }

@@ -901,11 +901,29 @@ class SchemaCompiler {
     return to_json(v);
   }
 
+  // A listed key, `"name"`, tagged as a key (its quotes open and close it).
+  void lit_json_key(std::vector<Elem>& seq, const std::string& name) {
+    const size_t at = seq.size();
+    rb_.lit(seq, json_quote(name));
+    seq[at] = tagged(seq[at], kTagKeyOpen | kTagKeyJson);
+    seq.back() = tagged(seq.back(), kTagKeyClose);
+  }
+
   uint32_t literal(const JValue& v) {
     if (!v.is_array() && !v.is_object()) return rb_.literal_rule(scalar_text(v));
-    if (opts_.whitespace == Whitespace::Compact && !opts_.python_literals) return rb_.literal_rule(to_json(v));
+    // Objects go element by element even when compact, so their braces and keys carry the
+    // key-uniqueness tags as every other object's do (the tracking stays balanced in an anyOf of
+    // a literal and a schema object).
+    auto has_object = [](const JValue& x, auto&& self) -> bool {
+      if (x.is_object()) return true;
+      for (const auto& e : x.arr)
+        if (self(e, self)) return true;
+      return false;
+    };
+    if (opts_.whitespace == Whitespace::Compact && !opts_.python_literals && !has_object(v, has_object))
+      return rb_.literal_rule(to_json(v));
     std::vector<Elem> seq;
-    seq.push_back(rb_.byte(v.is_array() ? '[' : '{'));
+    seq.push_back(v.is_array() ? rb_.byte('[') : tagged(rb_.byte('{'), kTagObjOpen));
     sp_.after_open(seq);
     size_t n = v.is_array() ? v.arr.size() : v.obj.size();
     for (size_t k = 0; k < n; ++k) {
@@ -914,7 +932,7 @@ class SchemaCompiler {
         sp_.after_comma(seq);
       }
       if (v.is_object()) {
-        rb_.lit(seq, json_quote(v.obj[k].first));
+        lit_json_key(seq, v.obj[k].first);
         sp_.after_value(seq);
         seq.push_back(rb_.byte(':'));
         sp_.after_colon(seq);
@@ -923,7 +941,7 @@ class SchemaCompiler {
       sp_.after_value(seq);
     }
     if (n) sp_.before_close(seq);
-    seq.push_back(rb_.byte(v.is_array() ? ']' : '}'));
+    seq.push_back(v.is_array() ? rb_.byte(']') : tagged(rb_.byte('}'), kTagObjClose));
     uint32_t r = rb_.new_rule();
     rb_.add_alt(r, std::move(seq));
     return r;
@@ -1417,7 +1435,9 @@ class SchemaCompiler {
   // ---- strings ----
   // Rules for the JSON-encoded content of strings whose decoded UTF-8 bytes are accepted by `d`,
   // with code-point count in [min_len, max_len]; the rule includes the closing quote.
-  uint32_t dfa_string_rules(const Dfa& d, int64_t min_len, int64_t max_len, const std::string& ptr) {
+  // close_tag: KeyTag bits for the closing quote (kTagKeyClose when the string is a key).
+  uint32_t dfa_string_rules(const Dfa& d, int64_t min_len, int64_t max_len, const std::string& ptr,
+                            uint8_t close_tag = 0) {
     std::map<std::pair<int32_t, int64_t>, uint32_t> ids;
     std::vector<std::pair<int32_t, int64_t>> work;
     int64_t cap = max_len >= 0 ? max_len : min_len;
@@ -1439,7 +1459,7 @@ class SchemaCompiler {
       }
       auto [q, c] = work[k];
       uint32_t r = ids[{q, c}];
-      if (d.accept[q] && c >= min_len) rb_.add_alt(r, {rb_.byte('"')});
+      if (d.accept[q] && c >= min_len) rb_.add_alt(r, {tagged(rb_.byte('"'), close_tag)});
       // A state where every character leads to the same state ([\s\S], or after a prefix of a
       // pattern like ^ab[\s\S]*) is written with the StrChar terminal, as plain strings are: the
       // mask then takes the string fast paths (safe-token bitset, counted-chain runs) instead of
@@ -1845,7 +1865,7 @@ class SchemaCompiler {
     } else if (add_allowed) {
       add_val = compile_sub(add_sub);
       if (names.empty() && forbidden.empty() && f.property_names.empty()) {
-        add_key = plain_string_rule(rb_);
+        add_key = key_string_rule(rb_);
       } else {
         // Extra keys: raw (unescaped) strings that differ from every listed name, so a duplicate
         // of a listed key can never sneak in through an escape spelling; within propertyNames.
@@ -1858,7 +1878,8 @@ class SchemaCompiler {
         if (keys.next.empty() || keys.empty_language()) {
           add_allowed = false;
         } else {
-          rb_.add_alt(add_key, {rb_.byte('"'), RuleBuilder::ref(dfa_string_rules(keys, nr.min_len, nr.max_len, f.ptr))});
+          rb_.add_alt(add_key, {tagged(rb_.byte('"'), kTagKeyOpen | kTagKeyJson),
+                                RuleBuilder::ref(dfa_string_rules(keys, nr.min_len, nr.max_len, f.ptr, kTagKeyClose))});
         }
       }
     }
@@ -1879,12 +1900,15 @@ class SchemaCompiler {
       for (auto& x : row) x = rb_.new_rule();
     // One member: separator (c > 0), name, value, in the syntax's spelling.
     auto member = [&](std::vector<Elem>& seq, int64_t c, const std::string* name, uint32_t key_rule, uint32_t value) {
+      // Key tags (unique keys): JSON keys are opened and closed by their quotes; an XML name by
+      // the '=' of "<parameter=" and the '>' after it; a Python keyword by the ',' before it (or
+      // the call's '(', tagged by the tool-list compiler) and the '=' after it.
       if (c > 0 && !xml) {
-        seq.push_back(rb_.byte(','));
+        seq.push_back(json ? rb_.byte(',') : tagged(rb_.byte(','), kTagKeyOpen | kTagKeySkipWs));
         sp_.after_comma(seq);
       }
       if (json) {
-        if (name) rb_.lit(seq, json_quote(*name));
+        if (name) lit_json_key(seq, *name);
         else seq.push_back(RuleBuilder::ref(key_rule));
         sp_.after_value(seq);
         seq.push_back(rb_.byte(':'));
@@ -1893,10 +1917,15 @@ class SchemaCompiler {
         sp_.after_value(seq);
         return;
       }
-      if (xml) rb_.lit(seq, "<parameter=");
+      if (xml) {
+        rb_.lit(seq, "<parameter=");
+        seq.back() = tagged(seq.back(), kTagKeyOpen);
+      }
       if (name) rb_.lit(seq, *name);
       else seq.push_back(RuleBuilder::ref(key_rule));
+      const size_t close_at = seq.size();
       rb_.lit(seq, xml ? ">\n" : "=");
+      seq[close_at] = tagged(seq[close_at], kTagKeyClose);
       seq.push_back(RuleBuilder::ref(value));  // XML: the value rule ends with "\n</parameter>"
       if (xml) seq.push_back(rb_.byte('\n'));
     };
@@ -1906,7 +1935,7 @@ class SchemaCompiler {
         std::vector<Elem> close;
         if (json) {
           if (c > 0) sp_.before_close(close);
-          close.push_back(rb_.byte('}'));
+          close.push_back(tagged(rb_.byte('}'), kTagObjClose));
         }
         rb_.add_alt(tail, std::move(close));
       }
@@ -1931,7 +1960,7 @@ class SchemaCompiler {
     }
     std::vector<Elem> open;
     if (json) {
-      open.push_back(rb_.byte('{'));
+      open.push_back(tagged(rb_.byte('{'), kTagObjOpen));
       sp_.after_open(open);
     }
     open.push_back(RuleBuilder::ref(rest[0][0]));
@@ -2181,26 +2210,27 @@ class SchemaCompiler {
     }
     uint32_t obj = rb_.new_rule(), obj_rest = rb_.new_rule();
     {
+      const uint32_t key = key_string_rule(rb_);
       auto member = [&](std::vector<Elem>& s) {
-        s.push_back(RuleBuilder::ref(str));
+        s.push_back(RuleBuilder::ref(key));
         sp_.after_value(s);
         s.push_back(rb_.byte(':'));
         sp_.after_colon(s);
         s.push_back(RuleBuilder::ref(v));
         sp_.after_value(s);
       };
-      std::vector<Elem> a{rb_.byte('{')};
+      std::vector<Elem> a{tagged(rb_.byte('{'), kTagObjOpen)};
       sp_.after_open(a);
-      a.push_back(rb_.byte('}'));
+      a.push_back(tagged(rb_.byte('}'), kTagObjClose));
       rb_.add_alt(obj, std::move(a));
-      std::vector<Elem> b{rb_.byte('{')};
+      std::vector<Elem> b{tagged(rb_.byte('{'), kTagObjOpen)};
       sp_.after_open(b);
       member(b);
       b.push_back(RuleBuilder::ref(obj_rest));
       rb_.add_alt(obj, std::move(b));
       std::vector<Elem> close;
       sp_.before_close(close);
-      close.push_back(rb_.byte('}'));
+      close.push_back(tagged(rb_.byte('}'), kTagObjClose));
       rb_.add_alt(obj_rest, std::move(close));
       std::vector<Elem> c{rb_.byte(',')};
       sp_.after_comma(c);
@@ -2304,6 +2334,15 @@ uint32_t plain_string_rule(RuleBuilder& rb) {
   rb.add_alt(body, {rb.byte('"')});
   uint32_t r = rb.new_rule();
   rb.add_alt(r, {rb.byte('"'), RuleBuilder::ref(body)});
+  return r;
+}
+
+uint32_t key_string_rule(RuleBuilder& rb) {
+  uint32_t body = rb.new_rule();
+  rb.add_alt(body, {{ElemKind::StrCharLoop, 0}, RuleBuilder::ref(body)});
+  rb.add_alt(body, {tagged(rb.byte('"'), kTagKeyClose)});
+  uint32_t r = rb.new_rule();
+  rb.add_alt(r, {tagged(rb.byte('"'), kTagKeyOpen | kTagKeyJson), RuleBuilder::ref(body)});
   return r;
 }
 
