@@ -44,6 +44,9 @@ size_t Grammar::memory_bytes() const {
   // Per entry: the node, the key, the shared vector's control block and words.
   n += mask_cache.bucket_count() * sizeof(void*);
   for (const auto& [key, mask] : mask_cache) n += 64 + key.capacity() + (mask ? 48 + vec_bytes(*mask) : 0);
+  n += key_token_cache.bucket_count() * sizeof(void*);
+  for (const auto& [key, t] : key_token_cache)
+    n += 64 + key.capacity() + (t ? 96 + vec_bytes(t->closing) + vec_bytes(t->opening) : 0);
   return n;
 }
 

@@ -139,6 +139,16 @@ constexpr uint32_t kPosMask = (1u << kPosBits) - 1;
 
 }  // namespace detail
 
+namespace detail {
+// Unique keys, per recognizer state: the allowed tokens that consume a byte tagged kTagKeyClose,
+// and those that consume a kTagKeyOpen byte and end inside the key it opens (token id, offset of
+// the key's first byte in the token).
+struct KeyTokenLists {
+  std::vector<int32_t> closing;
+  std::vector<std::pair<int32_t, uint32_t>> opening;
+};
+}  // namespace detail
+
 class Grammar;
 namespace detail {
 // Fills Grammar::min_rule_len and min_suffix (called by Grammar::build).
@@ -184,8 +194,7 @@ class Grammar {
   std::vector<uint64_t> min_suffix;
   std::string description;                // what was compiled (for debugging dumps)
   // Unique keys (KeyTag): whether any terminal carries a tag, and the bytes of the classes tagged
-  // kTagKeyOpen / kTagKeyClose. Only tokens holding a close byte can close a key, so the mask
-  // checks just those (Matcher::Impl::filter_duplicate_keys).
+  // kTagKeyClose. Only tokens holding such a byte can close a key, so the mask checks just those.
   bool has_key_tags = false;
   detail::ByteSet key_open_bytes{}, key_close_bytes{};
 
@@ -194,6 +203,11 @@ class Grammar {
   mutable std::mutex cache_mu;
   mutable std::unordered_map<std::string, std::shared_ptr<const std::vector<uint32_t>>> mask_cache;
   static constexpr size_t kMaskCacheMax = 256;  // ~5 MB per grammar with a 152k vocabulary
+  // Unique keys: per cached state (same key as mask_cache), the allowed tokens that close a key
+  // or open one and end inside it (usually a few dozen). Only these (and the tokens that go on
+  // spelling a written key) are checked against a matcher's written keys. Guarded by cache_mu;
+  // cleared with mask_cache.
+  mutable std::unordered_map<std::string, std::shared_ptr<const detail::KeyTokenLists>> key_token_cache;
 
   // Finalizes a builder: prunes unproductive alternatives; returns null (and an error message) if
   // the root cannot produce any string.

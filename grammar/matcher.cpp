@@ -7,7 +7,7 @@
 #include <deque>
 #include <optional>
 #include <stdexcept>
-#include <unordered_set>
+#include <set>
 
 #include "grammar/grammar_impl.h"
 
@@ -376,10 +376,11 @@ std::shared_ptr<Grammar> Grammar::build(RuleBuilder& rb, uint32_t root, std::str
     return nullptr;
   }
   compute_runs(*g);
+  // Keys are tracked only where some key can close at a tagged terminal (free JSON keys, XML and
+  // Python names): objects with listed JSON keys only cost nothing.
   for (const Elem& e : g->elems) {
-    if (!e.tag) continue;
-    g->has_key_tags = true;
-    if (e.kind != ElemKind::Class) continue;
+    if (e.kind != ElemKind::Class || !(e.tag & (kTagKeyOpen | kTagKeyClose))) continue;
+    if (e.tag & kTagKeyClose) g->has_key_tags = true;
     for (size_t w = 0; w < 4; ++w) {
       if (e.tag & kTagKeyOpen) g->key_open_bytes[w] |= g->classes[e.arg][w];
       if (e.tag & kTagKeyClose) g->key_close_bytes[w] |= g->classes[e.arg][w];
@@ -677,37 +678,26 @@ class VocabularyImpl final : public Vocabulary {
     return t;
   }
 
-  // Unique keys: the tokens that can close a key (holding a byte of `close`), and those that can
-  // also open one before closing it (a byte of `open`, later a byte of `close`). Only these are
-  // checked against the keys already written (Matcher::Impl::filter_duplicate_keys). Built on first
-  // use per (open, close) pair (one pass over the tokens) and kept.
-  struct KeyTokenLists {
-    std::vector<int32_t> with_close;       // token ids, ascending
-    std::vector<int32_t> open_then_close;  // token ids, ascending
-  };
-  std::shared_ptr<const KeyTokenLists> key_token_lists(const ByteSet& open, const ByteSet& close) const {
-    const auto key = std::make_pair(open, close);
+  // Unique keys: the tokens that can close a key (holding a byte of `close`, the bytes of the
+  // grammar's key-closing terminals). Built on first use per byte set (one pass over the tokens)
+  // and kept.
+  std::shared_ptr<const std::vector<int32_t>> key_close_tokens(const ByteSet& close) const {
     {
       std::lock_guard<std::mutex> lock(loop_mu_);
-      auto it = key_lists_.find(key);
+      auto it = key_lists_.find(close);
       if (it != key_lists_.end()) return it->second;
     }
-    auto t = std::make_shared<KeyTokenLists>();
+    auto t = std::make_shared<std::vector<int32_t>>();  // token ids, ascending
     for (size_t id = 0; id < tokens_.size(); ++id) {
       if (is_eog_[id]) continue;
-      bool opened = false, closes = false, open_close = false;
-      for (unsigned char c : tokens_[id]) {
+      for (unsigned char c : tokens_[id])
         if (byteset_has(close, c)) {
-          closes = true;
-          open_close = open_close || opened;
+          t->push_back(int32_t(id));
+          break;
         }
-        opened = opened || byteset_has(open, c);
-      }
-      if (closes) t->with_close.push_back(int32_t(id));
-      if (open_close) t->open_then_close.push_back(int32_t(id));
     }
     std::lock_guard<std::mutex> lock(loop_mu_);
-    key_lists_.emplace(key, t);
+    key_lists_.emplace(close, t);
     return t;
   }
 
@@ -742,7 +732,7 @@ class VocabularyImpl final : public Vocabulary {
   uint64_t fingerprint_ = 0;
   mutable std::mutex loop_mu_;
   mutable std::map<ByteSet, std::shared_ptr<const LoopTables>> loop_tables_;
-  mutable std::map<std::pair<ByteSet, ByteSet>, std::shared_ptr<const KeyTokenLists>> key_lists_;  // guarded by loop_mu_
+  mutable std::map<ByteSet, std::shared_ptr<const std::vector<int32_t>>> key_lists_;  // guarded by loop_mu_
 };
 
 // ---- unique keys ----
@@ -831,13 +821,13 @@ struct KeyCursor {
 // The keys written in each open object (innermost last) and the key being written; changes are
 // logged so rollback can undo them.
 struct KeySets {
-  std::vector<std::unordered_set<std::string>> scopes;
+  std::vector<std::set<std::string>> scopes;  // ordered: prefix queries
   KeyCursor cur;
   struct Undo {
     enum Kind : uint8_t { Push, Pop, Add } kind;
     uint32_t scope = 0;
     std::string key;                        // Add
-    std::unordered_set<std::string> saved;  // Pop: the popped object's keys
+    std::set<std::string> saved;  // Pop: the popped object's keys
   };
   std::vector<Undo> undo;
 
@@ -880,6 +870,18 @@ struct KeyOverlay {
     if (base->scopes[idx].count(name)) return true;
     for (const auto& [i, k] : added)
       if (i == idx && k == name) return true;
+    return false;
+  }
+  // Whether some key of the innermost open object starts with `p`.
+  bool prefix_of_written(const std::string& p) const {
+    auto starts = [&p](const std::string& k) { return k.compare(0, p.size(), p) == 0; };
+    if (!pushed.empty()) return std::any_of(pushed.back().begin(), pushed.back().end(), starts);
+    if (depth == 0) return false;
+    const uint32_t idx = uint32_t(depth - 1);
+    const auto& set = base->scopes[idx];
+    if (auto it = set.lower_bound(p); it != set.end() && starts(*it)) return true;
+    for (const auto& [i, k] : added)
+      if (i == idx && starts(k)) return true;
     return false;
   }
   // Whether a byte with these tags would close a key that repeats one.
@@ -969,7 +971,7 @@ struct Matcher::Impl {
   // overlay of the token being accepted, and which tokens can close a key.
   KeySets keys;
   std::optional<KeyOverlay> pending_keys;
-  std::shared_ptr<const VocabularyImpl::KeyTokenLists> key_lists;
+  std::shared_ptr<const std::vector<int32_t>> key_lists;  // tokens holding a key-opening or -closing byte
   std::vector<uint32_t> sim_a, sim_b;
   std::string key_scratch;
 
@@ -995,7 +997,11 @@ struct Matcher::Impl {
     // Build (or fetch) the vocabulary's tables for this grammar's self-loop classes now, so the
     // one-time cost lands in the constructor rather than in a fill_mask call.
     for (int32_t c : g->loop_class_ids) tables_for(c);
-    if (g->has_key_tags) key_lists = v->key_token_lists(g->key_open_bytes, g->key_close_bytes);
+    if (g->has_key_tags) {
+      ByteSet both;
+      for (size_t w = 0; w < 4; ++w) both[w] = g->key_open_bytes[w] | g->key_close_bytes[w];
+      key_lists = v->key_close_tokens(both);
+    }
   }
 
   bool complete() const {
@@ -1011,7 +1017,8 @@ struct Matcher::Impl {
   }
 
   // On success with key tags, pending_keys holds the bytes' effect on the key sets (committed by
-  // push_history's caller through commit_keys). A byte closing a repeated key is refused.
+  // push_history's caller through commit_keys). A byte closing a repeated key is refused, and so
+  // are bytes that end inside a key whose every completion repeats one.
   bool advance_bytes(std::string_view bytes, std::vector<uint32_t>& out) {
     tmp_a = state;
     if (g->has_key_tags) pending_keys.emplace(keys);
@@ -1020,6 +1027,9 @@ struct Matcher::Impl {
       tmp_a.swap(tmp_b);
       if (pending_keys && !pending_keys->step(rec.tags(), c)) return false;
     }
+    // As the mask: no stopping inside a key that can only repeat one (e.g. "fo" + "o" under
+    // maxLength 3 once "foo" is written).
+    if (pending_keys && key_dead(tmp_a, *pending_keys)) return false;
     out.swap(tmp_a);
     return true;
   }
@@ -1030,10 +1040,48 @@ struct Matcher::Impl {
 
   void push_history() { history.push_back({state, text.size(), terminated, keys.undo.size(), keys.cur}); }
 
+  // Whether the key being written (o.cur) can no longer close on a new key: every way the grammar
+  // lets it go on closes on a key its object has. Only a prefix of a written key can be dead (any
+  // other prefix completes to a new key: every grammar state can be completed), so the search
+  // explores prefixes of written keys only; past a budget of advances it answers "alive".
+  bool key_dead(const std::vector<uint32_t>& st, const KeyOverlay& o) {
+    if (!o.cur.in_key || (o.cur.json && o.cur.buf.find('\\') != std::string::npos)) return false;
+    if (!o.prefix_of_written(o.cur.buf)) return false;
+    struct Node {
+      std::vector<uint32_t> st;
+      KeyCursor key;
+    };
+    std::vector<Node> todo{{st, o.cur}};
+    std::vector<uint32_t> nst;
+    int budget = 4096;
+    while (!todo.empty()) {
+      Node n = std::move(todo.back());
+      todo.pop_back();
+      ByteSet next;
+      next_bytes(n.st, next);
+      for (int b = 0; b < 256; ++b) {
+        if (!byteset_has(next, uint8_t(b))) continue;
+        if (--budget < 0) return false;
+        if (!rec.advance(n.st, uint8_t(b), nst)) continue;
+        const uint8_t t = rec.tags();
+        if (t & kTagKeyClose) {
+          if (!o.has(n.key.name())) return false;
+          continue;
+        }
+        if (t != 0) return false;  // the key ends some other way (cannot happen)
+        Node child{nst, n.key};
+        child.key.append(uint8_t(b));
+        if (child.key.buf.find('\\') != std::string::npos || !o.prefix_of_written(child.key.buf)) return false;
+        todo.push_back(std::move(child));
+      }
+    }
+    return true;
+  }
+
   // Whether token `t`, allowed by the grammar from the current state, keeps every object's keys
-  // unique. From inside a key, a token whose only close byte ends this key is answered by one
-  // lookup; anything else (a key opened and closed in the token, escapes) by advancing the
-  // recognizer and the key sets over its bytes.
+  // unique and does not end inside a key that can only repeat one. A token whose only key-closing
+  // byte ends the key being written (and opens no other) is answered by one lookup; anything
+  // else by advancing the recognizer and the key sets over its bytes.
   bool token_keeps_keys_unique(const std::string& t) {
     if (keys.cur.in_key) {
       size_t i = 0;
@@ -1041,7 +1089,8 @@ struct Matcher::Impl {
       bool simple = i < t.size() && !(keys.cur.json && (keys.cur.buf.find('\\') != std::string::npos ||
                                                         t.find('\\') < i));
       for (size_t j = i + 1; j < t.size() && simple; ++j)
-        if (byteset_has(g->key_close_bytes, uint8_t(t[j]))) simple = false;
+        if (byteset_has(g->key_close_bytes, uint8_t(t[j])) || byteset_has(g->key_open_bytes, uint8_t(t[j])))
+          simple = false;
       if (simple) {
         if (keys.scopes.empty()) return true;
         key_scratch = keys.cur.buf;
@@ -1057,26 +1106,89 @@ struct Matcher::Impl {
       sim_a.swap(sim_b);
       if (!o.step(rec.tags(), c)) return false;
     }
-    return true;
+    return !key_dead(sim_a, o);
   }
 
-  // Clears the tokens of `mask` that would close a key repeating one written in its object. Only
-  // tokens holding a byte that can close a key are looked at (a few thousand ids with a 152k
-  // vocabulary, tested against the mask; the allowed ones are usually a few dozen).
-  void filter_duplicate_keys(uint32_t* mask) {
-    if (!key_lists || !keys.active()) return;
-    const auto& ids = keys.cur.in_key ? key_lists->with_close : key_lists->open_then_close;
-    for (int32_t id : ids) {
+  // The tokens allowed by `mask` (the grammar's mask of the current state) that close a key or
+  // open one and end inside it. A function of the recognizer state, cached with the mask
+  // (Grammar::key_token_cache). Only tokens holding a key-opening or -closing byte are tried (a
+  // few thousand with a 152k vocabulary), each advanced over its bytes.
+  std::shared_ptr<const KeyTokenLists> key_tokens(const uint32_t* mask) {
+    auto out = std::make_shared<KeyTokenLists>();
+    for (int32_t id : *key_lists) {
+      if (!((mask[size_t(id) / 32] >> (id % 32)) & 1)) continue;
+      const std::string& t = v->tokens_[size_t(id)];
+      sim_a = state;
+      bool closes = false, in_key = false;
+      uint32_t key_at = 0;
+      for (size_t k = 0; k < t.size(); ++k) {
+        if (!rec.advance(sim_a, uint8_t(t[k]), sim_b)) break;
+        sim_a.swap(sim_b);
+        const uint8_t tags = rec.tags();
+        if (tags & kTagKeyClose) {
+          closes = true;
+          break;
+        }
+        if (tags & kTagObjClose) in_key = false;
+        if (tags & kTagKeyOpen) {
+          in_key = true;
+          key_at = uint32_t(k + 1);
+        }
+      }
+      if (closes) out->closing.push_back(id);
+      else if (in_key) out->opening.push_back({id, key_at});
+    }
+    return out;
+  }
+
+  // Clears the tokens of `mask` that would close a key repeating one written in its object, or
+  // leave a key that can only repeat one.
+  void filter_duplicate_keys(uint32_t* mask, const KeyTokenLists& lists) {
+    auto clear_if_bad = [&](int32_t id) {
       uint32_t& w = mask[size_t(id) / 32];
       const uint32_t bit = 1u << (id % 32);
       if ((w & bit) && !token_keeps_keys_unique(v->tokens_[size_t(id)])) w &= ~bit;
+    };
+    for (int32_t id : lists.closing) clear_if_bad(id);
+    // Tokens that open a key and stop inside it: only a prefix of a written key can be dead.
+    for (const auto& [id, at] : lists.opening) {
+      const std::string& t = v->tokens_[size_t(id)];
+      size_t from = at;
+      while (from < t.size() && is_json_space(uint8_t(t[from]))) ++from;  // Python's ", " (harmless elsewhere)
+      key_scratch.assign(t, from, std::string::npos);
+      bool maybe = false;
+      for (const auto& scope : keys.scopes)
+        if (auto it = scope.lower_bound(key_scratch); it != scope.end() && it->compare(0, key_scratch.size(), key_scratch) == 0)
+          maybe = true;
+      if (maybe) clear_if_bad(id);
+    }
+    // From inside a key: tokens that go on spelling a written key (found by walking the trie
+    // along the rest of each written key that starts with the key so far).
+    if (keys.cur.in_key && !keys.scopes.empty() &&
+        !(keys.cur.json && keys.cur.buf.find('\\') != std::string::npos)) {
+      const auto& scope = keys.scopes.back();
+      const std::string& buf = keys.cur.buf;
+      for (auto it = scope.lower_bound(buf); it != scope.end() && it->compare(0, buf.size(), buf) == 0; ++it) {
+        for (int lead = 0; lead < 2; ++lead) {
+          if (lead && !(keys.cur.skip_ws && buf.empty())) break;
+          const std::string rest = (lead ? " " : "") + it->substr(buf.size());
+          int32_t node = rest.empty() ? -1 : v->child(-1, uint8_t(rest[0]));
+          for (size_t d = 1; node >= 0; ++d) {
+            const auto& nd = v->nodes_[size_t(node)];
+            for (uint32_t k = nd.tok_begin; k < nd.tok_end; ++k) clear_if_bad(v->node_tokens_[k]);
+            if (d >= rest.size()) break;
+            node = v->child(node, uint8_t(rest[d]));
+          }
+        }
+      }
     }
   }
 
   // A key that may not close with the byte the completion prefers (it repeats one): the shortest
-  // extension of it, preferred bytes first, that closes on a new key. Breadth-first over the
-  // key's next bytes from `cur`; on success appends the bytes (the closing one included) to
-  // `out` and moves `cur` and `ko` past them.
+  // extension of it, preferred bytes first, that closes on a new key. Breadth-first by length
+  // over the key's next bytes from `cur` (a level's closes are tried before its children, and a
+  // child's closes as soon as it is made: the same order, found after few advances). On success
+  // appends the bytes (the closing one included) to `out` and moves `cur` and `ko` past them.
   bool extend_key(std::vector<uint32_t>& cur, KeyOverlay& ko, std::string& out,
                   const std::array<uint8_t, 256>& by_rank) {
     struct Node {
@@ -1084,37 +1196,44 @@ struct Matcher::Impl {
       KeyCursor key;
       std::string path;
     };
-    std::deque<Node> q;
-    q.push_back({cur, ko.cur, {}});
     std::vector<uint32_t> nst;
-    size_t expanded = 0;
-    while (!q.empty() && expanded++ < 512) {
-      Node n = std::move(q.front());
-      q.pop_front();
-      if (n.path.size() > 64) return false;
+    auto try_close = [&](const Node& n) {
       ByteSet next;
       next_bytes(n.st, next);
-      // Closing bytes first: a solution at this length beats any longer one.
-      for (int pass = 0; pass < 2; ++pass)
+      for (uint8_t b : by_rank) {
+        if (!byteset_has(next, b) || !byteset_has(g->key_close_bytes, b)) continue;
+        if (!rec.advance(n.st, b, nst)) continue;
+        const uint8_t t = rec.tags();
+        if (!(t & kTagKeyClose) || ko.has(n.key.name())) continue;
+        ko.cur = n.key;
+        ko.step(t, b);
+        cur = nst;
+        out += n.path;
+        out.push_back(char(b));
+        return true;
+      }
+      return false;
+    };
+    std::vector<Node> level{{cur, ko.cur, {}}}, next_level;
+    size_t made = 0;
+    if (try_close(level[0])) return true;
+    while (!level.empty() && level[0].path.size() < 64) {
+      next_level.clear();
+      for (const Node& n : level) {
+        ByteSet next;
+        next_bytes(n.st, next);
         for (uint8_t b : by_rank) {
-          if (!byteset_has(next, b) || byteset_has(g->key_close_bytes, b) != (pass == 0)) continue;
-          if (!rec.advance(n.st, b, nst)) continue;
-          const uint8_t t = rec.tags();
-          if (t & kTagKeyClose) {
-            if (ko.has(n.key.name())) continue;
-            ko.cur = n.key;
-            ko.step(t, b);
-            cur = nst;
-            out += n.path;
-            out.push_back(char(b));
-            return true;
-          }
-          if (t != 0 || state_cost(nst) >= Grammar::kCostInf) continue;
+          if (!byteset_has(next, b) || byteset_has(g->key_close_bytes, b)) continue;
+          if (!rec.advance(n.st, b, nst) || rec.tags() != 0 || state_cost(nst) >= Grammar::kCostInf) continue;
           Node child{nst, n.key, n.path};
           child.key.append(b);
           child.path.push_back(char(b));
-          q.push_back(std::move(child));
+          if (try_close(child)) return true;
+          if (++made > 4096) return false;
+          next_level.push_back(std::move(child));
         }
+      }
+      level.swap(next_level);
     }
     return false;
   }
@@ -1133,11 +1252,12 @@ struct Matcher::Impl {
     for (size_t i = 0; i < st.size(); i += 1 + st[i]) best = std::min(best, stack_cost(&st[i + 1], st[i]));
     return best;
   }
-  // With keys written (or one being written), the shortest completion may have to spell a key
-  // longer than the grammar's shortest to keep keys unique: the plan knows.
+  // Where keys are tracked, the shortest completion may have to spell a key longer than the
+  // grammar's shortest to keep keys unique (one written already, or several new ones): the plan
+  // knows. (It is rebuilt after a token that leaves it: ~2-50 us, see docs/GRAMMAR.md.)
   uint64_t completion_bytes() {
     if (terminated) return 0;
-    if (key_lists && keys.active()) {
+    if (key_lists) {
       const Plan& p = current_plan();
       if (p.built) return p.comp.size() - p.off;
     }
@@ -1164,7 +1284,15 @@ struct Matcher::Impl {
     if (c > kMaxPlanBytes) return;  // e.g. minLength 10^5 nested in minItems 10^5: no plan
     plan.comp.reserve(size_t(c));
     std::optional<KeyOverlay> ko;
-    if (g->has_key_tags) ko.emplace(keys);
+    // Where the key being written opened: a repeated key is replaced from there (its bytes before
+    // the plan are fixed, the plan's own may change).
+    std::vector<uint32_t> key_state;
+    size_t key_len = 0;
+    KeyCursor key_cur;
+    if (g->has_key_tags) {
+      ko.emplace(keys);
+      if (keys.cur.in_key) key_state = cur, key_cur = keys.cur;
+    }
     while (c > 0) {
       ByteSet opt{};
       for (size_t i = 0; i < cur.size(); i += 1 + cur[i]) {
@@ -1199,12 +1327,20 @@ struct Matcher::Impl {
         const uint8_t t = rec.tags();
         if (ko->repeats(t)) {
           // The shortest key repeats one of its object: write the shortest new one instead.
+          plan.comp.resize(key_len);
+          cur = key_state;
+          ko->cur = key_cur;
           if (!extend_key(cur, *ko, plan.comp, by_rank)) return;
           c = state_cost(cur);
           if (plan.comp.size() + c > kMaxPlanBytes) return;
           continue;
         }
         ko->step(t, uint8_t(best));
+        if (t & kTagKeyOpen) {
+          key_state = nxt;
+          key_len = plan.comp.size() + 1;
+          key_cur = ko->cur;
+        }
       }
       plan.comp.push_back(char(best));
       cur.swap(nxt);
@@ -1562,25 +1698,39 @@ void Matcher::fill_mask(uint32_t* mask) const {
   key.resize(sizeof(uint64_t) + m.state.size() * sizeof(uint32_t));
   std::memcpy(key.data(), &m.v->fingerprint_, sizeof(uint64_t));
   std::memcpy(key.data() + sizeof(uint64_t), m.state.data(), m.state.size() * sizeof(uint32_t));
+  // Unique keys: the cache holds the grammar's mask (a function of the recognizer state alone);
+  // the keys written so far are this matcher's own, applied to the few tokens that close a key.
+  const bool keys_on = m.key_lists && m.keys.active();
+  std::shared_ptr<const KeyTokenLists> closing;
+  bool hit = false;
   {
     std::lock_guard<std::mutex> lock(m.g->cache_mu);
     auto it = m.g->mask_cache.find(key);
     if (it != m.g->mask_cache.end()) {
       std::memcpy(mask, it->second->data(), words * sizeof(uint32_t));
-      m.filter_duplicate_keys(mask);
-      return;
+      hit = true;
+      if (keys_on)
+        if (auto kt = m.g->key_token_cache.find(key); kt != m.g->key_token_cache.end()) closing = kt->second;
     }
   }
-  m.compute_mask(mask);
-  auto stored = std::make_shared<const std::vector<uint32_t>>(mask, mask + words);
-  {
+  if (!hit) {
+    m.compute_mask(mask);
+    auto stored = std::make_shared<const std::vector<uint32_t>>(mask, mask + words);
     std::lock_guard<std::mutex> lock(m.g->cache_mu);
-    if (m.g->mask_cache.size() >= Grammar::kMaskCacheMax) m.g->mask_cache.clear();
-    m.g->mask_cache.emplace(std::move(key), std::move(stored));
+    if (m.g->mask_cache.size() >= Grammar::kMaskCacheMax) {
+      m.g->mask_cache.clear();
+      m.g->key_token_cache.clear();
+    }
+    m.g->mask_cache.emplace(key, std::move(stored));
   }
-  // The cache holds the grammar's mask (a function of the recognizer state alone); the keys
-  // written so far are this matcher's own.
-  m.filter_duplicate_keys(mask);
+  if (!keys_on) return;
+  if (!closing) {
+    closing = m.key_tokens(mask);
+    std::lock_guard<std::mutex> lock(m.g->cache_mu);
+    if (m.g->key_token_cache.size() >= Grammar::kMaskCacheMax) m.g->key_token_cache.clear();
+    m.g->key_token_cache.emplace(std::move(key), closing);
+  }
+  m.filter_duplicate_keys(mask, *closing);
 }
 
 const std::string& Matcher::text() const { return impl_->text; }
