@@ -145,7 +145,8 @@ namespace detail {
 // the key's first byte in the token).
 struct KeyTokenLists {
   std::vector<int32_t> closing;
-  std::vector<std::pair<int32_t, uint32_t>> opening;
+  std::vector<int32_t> closing_more;  // those of `closing` that may open or close another key after
+  std::vector<std::pair<int32_t, uint32_t>> opening;  // sorted by the key's bytes
 };
 }  // namespace detail
 

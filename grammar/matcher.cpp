@@ -973,6 +973,7 @@ struct Matcher::Impl {
   std::optional<KeyOverlay> pending_keys;
   std::shared_ptr<const std::vector<int32_t>> key_lists;  // tokens holding a key-opening or -closing byte
   std::vector<uint32_t> sim_a, sim_b;
+  std::vector<std::vector<uint32_t>> first_state;  // [byte] key_tokens' shared first advances
   std::string key_scratch;
 
   // The canonical shortest completion of the current state and, per suffix, the fewest tokens
@@ -1112,32 +1113,69 @@ struct Matcher::Impl {
   // The tokens allowed by `mask` (the grammar's mask of the current state) that close a key or
   // open one and end inside it. A function of the recognizer state, cached with the mask
   // (Grammar::key_token_cache). Only tokens holding a key-opening or -closing byte are tried (a
-  // few thousand with a 152k vocabulary), each advanced over its bytes.
+  // few thousand with a 152k vocabulary): the advance by a token's first byte is shared, and a
+  // token whose first byte opens a key and whose other bytes can neither open nor close one ends
+  // inside that key without further advances (`"abc` at a key position).
   std::shared_ptr<const KeyTokenLists> key_tokens(const uint32_t* mask) {
     auto out = std::make_shared<KeyTokenLists>();
+    std::array<int8_t, 256> first_ok;
+    first_ok.fill(-1);
+    std::array<uint8_t, 256> first_tags{};
+    if (first_state.size() < 256) first_state.resize(256);
+    auto plain_after = [&](const std::string& t, size_t from) {
+      for (size_t k = from; k < t.size(); ++k)
+        if (byteset_has(g->key_open_bytes, uint8_t(t[k])) || byteset_has(g->key_close_bytes, uint8_t(t[k]))) return false;
+      return true;
+    };
     for (int32_t id : *key_lists) {
       if (!((mask[size_t(id) / 32] >> (id % 32)) & 1)) continue;
       const std::string& t = v->tokens_[size_t(id)];
-      sim_a = state;
-      bool closes = false, in_key = false;
-      uint32_t key_at = 0;
-      for (size_t k = 0; k < t.size(); ++k) {
-        if (!rec.advance(sim_a, uint8_t(t[k]), sim_b)) break;
-        sim_a.swap(sim_b);
-        const uint8_t tags = rec.tags();
-        if (tags & kTagKeyClose) {
-          closes = true;
-          break;
+      const uint8_t b0 = uint8_t(t[0]);
+      if (first_ok[b0] < 0) {
+        first_ok[b0] = rec.advance(state, b0, first_state[b0]) ? 1 : 0;
+        first_tags[b0] = rec.tags();
+      }
+      if (!first_ok[b0]) continue;  // cannot happen: the token is allowed
+      uint8_t tags = first_tags[b0];
+      if (tags & kTagKeyClose) {
+        out->closing.push_back(id);
+        if (!plain_after(t, 1) || t.find('\\') != std::string::npos) out->closing_more.push_back(id);
+        continue;
+      }
+      bool in_key = (tags & kTagKeyOpen) != 0;
+      uint32_t key_at = 1;
+      if (!(in_key && plain_after(t, 1))) {
+        bool closes = false;
+        sim_a = first_state[b0];
+        for (size_t k = 1; k < t.size(); ++k) {
+          if (!rec.advance(sim_a, uint8_t(t[k]), sim_b)) break;
+          sim_a.swap(sim_b);
+          tags = rec.tags();
+          if (tags & kTagKeyClose) {
+            closes = true;
+            if (!plain_after(t, k + 1) || t.find('\\') != std::string::npos) out->closing_more.push_back(id);
+            break;
+          }
+          if (tags & kTagObjClose) in_key = false;
+          if (tags & kTagKeyOpen) {
+            in_key = true;
+            key_at = uint32_t(k + 1);
+          }
         }
-        if (tags & kTagObjClose) in_key = false;
-        if (tags & kTagKeyOpen) {
-          in_key = true;
-          key_at = uint32_t(k + 1);
+        if (closes) {
+          out->closing.push_back(id);
+          continue;
         }
       }
-      if (closes) out->closing.push_back(id);
-      else if (in_key) out->opening.push_back({id, key_at});
+      if (!in_key) continue;
+      while (key_at < t.size() && is_json_space(uint8_t(t[key_at]))) ++key_at;  // Python's ", " (harmless elsewhere)
+      out->opening.push_back({id, key_at});
     }
+    // By the key's bytes, so the tokens spelling a given prefix are one binary search away.
+    std::sort(out->opening.begin(), out->opening.end(), [&](const auto& a, const auto& b) {
+      return std::string_view(v->tokens_[size_t(a.first)]).substr(a.second) <
+             std::string_view(v->tokens_[size_t(b.first)]).substr(b.second);
+    });
     return out;
   }
 
@@ -1149,18 +1187,27 @@ struct Matcher::Impl {
       const uint32_t bit = 1u << (id % 32);
       if ((w & bit) && !token_keeps_keys_unique(v->tokens_[size_t(id)])) w &= ~bit;
     };
-    for (int32_t id : lists.closing) clear_if_bad(id);
-    // Tokens that open a key and stop inside it: only a prefix of a written key can be dead.
-    for (const auto& [id, at] : lists.opening) {
-      const std::string& t = v->tokens_[size_t(id)];
-      size_t from = at;
-      while (from < t.size() && is_json_space(uint8_t(t[from]))) ++from;  // Python's ", " (harmless elsewhere)
-      key_scratch.assign(t, from, std::string::npos);
-      bool maybe = false;
+    // Tokens that close a key. From inside a key whose bytes so far have no escape, a token that
+    // closes it and nothing more repeats a key exactly when it spells the rest of a written key
+    // and then a closing byte: those are found by walking the trie (below); the others, and every
+    // closing token from outside a key (which opens the key it closes), are checked one by one.
+    const bool from_key = keys.cur.in_key && !(keys.cur.json && keys.cur.buf.find('\\') != std::string::npos);
+    for (int32_t id : from_key ? lists.closing_more : lists.closing) clear_if_bad(id);
+    // Tokens that open a key and stop inside it: only a prefix of a written key can be dead, so
+    // per written key (of any open object: a token may close one before opening the key) the
+    // tokens spelling one of its prefixes.
+    if (!lists.opening.empty()) {
+      auto key_of = [&](const std::pair<int32_t, uint32_t>& e) {
+        return std::string_view(v->tokens_[size_t(e.first)]).substr(e.second);
+      };
       for (const auto& scope : keys.scopes)
-        if (auto it = scope.lower_bound(key_scratch); it != scope.end() && it->compare(0, key_scratch.size(), key_scratch) == 0)
-          maybe = true;
-      if (maybe) clear_if_bad(id);
+        for (const std::string& w : scope)
+          for (size_t len = 0; len <= w.size(); ++len) {
+            const std::string_view p(w.data(), len);
+            auto lo = std::lower_bound(lists.opening.begin(), lists.opening.end(), p,
+                                       [&](const auto& e, std::string_view x) { return key_of(e) < x; });
+            for (; lo != lists.opening.end() && key_of(*lo) == p; ++lo) clear_if_bad(lo->first);
+          }
     }
     // From inside a key: tokens that go on spelling a written key (found by walking the trie
     // along the rest of each written key that starts with the key so far).
@@ -1169,15 +1216,34 @@ struct Matcher::Impl {
       const auto& scope = keys.scopes.back();
       const std::string& buf = keys.cur.buf;
       for (auto it = scope.lower_bound(buf); it != scope.end() && it->compare(0, buf.size(), buf) == 0; ++it) {
+        // A JSON key holding '"', '\\' or a control character is spelled with escapes: its
+        // tokens have a backslash and are checked one by one (closing_more).
+        if (keys.cur.json && std::any_of(it->begin(), it->end(), [](char ch) {
+              return ch == '"' || ch == '\\' || static_cast<unsigned char>(ch) < 0x20;
+            }))
+          continue;
         for (int lead = 0; lead < 2; ++lead) {
           if (lead && !(keys.cur.skip_ws && buf.empty())) break;
           const std::string rest = (lead ? " " : "") + it->substr(buf.size());
-          int32_t node = rest.empty() ? -1 : v->child(-1, uint8_t(rest[0]));
-          for (size_t d = 1; node >= 0; ++d) {
+          // Tokens that stop inside the written key: checked (the prefix may be dead).
+          int32_t node = -1;
+          for (size_t d = 0; d < rest.size(); ++d) {
+            node = v->child(node, uint8_t(rest[d]));
+            if (node < 0) break;
             const auto& nd = v->nodes_[size_t(node)];
             for (uint32_t k = nd.tok_begin; k < nd.tok_end; ++k) clear_if_bad(v->node_tokens_[k]);
-            if (d >= rest.size()) break;
-            node = v->child(node, uint8_t(rest[d]));
+          }
+          if (node < 0 && !rest.empty()) continue;
+          // Tokens that spell all of it and then close it: they repeat it.
+          for (int c = 0; c < 256; ++c) {
+            if (!byteset_has(g->key_close_bytes, uint8_t(c))) continue;
+            const int32_t at = v->child(node, uint8_t(c));
+            if (at < 0) continue;
+            const auto& nd = v->nodes_[size_t(at)];
+            for (uint32_t k = nd.tok_begin, e = v->nodes_[nd.end - 1].tok_end; k < e; ++k) {
+              const int32_t id = v->node_tokens_[k];
+              mask[size_t(id) / 32] &= ~(1u << (id % 32));
+            }
           }
         }
       }
