@@ -46,7 +46,8 @@ size_t Grammar::memory_bytes() const {
   for (const auto& [key, mask] : mask_cache) n += 64 + key.capacity() + (mask ? 48 + vec_bytes(*mask) : 0);
   n += key_token_cache.bucket_count() * sizeof(void*);
   for (const auto& [key, t] : key_token_cache)
-    n += 64 + key.capacity() + (t ? 96 + vec_bytes(t->closing) + vec_bytes(t->closing_more) + vec_bytes(t->opening) : 0);
+    n += 64 + key.capacity() + (t ? 96 + vec_bytes(t->closing) + vec_bytes(t->closing_more) + vec_bytes(t->opening) +
+                                    vec_bytes(t->closing_keyed) + 32 * t->closing_keyed.size() : 0);
   return n;
 }
 

@@ -145,7 +145,10 @@ namespace detail {
 // the key's first byte in the token).
 struct KeyTokenLists {
   std::vector<int32_t> closing;
-  std::vector<int32_t> closing_more;  // those of `closing` that may open or close another key after
+  std::vector<int32_t> closing_more;  // of `closing`: checked one by one (see key_tokens)
+  // Of `closing`: tokens that open a key in the innermost object and close it, and nothing more:
+  // (key bytes, token id), sorted. They repeat a key exactly when those bytes are a written key.
+  std::vector<std::pair<std::string, int32_t>> closing_keyed;
   std::vector<std::pair<int32_t, uint32_t>> opening;  // sorted by the key's bytes
 };
 }  // namespace detail

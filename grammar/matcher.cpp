@@ -884,6 +884,24 @@ struct KeyOverlay {
       if (i == idx && starts(k)) return true;
     return false;
   }
+  // The bytes that follow `p` in the keys of the innermost open object that start with it.
+  ByteSet written_next(const std::string& p) const {
+    ByteSet out{};
+    auto add = [&](const std::string& k) {
+      if (k.size() > p.size() && k.compare(0, p.size(), p) == 0) byteset_add(out, uint8_t(k[p.size()]));
+    };
+    if (!pushed.empty()) {
+      for (const auto& k : pushed.back()) add(k);
+      return out;
+    }
+    if (depth == 0) return out;
+    const uint32_t idx = uint32_t(depth - 1);
+    const auto& set = base->scopes[idx];
+    for (auto it = set.lower_bound(p); it != set.end() && it->compare(0, p.size(), p) == 0; ++it) add(*it);
+    for (const auto& [i, k] : added)
+      if (i == idx) add(k);
+    return out;
+  }
   // Whether a byte with these tags would close a key that repeats one.
   bool repeats(uint8_t tags) const { return (tags & kTagKeyClose) && cur.in_key && has(cur.name()); }
 
@@ -1048,6 +1066,23 @@ struct Matcher::Impl {
   bool key_dead(const std::vector<uint32_t>& st, const KeyOverlay& o) {
     if (!o.cur.in_key || (o.cur.json && o.cur.buf.find('\\') != std::string::npos)) return false;
     if (!o.prefix_of_written(o.cur.buf)) return false;
+    {
+      // Usually settled without advancing: a byte the grammar takes next that no written key has
+      // there leads to a new key (every state can be completed).
+      ByteSet next;
+      next_bytes(st, next);
+      const ByteSet w = o.written_next(o.cur.buf);
+      for (size_t i = 0; i < 4; ++i)
+        if (next[i] & ~w[i] & ~g->key_close_bytes[i]) {
+          if (!(o.cur.skip_ws && o.cur.buf.empty())) return false;
+          // After Python's ", ": a space is not part of the key; look at the rest.
+          ByteSet other = next;
+          for (uint8_t b : {' ', '\n', '\t', '\r'}) other[b >> 6] &= ~(uint64_t(1) << (b & 63));
+          for (size_t j = 0; j < 4; ++j)
+            if (other[j] & ~w[j] & ~g->key_close_bytes[j]) return false;
+          break;
+        }
+    }
     struct Node {
       std::vector<uint32_t> st;
       KeyCursor key;
@@ -1118,9 +1153,12 @@ struct Matcher::Impl {
   // inside that key without further advances (`"abc` at a key position).
   std::shared_ptr<const KeyTokenLists> key_tokens(const uint32_t* mask) {
     auto out = std::make_shared<KeyTokenLists>();
-    std::array<int8_t, 256> first_ok;
-    first_ok.fill(-1);
-    std::array<uint8_t, 256> first_tags{};
+    // Advances from the current state, memoized per byte, and whether they come back to it (inside
+    // a string, every plain character does): a token's bytes are advanced for real only from its
+    // first byte that leaves the state.
+    std::array<int8_t, 256> memo_ok;
+    memo_ok.fill(-1);
+    std::array<uint8_t, 256> memo_tags{}, memo_stays{};
     if (first_state.size() < 256) first_state.resize(256);
     auto plain_after = [&](const std::string& t, size_t from) {
       for (size_t k = from; k < t.size(); ++k)
@@ -1130,47 +1168,63 @@ struct Matcher::Impl {
     for (int32_t id : *key_lists) {
       if (!((mask[size_t(id) / 32] >> (id % 32)) & 1)) continue;
       const std::string& t = v->tokens_[size_t(id)];
-      const uint8_t b0 = uint8_t(t[0]);
-      if (first_ok[b0] < 0) {
-        first_ok[b0] = rec.advance(state, b0, first_state[b0]) ? 1 : 0;
-        first_tags[b0] = rec.tags();
-      }
-      if (!first_ok[b0]) continue;  // cannot happen: the token is allowed
-      uint8_t tags = first_tags[b0];
-      if (tags & kTagKeyClose) {
-        out->closing.push_back(id);
-        if (!plain_after(t, 1) || t.find('\\') != std::string::npos) out->closing_more.push_back(id);
-        continue;
-      }
-      bool in_key = (tags & kTagKeyOpen) != 0;
-      uint32_t key_at = 1;
-      if (!(in_key && plain_after(t, 1))) {
-        bool closes = false;
-        sim_a = first_state[b0];
-        for (size_t k = 1; k < t.size(); ++k) {
-          if (!rec.advance(sim_a, uint8_t(t[k]), sim_b)) break;
-          sim_a.swap(sim_b);
-          tags = rec.tags();
-          if (tags & kTagKeyClose) {
-            closes = true;
-            if (!plain_after(t, k + 1) || t.find('\\') != std::string::npos) out->closing_more.push_back(id);
+      bool at_start = true, in_key = false, closes = false, dead = false, scope_op = false, opened = false;
+      uint32_t key_at = 0;
+      for (size_t k = 0; k < t.size(); ++k) {
+        const uint8_t b = uint8_t(t[k]);
+        uint8_t tags;
+        if (at_start) {
+          if (memo_ok[b] < 0) {
+            memo_ok[b] = rec.advance(state, b, first_state[b]) ? 1 : 0;
+            memo_tags[b] = rec.tags();
+            memo_stays[b] = first_state[b] == state;
+          }
+          if (!memo_ok[b]) {
+            dead = true;  // cannot happen: the token is allowed
             break;
           }
-          if (tags & kTagObjClose) in_key = false;
-          if (tags & kTagKeyOpen) {
-            in_key = true;
-            key_at = uint32_t(k + 1);
+          tags = memo_tags[b];
+          if (!memo_stays[b]) {
+            sim_a = first_state[b];
+            at_start = false;
           }
+        } else {
+          if (!rec.advance(sim_a, b, sim_b)) {
+            dead = true;
+            break;
+          }
+          sim_a.swap(sim_b);
+          tags = rec.tags();
         }
-        if (closes) {
+        if (tags & kTagKeyClose) {
+          // Closes a key. Checked one by one unless it does nothing more and holds no escape: then
+          // either the key was open before the token (filter_duplicate_keys walks the trie for
+          // those), or the token opened it in the innermost object (closing_keyed).
+          closes = true;
           out->closing.push_back(id);
-          continue;
+          if (!plain_after(t, k + 1) || t.find('\\') != std::string::npos || scope_op) {
+            out->closing_more.push_back(id);
+          } else if (opened) {
+            size_t from = key_at;
+            while (from < k && is_json_space(uint8_t(t[from]))) ++from;
+            out->closing_keyed.push_back({t.substr(from, k - from), id});
+          }
+          break;
+        }
+        if (tags & (kTagObjClose | kTagObjOpen)) scope_op = true;
+        if (tags & kTagObjClose) in_key = false;
+        if (tags & kTagKeyOpen) {
+          opened = true;
+          in_key = true;
+          key_at = uint32_t(k + 1);
+          if (plain_after(t, k + 1)) break;  // stays inside this key to the token's end
         }
       }
-      if (!in_key) continue;
+      if (closes || dead || !in_key) continue;
       while (key_at < t.size() && is_json_space(uint8_t(t[key_at]))) ++key_at;  // Python's ", " (harmless elsewhere)
       out->opening.push_back({id, key_at});
     }
+    std::sort(out->closing_keyed.begin(), out->closing_keyed.end());
     // By the key's bytes, so the tokens spelling a given prefix are one binary search away.
     std::sort(out->opening.begin(), out->opening.end(), [&](const auto& a, const auto& b) {
       return std::string_view(v->tokens_[size_t(a.first)]).substr(a.second) <
@@ -1191,8 +1245,34 @@ struct Matcher::Impl {
     // closes it and nothing more repeats a key exactly when it spells the rest of a written key
     // and then a closing byte: those are found by walking the trie (below); the others, and every
     // closing token from outside a key (which opens the key it closes), are checked one by one.
-    const bool from_key = keys.cur.in_key && !(keys.cur.json && keys.cur.buf.find('\\') != std::string::npos);
-    for (int32_t id : from_key ? lists.closing_more : lists.closing) clear_if_bad(id);
+    // A key written with escapes: its closing tokens are checked one by one, but only when its
+    // value so far starts some written key (else no way of closing it can repeat one).
+    bool escaped = keys.cur.json && keys.cur.buf.find('\\') != std::string::npos;
+    if (escaped && !keys.scopes.empty()) {
+      const std::string& b = keys.cur.buf;
+      size_t ok = 0;  // the bytes of complete characters and escapes
+      for (size_t i = 0; i < b.size();) {
+        size_t need = b[i] != '\\' ? 1 : i + 1 < b.size() && b[i + 1] == 'u' ? 6 : 2;
+        if (need == 6 && i + 6 <= b.size() && (b[i + 2] | 0x20) == 'd' && std::strchr("89abAB", b[i + 3])) need = 12;
+        if (i + need > b.size()) break;
+        i += need;
+        ok = i;
+      }
+      const std::string p = decode_json_key(std::string_view(b).substr(0, ok));
+      const auto& scope = keys.scopes.back();
+      auto it = scope.lower_bound(p);
+      escaped = it != scope.end() && it->compare(0, p.size(), p) == 0;
+    }
+    for (int32_t id : escaped ? lists.closing : lists.closing_more) clear_if_bad(id);
+    if (!keys.cur.in_key && !keys.scopes.empty()) {
+      // Opened and closed by the token, in the innermost object: a repeat iff a written key.
+      for (const std::string& w : keys.scopes.back()) {
+        auto lo = std::lower_bound(lists.closing_keyed.begin(), lists.closing_keyed.end(), w,
+                                   [](const auto& e, const std::string& x) { return e.first < x; });
+        for (; lo != lists.closing_keyed.end() && lo->first == w; ++lo)
+          mask[size_t(lo->second) / 32] &= ~(1u << (lo->second % 32));
+      }
+    }
     // Tokens that open a key and stop inside it: only a prefix of a written key can be dead, so
     // per written key (of any open object: a token may close one before opening the key) the
     // tokens spelling one of its prefixes.
@@ -1225,13 +1305,31 @@ struct Matcher::Impl {
         for (int lead = 0; lead < 2; ++lead) {
           if (lead && !(keys.cur.skip_ws && buf.empty())) break;
           const std::string rest = (lead ? " " : "") + it->substr(buf.size());
-          // Tokens that stop inside the written key: checked (the prefix may be dead).
+          // Tokens that stop inside the written key: refused where that prefix is dead. The tokens
+          // ending at one trie node share the bytes, so the state and the answer.
           int32_t node = -1;
+          KeyOverlay o(keys);
+          sim_a = state;
           for (size_t d = 0; d < rest.size(); ++d) {
             node = v->child(node, uint8_t(rest[d]));
             if (node < 0) break;
+            if (!rec.advance(sim_a, uint8_t(rest[d]), sim_b)) {
+              node = -1;
+              break;
+            }
+            sim_a.swap(sim_b);
+            o.cur.append(uint8_t(rest[d]));
             const auto& nd = v->nodes_[size_t(node)];
-            for (uint32_t k = nd.tok_begin; k < nd.tok_end; ++k) clear_if_bad(v->node_tokens_[k]);
+            bool any = false;
+            for (uint32_t k = nd.tok_begin; k < nd.tok_end && !any; ++k) {
+              const int32_t id = v->node_tokens_[k];
+              any = (mask[size_t(id) / 32] >> (id % 32)) & 1;
+            }
+            if (any && key_dead(sim_a, o))
+              for (uint32_t k = nd.tok_begin; k < nd.tok_end; ++k) {
+                const int32_t id = v->node_tokens_[k];
+                mask[size_t(id) / 32] &= ~(1u << (id % 32));
+              }
           }
           if (node < 0 && !rest.empty()) continue;
           // Tokens that spell all of it and then close it: they repeat it.
