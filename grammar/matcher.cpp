@@ -990,7 +990,7 @@ struct Matcher::Impl {
   KeySets keys;
   std::optional<KeyOverlay> pending_keys;
   std::shared_ptr<const std::vector<int32_t>> key_lists;  // tokens holding a key-opening or -closing byte
-  std::vector<uint32_t> sim_a, sim_b;
+  std::vector<uint32_t> sim_a, sim_b, sim_c;
   std::vector<std::vector<uint32_t>> first_state;  // [byte] key_tokens' shared first advances
   std::string key_scratch;
 
@@ -1202,7 +1202,17 @@ struct Matcher::Impl {
           // those), or the token opened it in the innermost object (closing_keyed).
           closes = true;
           out->closing.push_back(id);
-          if (!plain_after(t, k + 1) || t.find('\\') != std::string::npos || scope_op) {
+          // Whether the rest of the token opens or closes another key (a byte that could is not
+          // enough: `": "` opens a string value).
+          bool more = false;
+          if (!plain_after(t, k + 1)) {
+            sim_c = at_start ? state : sim_a;
+            for (size_t j = k + 1; j < t.size() && !more; ++j) {
+              more = !rec.advance(sim_c, uint8_t(t[j]), sim_b) || (rec.tags() & (kTagKeyOpen | kTagKeyClose));
+              sim_c.swap(sim_b);
+            }
+          }
+          if (more || t.find('\\') != std::string::npos || scope_op) {
             out->closing_more.push_back(id);
           } else if (opened) {
             size_t from = key_at;
