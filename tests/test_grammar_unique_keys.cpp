@@ -218,6 +218,9 @@ TEST_CASE("unique keys: the shortest completion writes a new key where the short
   CHECK(c.text() == R"({"b":7,"a":0})");
   CHECK(c.is_complete());
 
+  // Two names cannot make three members: with unique keys the schema has no instance.
+  const auto unsat = grammar::compile_json_schema(R"({"type":"object","propertyNames":{"enum":["a","b"]},"minProperties":3})");
+  CHECK_FALSE(unsat.ok());
   // From a fresh matcher: three free keys, all different.
   const auto three = compile(R"({"type":"object","additionalProperties":{"type":"integer"},"minProperties":3})", Syntax::JsonCompact);
   grammar::Matcher f(three, bytes);
