@@ -44,6 +44,10 @@ size_t Grammar::memory_bytes() const {
   // Per entry: the node, the key, the shared vector's control block and words.
   n += mask_cache.bucket_count() * sizeof(void*);
   for (const auto& [key, mask] : mask_cache) n += 64 + key.capacity() + (mask ? 48 + vec_bytes(*mask) : 0);
+  n += key_token_cache.bucket_count() * sizeof(void*);
+  for (const auto& [key, t] : key_token_cache)
+    n += 64 + key.capacity() + (t ? 96 + vec_bytes(t->closing) + vec_bytes(t->closing_more) + vec_bytes(t->opening) +
+                                    vec_bytes(t->closing_keyed) + 32 * t->closing_keyed.size() : 0);
   return n;
 }
 
@@ -189,10 +193,15 @@ CompileResult compile_tool_list(std::string_view tools_json, const ToolListOptio
         errors.push_back({base + "/name", "name", "tool name '" + name->str + "' cannot be written in this call format"});
         continue;
       }
+      // Key tags (unique keys): the arguments object opens with the "\n" after the function tag
+      // or with the '(' (which also starts the first keyword), and closes with "</function>" /
+      // ')'.
       std::vector<Elem> seq;
       rb.lit(seq, xml ? "<function=" + name->str + ">\n" : name->str + "(");
+      seq.back() = tagged(seq.back(), xml ? kTagObjOpen : kTagObjOpen | kTagKeyOpen | kTagKeySkipWs);
       seq.push_back(RuleBuilder::ref(p));
       rb.lit(seq, xml ? "</function>" : ")");
+      seq.back() = tagged(seq.back(), kTagObjClose);
       rb.add_alt(call, std::move(seq));
       continue;
     }

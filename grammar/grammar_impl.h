@@ -32,10 +32,31 @@ namespace detail {
 // tables describe the tokens such a chain accepts). Patterned strings like [^<>] use it.
 enum class ElemKind : uint8_t { End, Ref, Class, StrChar, StrCharLoop, StrCharRaw };
 
-struct Elem {
-  ElemKind kind;
-  uint32_t arg;  // Ref: rule id; Class: class id
+// Key-uniqueness events (Elem::tag, a bit set; see docs/GRAMMAR.md "Unique keys"): what consuming a
+// byte at this terminal means for the objects being written. The compiler tags the terminals of
+// object delimiters and of key delimiters, in every argument syntax; the Matcher keeps the keys
+// written per open object and refuses a key close that would repeat one.
+enum KeyTag : uint8_t {
+  kTagObjOpen = 1,    // opens an object: a new, empty key set
+  kTagObjClose = 2,   // closes the innermost object
+  kTagKeyOpen = 4,    // the bytes after this one spell a key (the byte itself is not part of it)
+  kTagKeyClose = 8,   // this byte ends the key (not part of it): it must not repeat a written key
+  kTagKeyJson = 16,   // with kTagKeyOpen: the key is JSON string content (escapes decoded)
+  kTagKeySkipWs = 32, // with kTagKeyOpen: whitespace before the key's first byte is not part of it
 };
+
+struct Elem {
+  ElemKind kind = ElemKind::End;
+  uint8_t tag = 0;   // KeyTag bits (terminals only)
+  uint32_t arg = 0;  // Ref: rule id; Class: class id
+  constexpr Elem() = default;
+  constexpr Elem(ElemKind k, uint32_t a, uint8_t t = 0) : kind(k), tag(t), arg(a) {}
+};
+static_assert(sizeof(Elem) == 8);
+inline Elem tagged(Elem e, uint8_t t) {
+  e.tag = uint8_t(e.tag | t);
+  return e;
+}
 
 using ByteSet = std::array<uint64_t, 4>;
 inline bool byteset_has(const ByteSet& s, uint8_t b) { return (s[b >> 6] >> (b & 63)) & 1; }
@@ -118,6 +139,20 @@ constexpr uint32_t kPosMask = (1u << kPosBits) - 1;
 
 }  // namespace detail
 
+namespace detail {
+// Unique keys, per recognizer state: the allowed tokens that consume a byte tagged kTagKeyClose,
+// and those that consume a kTagKeyOpen byte and end inside the key it opens (token id, offset of
+// the key's first byte in the token).
+struct KeyTokenLists {
+  std::vector<int32_t> closing;
+  std::vector<int32_t> closing_more;  // of `closing`: checked one by one (see key_tokens)
+  // Of `closing`: tokens that open a key in the innermost object and close it, and nothing more:
+  // (key bytes, token id), sorted. They repeat a key exactly when those bytes are a written key.
+  std::vector<std::pair<std::string, int32_t>> closing_keyed;
+  std::vector<std::pair<int32_t, uint32_t>> opening;  // sorted by the key's bytes
+};
+}  // namespace detail
+
 class Grammar;
 namespace detail {
 // Fills Grammar::min_rule_len and min_suffix (called by Grammar::build).
@@ -162,12 +197,21 @@ class Grammar {
   std::vector<uint64_t> min_rule_len;
   std::vector<uint64_t> min_suffix;
   std::string description;                // what was compiled (for debugging dumps)
+  // Unique keys (KeyTag): whether any terminal carries a tag, and the bytes of the classes tagged
+  // kTagKeyClose. Only tokens holding such a byte can close a key, so the mask checks just those.
+  bool has_key_tags = false;
+  detail::ByteSet key_open_bytes{}, key_close_bytes{};
 
   // Mask cache shared by all matchers of this grammar: (vocabulary fingerprint, recognizer state)
   // -> mask. Guarded by cache_mu; bounded (cleared when full).
   mutable std::mutex cache_mu;
   mutable std::unordered_map<std::string, std::shared_ptr<const std::vector<uint32_t>>> mask_cache;
   static constexpr size_t kMaskCacheMax = 256;  // ~5 MB per grammar with a 152k vocabulary
+  // Unique keys: per cached state (same key as mask_cache), the allowed tokens that close a key
+  // or open one and end inside it (usually a few dozen). Only these (and the tokens that go on
+  // spelling a written key) are checked against a matcher's written keys. Guarded by cache_mu;
+  // cleared with mask_cache.
+  mutable std::unordered_map<std::string, std::shared_ptr<const detail::KeyTokenLists>> key_token_cache;
 
   // Finalizes a builder: prunes unproductive alternatives; returns null (and an error message) if
   // the root cannot produce any string.

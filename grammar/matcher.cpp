@@ -5,7 +5,9 @@
 #include <climits>
 #include <cstring>
 #include <deque>
+#include <optional>
 #include <stdexcept>
+#include <set>
 
 #include "grammar/grammar_impl.h"
 
@@ -90,9 +92,11 @@ class Recognizer {
     canonicalize(out);
   }
 
-  // out = state after `byte`; returns false if no stack survives.
+  // out = state after `byte`; returns false if no stack survives. tags() is then the union of the
+  // KeyTag bits of the terminals that consumed it.
   bool advance(const std::vector<uint32_t>& in, uint8_t byte, std::vector<uint32_t>& out) {
     out.clear();
+    tags_ = 0;
     size_t i = 0, n = in.size();
     while (i < n) {
       uint32_t len = in[i];
@@ -104,6 +108,7 @@ class Recognizer {
       const Elem& e = g_.elems[pos];
       if (e.kind == ElemKind::Class) {
         if (!byteset_has(g_.classes[e.arg], byte)) continue;
+        tags_ = uint8_t(tags_ | e.tag);
         st_.assign(s, s + len);
         st_.back() = pos + 1;
         expand(st_, 0, out);
@@ -126,6 +131,7 @@ class Recognizer {
     canonicalize(out);
     return !out.empty();
   }
+  uint8_t tags() const { return tags_; }
 
  private:
   static void emit(const std::vector<uint32_t>& st, std::vector<uint32_t>& out) {
@@ -198,6 +204,7 @@ class Recognizer {
   std::deque<std::vector<uint32_t>> scratch_;  // [expansion depth]; deque: growing keeps references valid
   std::vector<std::pair<uint32_t, uint32_t>> spans_;
   std::vector<uint32_t> tmp_;
+  uint8_t tags_ = 0;
 };
 
 }  // namespace detail
@@ -369,6 +376,16 @@ std::shared_ptr<Grammar> Grammar::build(RuleBuilder& rb, uint32_t root, std::str
     return nullptr;
   }
   compute_runs(*g);
+  // Keys are tracked only where some key can close at a tagged terminal (free JSON keys, XML and
+  // Python names): objects with listed JSON keys only cost nothing.
+  for (const Elem& e : g->elems) {
+    if (e.kind != ElemKind::Class || !(e.tag & (kTagKeyOpen | kTagKeyClose))) continue;
+    if (e.tag & kTagKeyClose) g->has_key_tags = true;
+    for (size_t w = 0; w < 4; ++w) {
+      if (e.tag & kTagKeyOpen) g->key_open_bytes[w] |= g->classes[e.arg][w];
+      if (e.tag & kTagKeyClose) g->key_close_bytes[w] |= g->classes[e.arg][w];
+    }
+  }
   for (size_t p = 0; p < g->elems.size(); ++p) {
     int32_t c = int32_t(g->elems[p].arg);
     bool wanted = (g->elems[p].kind == ElemKind::Class && g->class_run[p] >= Grammar::kMinClassRun) ||
@@ -661,6 +678,29 @@ class VocabularyImpl final : public Vocabulary {
     return t;
   }
 
+  // Unique keys: the tokens that can close a key (holding a byte of `close`, the bytes of the
+  // grammar's key-closing terminals). Built on first use per byte set (one pass over the tokens)
+  // and kept.
+  std::shared_ptr<const std::vector<int32_t>> key_close_tokens(const ByteSet& close) const {
+    {
+      std::lock_guard<std::mutex> lock(loop_mu_);
+      auto it = key_lists_.find(close);
+      if (it != key_lists_.end()) return it->second;
+    }
+    auto t = std::make_shared<std::vector<int32_t>>();  // token ids, ascending
+    for (size_t id = 0; id < tokens_.size(); ++id) {
+      if (is_eog_[id]) continue;
+      for (unsigned char c : tokens_[id])
+        if (byteset_has(close, c)) {
+          t->push_back(int32_t(id));
+          break;
+        }
+    }
+    std::lock_guard<std::mutex> lock(loop_mu_);
+    key_lists_.emplace(close, t);
+    return t;
+  }
+
   // Trie child of `node` (-1 = the root) by byte, or -1.
   int32_t child(int32_t node, uint8_t b) const {
     if (node < 0) return root_child_[b];
@@ -692,6 +732,226 @@ class VocabularyImpl final : public Vocabulary {
   uint64_t fingerprint_ = 0;
   mutable std::mutex loop_mu_;
   mutable std::map<ByteSet, std::shared_ptr<const LoopTables>> loop_tables_;
+  mutable std::map<ByteSet, std::shared_ptr<const std::vector<int32_t>>> key_lists_;  // guarded by loop_mu_
+};
+
+// ---- unique keys ----
+// The compiler tags object and key delimiters (KeyTag); the matcher keeps, per open object, the
+// keys written so far, and refuses a byte that would close a key equal to one of them.
+
+// The value of complete JSON string content: escapes decoded (\u surrogate pairs joined), so
+// "\u0061" and "a" are the same key.
+std::string decode_json_key(std::string_view s) {
+  if (s.find('\\') == std::string_view::npos) return std::string(s);
+  auto hex4 = [&](size_t i) {
+    uint32_t v = 0;
+    for (size_t k = i; k < i + 4; ++k) {
+      const char c = s[k];
+      v = v * 16 + uint32_t(c <= '9' ? c - '0' : (c | 0x20) - 'a' + 10);
+    }
+    return v;
+  };
+  std::string out;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] != '\\' || i + 1 >= s.size()) {
+      out.push_back(s[i]);
+      continue;
+    }
+    const char e = s[++i];
+    switch (e) {
+      case 'b': out.push_back('\b'); break;
+      case 'f': out.push_back('\f'); break;
+      case 'n': out.push_back('\n'); break;
+      case 'r': out.push_back('\r'); break;
+      case 't': out.push_back('\t'); break;
+      case 'u': {
+        if (i + 4 >= s.size()) {  // incomplete (the grammar never closes a key there): keep as is
+          out.append(s.substr(i - 1));
+          i = s.size();
+          break;
+        }
+        uint32_t cp = hex4(i + 1);
+        i += 4;
+        if (cp >= 0xD800 && cp < 0xDC00 && i + 6 < s.size() && s[i + 1] == '\\' && s[i + 2] == 'u') {
+          const uint32_t lo = hex4(i + 3);
+          if (lo >= 0xDC00 && lo < 0xE000) {
+            cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+            i += 6;
+          }
+        }
+        if (cp < 0x80) {
+          out.push_back(char(cp));
+        } else if (cp < 0x800) {
+          out.push_back(char(0xC0 | (cp >> 6)));
+          out.push_back(char(0x80 | (cp & 0x3F)));
+        } else if (cp < 0x10000) {
+          out.push_back(char(0xE0 | (cp >> 12)));
+          out.push_back(char(0x80 | ((cp >> 6) & 0x3F)));
+          out.push_back(char(0x80 | (cp & 0x3F)));
+        } else {
+          out.push_back(char(0xF0 | (cp >> 18)));
+          out.push_back(char(0x80 | ((cp >> 12) & 0x3F)));
+          out.push_back(char(0x80 | ((cp >> 6) & 0x3F)));
+          out.push_back(char(0x80 | (cp & 0x3F)));
+        }
+        break;
+      }
+      default: out.push_back(e);  // \" \\ \/
+    }
+  }
+  return out;
+}
+
+bool is_json_space(uint8_t b) { return b == ' ' || b == '\n' || b == '\t' || b == '\r'; }
+
+// The key being written.
+struct KeyCursor {
+  bool in_key = false;
+  bool json = false;     // JSON string content: compared decoded
+  bool skip_ws = false;  // leading whitespace is not part of it (Python keywords after ", ")
+  std::string buf;       // its bytes so far, as written
+
+  void append(uint8_t b) {
+    if (skip_ws && buf.empty() && is_json_space(b)) return;
+    buf.push_back(char(b));
+  }
+  std::string name() const { return json ? decode_json_key(buf) : buf; }
+};
+
+// The keys written in each open object (innermost last) and the key being written; changes are
+// logged so rollback can undo them.
+struct KeySets {
+  std::vector<std::set<std::string>> scopes;  // ordered: prefix queries
+  KeyCursor cur;
+  struct Undo {
+    enum Kind : uint8_t { Push, Pop, Add } kind;
+    uint32_t scope = 0;
+    std::string key;                        // Add
+    std::set<std::string> saved;  // Pop: the popped object's keys
+  };
+  std::vector<Undo> undo;
+
+  void undo_to(size_t len) {
+    while (undo.size() > len) {
+      Undo& u = undo.back();
+      switch (u.kind) {
+        case Undo::Push: scopes.pop_back(); break;
+        case Undo::Pop: scopes.push_back(std::move(u.saved)); break;
+        case Undo::Add: scopes[u.scope].erase(u.key); break;
+      }
+      undo.pop_back();
+    }
+  }
+  // Whether any key was written in an open object, or one is being written: only then can a
+  // token repeat a key (short of writing a whole object with two equal keys in one token).
+  bool active() const {
+    if (cur.in_key) return true;
+    for (const auto& s : scopes)
+      if (!s.empty()) return true;
+    return false;
+  }
+};
+
+// The effect of some bytes (a token, a completion) on KeySets, before it is committed.
+struct KeyOverlay {
+  const KeySets* base;
+  size_t depth;                                           // base objects still open: [0, depth)
+  std::vector<std::vector<std::string>> pushed;           // objects opened by these bytes
+  std::vector<std::pair<uint32_t, std::string>> added;    // (base object, key)
+  KeyCursor cur;
+
+  explicit KeyOverlay(const KeySets& b) : base(&b), depth(b.scopes.size()), cur(b.cur) {}
+
+  // Whether the innermost open object already has key `name`.
+  bool has(const std::string& name) const {
+    if (!pushed.empty()) return std::find(pushed.back().begin(), pushed.back().end(), name) != pushed.back().end();
+    if (depth == 0) return false;
+    const uint32_t idx = uint32_t(depth - 1);
+    if (base->scopes[idx].count(name)) return true;
+    for (const auto& [i, k] : added)
+      if (i == idx && k == name) return true;
+    return false;
+  }
+  // Whether some key of the innermost open object starts with `p`.
+  bool prefix_of_written(const std::string& p) const {
+    auto starts = [&p](const std::string& k) { return k.compare(0, p.size(), p) == 0; };
+    if (!pushed.empty()) return std::any_of(pushed.back().begin(), pushed.back().end(), starts);
+    if (depth == 0) return false;
+    const uint32_t idx = uint32_t(depth - 1);
+    const auto& set = base->scopes[idx];
+    if (auto it = set.lower_bound(p); it != set.end() && starts(*it)) return true;
+    for (const auto& [i, k] : added)
+      if (i == idx && starts(k)) return true;
+    return false;
+  }
+  // The bytes that follow `p` in the keys of the innermost open object that start with it.
+  ByteSet written_next(const std::string& p) const {
+    ByteSet out{};
+    auto add = [&](const std::string& k) {
+      if (k.size() > p.size() && k.compare(0, p.size(), p) == 0) byteset_add(out, uint8_t(k[p.size()]));
+    };
+    if (!pushed.empty()) {
+      for (const auto& k : pushed.back()) add(k);
+      return out;
+    }
+    if (depth == 0) return out;
+    const uint32_t idx = uint32_t(depth - 1);
+    const auto& set = base->scopes[idx];
+    for (auto it = set.lower_bound(p); it != set.end() && it->compare(0, p.size(), p) == 0; ++it) add(*it);
+    for (const auto& [i, k] : added)
+      if (i == idx) add(k);
+    return out;
+  }
+  // Whether a byte with these tags would close a key that repeats one.
+  bool repeats(uint8_t tags) const { return (tags & kTagKeyClose) && cur.in_key && has(cur.name()); }
+
+  // Applies one byte that the recognizer consumed with `tags`; false (the overlay is then
+  // unusable) when it closes a key already written in its object.
+  bool step(uint8_t tags, uint8_t byte) {
+    if (tags & kTagKeyClose) {
+      if (!cur.in_key) return true;
+      std::string k = cur.name();
+      cur.in_key = false;
+      cur.buf.clear();
+      if (has(k)) return false;
+      if (!pushed.empty()) pushed.back().push_back(std::move(k));
+      else if (depth > 0) added.emplace_back(uint32_t(depth - 1), std::move(k));
+      return true;
+    }
+    if (tags & kTagObjClose) {
+      if (!pushed.empty()) pushed.pop_back();
+      else if (depth > 0) --depth;
+      cur.in_key = false;
+      cur.buf.clear();
+    }
+    if (tags & kTagObjOpen) pushed.emplace_back();
+    if (tags & kTagKeyOpen) {
+      cur.in_key = true;
+      cur.json = (tags & kTagKeyJson) != 0;
+      cur.skip_ws = (tags & kTagKeySkipWs) != 0;
+      cur.buf.clear();
+    } else if (tags == 0 && cur.in_key) {
+      cur.append(byte);
+    }
+    return true;
+  }
+
+  void commit(KeySets& ks) {
+    using U = KeySets::Undo;
+    for (auto& [idx, k] : added) {
+      ks.scopes[idx].insert(k);
+      ks.undo.push_back({U::Add, idx, std::move(k), {}});
+    }
+    while (ks.scopes.size() > depth) {
+      ks.undo.push_back({U::Pop, 0, {}, std::move(ks.scopes.back())});
+      ks.scopes.pop_back();
+    }
+    for (auto& keys : pushed) {
+      ks.scopes.emplace_back(keys.begin(), keys.end());
+      ks.undo.push_back({U::Push, 0, {}, {}});
+    }
+    ks.cur = std::move(cur);
+  }
 };
 
 }  // namespace
@@ -709,6 +969,8 @@ struct Matcher::Impl {
     std::vector<uint32_t> state;
     size_t text_len;
     bool terminated;
+    size_t keys_undo_len;  // KeySets::undo entries before this step
+    KeyCursor key;
   };
 
   std::shared_ptr<const Grammar> g;
@@ -723,6 +985,14 @@ struct Matcher::Impl {
   mutable std::vector<std::vector<uint32_t>> levels;  // [trie depth] recognizer state
   std::vector<uint8_t> same_as_root;                   // [trie depth] levels[d] == levels[0]
   std::vector<std::vector<uint32_t>> root_memo;        // [byte] state after byte from the root
+  // Unique keys (only for grammars with key tags): the keys written per open object, the
+  // overlay of the token being accepted, and which tokens can close a key.
+  KeySets keys;
+  std::optional<KeyOverlay> pending_keys;
+  std::shared_ptr<const std::vector<int32_t>> key_lists;  // tokens holding a key-opening or -closing byte
+  std::vector<uint32_t> sim_a, sim_b, sim_c;
+  std::vector<std::vector<uint32_t>> first_state;  // [byte] key_tokens' shared first advances
+  std::string key_scratch;
 
   // The canonical shortest completion of the current state and, per suffix, the fewest tokens
   // spelling it: min_tok[k] for comp[k..] (kNoTok if unspellable). `off` bytes of comp have been
@@ -730,6 +1000,7 @@ struct Matcher::Impl {
   // only moves `off`, and min_completion_tokens() drops by exactly one per closing-mode token.
   struct Plan {
     bool valid = false;  // computed for the current state
+    bool built = false;  // comp is a whole completion
     bool ok = false;     // a completion exists and the vocabulary spells it
     std::string comp;
     std::vector<int32_t> min_tok;
@@ -745,6 +1016,11 @@ struct Matcher::Impl {
     // Build (or fetch) the vocabulary's tables for this grammar's self-loop classes now, so the
     // one-time cost lands in the constructor rather than in a fill_mask call.
     for (int32_t c : g->loop_class_ids) tables_for(c);
+    if (g->has_key_tags) {
+      ByteSet both;
+      for (size_t w = 0; w < 4; ++w) both[w] = g->key_open_bytes[w] | g->key_close_bytes[w];
+      key_lists = v->key_close_tokens(both);
+    }
   }
 
   bool complete() const {
@@ -759,17 +1035,382 @@ struct Matcher::Impl {
     return true;
   }
 
+  // On success with key tags, pending_keys holds the bytes' effect on the key sets (committed by
+  // push_history's caller through commit_keys). A byte closing a repeated key is refused, and so
+  // are bytes that end inside a key whose every completion repeats one.
   bool advance_bytes(std::string_view bytes, std::vector<uint32_t>& out) {
     tmp_a = state;
+    if (g->has_key_tags) pending_keys.emplace(keys);
     for (unsigned char c : bytes) {
       if (!rec.advance(tmp_a, c, tmp_b)) return false;
       tmp_a.swap(tmp_b);
+      if (pending_keys && !pending_keys->step(rec.tags(), c)) return false;
     }
+    // As the mask: no stopping inside a key that can only repeat one (e.g. "fo" + "o" under
+    // maxLength 3 once "foo" is written).
+    if (pending_keys && key_dead(tmp_a, *pending_keys)) return false;
     out.swap(tmp_a);
     return true;
   }
+  void commit_keys() {
+    if (pending_keys) pending_keys->commit(keys);
+    pending_keys.reset();
+  }
 
-  void push_history() { history.push_back({state, text.size(), terminated}); }
+  void push_history() { history.push_back({state, text.size(), terminated, keys.undo.size(), keys.cur}); }
+
+  // Whether the key being written (o.cur) can no longer close on a new key: every way the grammar
+  // lets it go on closes on a key its object has. Only a prefix of a written key can be dead (any
+  // other prefix completes to a new key: every grammar state can be completed), so the search
+  // explores prefixes of written keys only; past a budget of advances it answers "alive".
+  bool key_dead(const std::vector<uint32_t>& st, const KeyOverlay& o) {
+    if (!o.cur.in_key || (o.cur.json && o.cur.buf.find('\\') != std::string::npos)) return false;
+    if (!o.prefix_of_written(o.cur.buf)) return false;
+    {
+      // Usually settled without advancing: a byte the grammar takes next that no written key has
+      // there leads to a new key (every state can be completed).
+      ByteSet next;
+      next_bytes(st, next);
+      const ByteSet w = o.written_next(o.cur.buf);
+      for (size_t i = 0; i < 4; ++i)
+        if (next[i] & ~w[i] & ~g->key_close_bytes[i]) {
+          if (!(o.cur.skip_ws && o.cur.buf.empty())) return false;
+          // After Python's ", ": a space is not part of the key; look at the rest.
+          ByteSet other = next;
+          for (uint8_t b : {' ', '\n', '\t', '\r'}) other[b >> 6] &= ~(uint64_t(1) << (b & 63));
+          for (size_t j = 0; j < 4; ++j)
+            if (other[j] & ~w[j] & ~g->key_close_bytes[j]) return false;
+          break;
+        }
+    }
+    struct Node {
+      std::vector<uint32_t> st;
+      KeyCursor key;
+    };
+    std::vector<Node> todo{{st, o.cur}};
+    std::vector<uint32_t> nst;
+    int budget = 4096;
+    while (!todo.empty()) {
+      Node n = std::move(todo.back());
+      todo.pop_back();
+      ByteSet next;
+      next_bytes(n.st, next);
+      for (int b = 0; b < 256; ++b) {
+        if (!byteset_has(next, uint8_t(b))) continue;
+        if (--budget < 0) return false;
+        if (!rec.advance(n.st, uint8_t(b), nst)) continue;
+        const uint8_t t = rec.tags();
+        if (t & kTagKeyClose) {
+          if (!o.has(n.key.name())) return false;
+          continue;
+        }
+        if (t != 0) return false;  // the key ends some other way (cannot happen)
+        Node child{nst, n.key};
+        child.key.append(uint8_t(b));
+        if (child.key.buf.find('\\') != std::string::npos || !o.prefix_of_written(child.key.buf)) return false;
+        todo.push_back(std::move(child));
+      }
+    }
+    return true;
+  }
+
+  // Whether token `t`, allowed by the grammar from the current state, keeps every object's keys
+  // unique and does not end inside a key that can only repeat one. A token whose only key-closing
+  // byte ends the key being written (and opens no other) is answered by one lookup; anything
+  // else by advancing the recognizer and the key sets over its bytes.
+  bool token_keeps_keys_unique(const std::string& t) {
+    if (keys.cur.in_key) {
+      size_t i = 0;
+      while (i < t.size() && !byteset_has(g->key_close_bytes, uint8_t(t[i]))) ++i;
+      bool simple = i < t.size() && !(keys.cur.json && (keys.cur.buf.find('\\') != std::string::npos ||
+                                                        t.find('\\') < i));
+      for (size_t j = i + 1; j < t.size() && simple; ++j)
+        if (byteset_has(g->key_close_bytes, uint8_t(t[j])) || byteset_has(g->key_open_bytes, uint8_t(t[j])))
+          simple = false;
+      if (simple) {
+        if (keys.scopes.empty()) return true;
+        key_scratch = keys.cur.buf;
+        for (size_t j = 0; j < i; ++j)
+          if (!(keys.cur.skip_ws && key_scratch.empty() && is_json_space(uint8_t(t[j])))) key_scratch.push_back(t[j]);
+        return keys.scopes.back().count(key_scratch) == 0;
+      }
+    }
+    KeyOverlay o(keys);
+    sim_a = state;
+    for (unsigned char c : t) {
+      if (!rec.advance(sim_a, c, sim_b)) return true;  // not allowed anyway (cannot happen)
+      sim_a.swap(sim_b);
+      if (!o.step(rec.tags(), c)) return false;
+    }
+    return !key_dead(sim_a, o);
+  }
+
+  // The tokens allowed by `mask` (the grammar's mask of the current state) that close a key or
+  // open one and end inside it. A function of the recognizer state, cached with the mask
+  // (Grammar::key_token_cache). Only tokens holding a key-opening or -closing byte are tried (a
+  // few thousand with a 152k vocabulary): the advance by a token's first byte is shared, and a
+  // token whose first byte opens a key and whose other bytes can neither open nor close one ends
+  // inside that key without further advances (`"abc` at a key position).
+  std::shared_ptr<const KeyTokenLists> key_tokens(const uint32_t* mask) {
+    auto out = std::make_shared<KeyTokenLists>();
+    // Advances from the current state, memoized per byte, and whether they come back to it (inside
+    // a string, every plain character does): a token's bytes are advanced for real only from its
+    // first byte that leaves the state.
+    std::array<int8_t, 256> memo_ok;
+    memo_ok.fill(-1);
+    std::array<uint8_t, 256> memo_tags{}, memo_stays{};
+    if (first_state.size() < 256) first_state.resize(256);
+    auto plain_after = [&](const std::string& t, size_t from) {
+      for (size_t k = from; k < t.size(); ++k)
+        if (byteset_has(g->key_open_bytes, uint8_t(t[k])) || byteset_has(g->key_close_bytes, uint8_t(t[k]))) return false;
+      return true;
+    };
+    for (int32_t id : *key_lists) {
+      if (!((mask[size_t(id) / 32] >> (id % 32)) & 1)) continue;
+      const std::string& t = v->tokens_[size_t(id)];
+      bool at_start = true, in_key = false, closes = false, dead = false, scope_op = false, opened = false;
+      uint32_t key_at = 0;
+      for (size_t k = 0; k < t.size(); ++k) {
+        const uint8_t b = uint8_t(t[k]);
+        uint8_t tags;
+        if (at_start) {
+          if (memo_ok[b] < 0) {
+            memo_ok[b] = rec.advance(state, b, first_state[b]) ? 1 : 0;
+            memo_tags[b] = rec.tags();
+            memo_stays[b] = first_state[b] == state;
+          }
+          if (!memo_ok[b]) {
+            dead = true;  // cannot happen: the token is allowed
+            break;
+          }
+          tags = memo_tags[b];
+          if (!memo_stays[b]) {
+            sim_a = first_state[b];
+            at_start = false;
+          }
+        } else {
+          if (!rec.advance(sim_a, b, sim_b)) {
+            dead = true;
+            break;
+          }
+          sim_a.swap(sim_b);
+          tags = rec.tags();
+        }
+        if (tags & kTagKeyClose) {
+          // Closes a key. Checked one by one unless it does nothing more and holds no escape: then
+          // either the key was open before the token (filter_duplicate_keys walks the trie for
+          // those), or the token opened it in the innermost object (closing_keyed).
+          closes = true;
+          out->closing.push_back(id);
+          // Whether the rest of the token opens or closes another key (a byte that could is not
+          // enough: `": "` opens a string value).
+          bool more = false;
+          if (!plain_after(t, k + 1)) {
+            sim_c = at_start ? state : sim_a;
+            for (size_t j = k + 1; j < t.size() && !more; ++j) {
+              more = !rec.advance(sim_c, uint8_t(t[j]), sim_b) || (rec.tags() & (kTagKeyOpen | kTagKeyClose));
+              sim_c.swap(sim_b);
+            }
+          }
+          if (more || t.find('\\') != std::string::npos || scope_op) {
+            out->closing_more.push_back(id);
+          } else if (opened) {
+            size_t from = key_at;
+            while (from < k && is_json_space(uint8_t(t[from]))) ++from;
+            out->closing_keyed.push_back({t.substr(from, k - from), id});
+          }
+          break;
+        }
+        if (tags & (kTagObjClose | kTagObjOpen)) scope_op = true;
+        if (tags & kTagObjClose) in_key = false;
+        if (tags & kTagKeyOpen) {
+          opened = true;
+          in_key = true;
+          key_at = uint32_t(k + 1);
+          if (plain_after(t, k + 1)) break;  // stays inside this key to the token's end
+        }
+      }
+      if (closes || dead || !in_key) continue;
+      while (key_at < t.size() && is_json_space(uint8_t(t[key_at]))) ++key_at;  // Python's ", " (harmless elsewhere)
+      out->opening.push_back({id, key_at});
+    }
+    std::sort(out->closing_keyed.begin(), out->closing_keyed.end());
+    // By the key's bytes, so the tokens spelling a given prefix are one binary search away.
+    std::sort(out->opening.begin(), out->opening.end(), [&](const auto& a, const auto& b) {
+      return std::string_view(v->tokens_[size_t(a.first)]).substr(a.second) <
+             std::string_view(v->tokens_[size_t(b.first)]).substr(b.second);
+    });
+    return out;
+  }
+
+  // Clears the tokens of `mask` that would close a key repeating one written in its object, or
+  // leave a key that can only repeat one.
+  void filter_duplicate_keys(uint32_t* mask, const KeyTokenLists& lists) {
+    auto clear_if_bad = [&](int32_t id) {
+      uint32_t& w = mask[size_t(id) / 32];
+      const uint32_t bit = 1u << (id % 32);
+      if ((w & bit) && !token_keeps_keys_unique(v->tokens_[size_t(id)])) w &= ~bit;
+    };
+    // Tokens that close a key. From inside a key whose bytes so far have no escape, a token that
+    // closes it and nothing more repeats a key exactly when it spells the rest of a written key
+    // and then a closing byte: those are found by walking the trie (below); the others, and every
+    // closing token from outside a key (which opens the key it closes), are checked one by one.
+    // A key written with escapes: its closing tokens are checked one by one, but only when its
+    // value so far starts some written key (else no way of closing it can repeat one).
+    bool escaped = keys.cur.json && keys.cur.buf.find('\\') != std::string::npos;
+    if (escaped && !keys.scopes.empty()) {
+      const std::string& b = keys.cur.buf;
+      size_t ok = 0;  // the bytes of complete characters and escapes
+      for (size_t i = 0; i < b.size();) {
+        size_t need = b[i] != '\\' ? 1 : i + 1 < b.size() && b[i + 1] == 'u' ? 6 : 2;
+        if (need == 6 && i + 6 <= b.size() && (b[i + 2] | 0x20) == 'd' && std::strchr("89abAB", b[i + 3])) need = 12;
+        if (i + need > b.size()) break;
+        i += need;
+        ok = i;
+      }
+      const std::string p = decode_json_key(std::string_view(b).substr(0, ok));
+      const auto& scope = keys.scopes.back();
+      auto it = scope.lower_bound(p);
+      escaped = it != scope.end() && it->compare(0, p.size(), p) == 0;
+    }
+    for (int32_t id : escaped ? lists.closing : lists.closing_more) clear_if_bad(id);
+    if (!keys.cur.in_key && !keys.scopes.empty()) {
+      // Opened and closed by the token, in the innermost object: a repeat iff a written key.
+      for (const std::string& w : keys.scopes.back()) {
+        auto lo = std::lower_bound(lists.closing_keyed.begin(), lists.closing_keyed.end(), w,
+                                   [](const auto& e, const std::string& x) { return e.first < x; });
+        for (; lo != lists.closing_keyed.end() && lo->first == w; ++lo)
+          mask[size_t(lo->second) / 32] &= ~(1u << (lo->second % 32));
+      }
+    }
+    // Tokens that open a key and stop inside it: only a prefix of a written key can be dead, so
+    // per written key (of any open object: a token may close one before opening the key) the
+    // tokens spelling one of its prefixes.
+    if (!lists.opening.empty()) {
+      auto key_of = [&](const std::pair<int32_t, uint32_t>& e) {
+        return std::string_view(v->tokens_[size_t(e.first)]).substr(e.second);
+      };
+      for (const auto& scope : keys.scopes)
+        for (const std::string& w : scope)
+          for (size_t len = 0; len <= w.size(); ++len) {
+            const std::string_view p(w.data(), len);
+            auto lo = std::lower_bound(lists.opening.begin(), lists.opening.end(), p,
+                                       [&](const auto& e, std::string_view x) { return key_of(e) < x; });
+            for (; lo != lists.opening.end() && key_of(*lo) == p; ++lo) clear_if_bad(lo->first);
+          }
+    }
+    // From inside a key: tokens that go on spelling a written key (found by walking the trie
+    // along the rest of each written key that starts with the key so far).
+    if (keys.cur.in_key && !keys.scopes.empty() &&
+        !(keys.cur.json && keys.cur.buf.find('\\') != std::string::npos)) {
+      const auto& scope = keys.scopes.back();
+      const std::string& buf = keys.cur.buf;
+      for (auto it = scope.lower_bound(buf); it != scope.end() && it->compare(0, buf.size(), buf) == 0; ++it) {
+        // A JSON key holding '"', '\\' or a control character is spelled with escapes: its
+        // tokens have a backslash and are checked one by one (closing_more).
+        if (keys.cur.json && std::any_of(it->begin(), it->end(), [](char ch) {
+              return ch == '"' || ch == '\\' || static_cast<unsigned char>(ch) < 0x20;
+            }))
+          continue;
+        for (int lead = 0; lead < 2; ++lead) {
+          if (lead && !(keys.cur.skip_ws && buf.empty())) break;
+          const std::string rest = (lead ? " " : "") + it->substr(buf.size());
+          // Tokens that stop inside the written key: refused where that prefix is dead. The tokens
+          // ending at one trie node share the bytes, so the state and the answer.
+          int32_t node = -1;
+          KeyOverlay o(keys);
+          sim_a = state;
+          for (size_t d = 0; d < rest.size(); ++d) {
+            node = v->child(node, uint8_t(rest[d]));
+            if (node < 0) break;
+            if (!rec.advance(sim_a, uint8_t(rest[d]), sim_b)) {
+              node = -1;
+              break;
+            }
+            sim_a.swap(sim_b);
+            o.cur.append(uint8_t(rest[d]));
+            const auto& nd = v->nodes_[size_t(node)];
+            bool any = false;
+            for (uint32_t k = nd.tok_begin; k < nd.tok_end && !any; ++k) {
+              const int32_t id = v->node_tokens_[k];
+              any = (mask[size_t(id) / 32] >> (id % 32)) & 1;
+            }
+            if (any && key_dead(sim_a, o))
+              for (uint32_t k = nd.tok_begin; k < nd.tok_end; ++k) {
+                const int32_t id = v->node_tokens_[k];
+                mask[size_t(id) / 32] &= ~(1u << (id % 32));
+              }
+          }
+          if (node < 0 && !rest.empty()) continue;
+          // Tokens that spell all of it and then close it: they repeat it.
+          for (int c = 0; c < 256; ++c) {
+            if (!byteset_has(g->key_close_bytes, uint8_t(c))) continue;
+            const int32_t at = v->child(node, uint8_t(c));
+            if (at < 0) continue;
+            const auto& nd = v->nodes_[size_t(at)];
+            for (uint32_t k = nd.tok_begin, e = v->nodes_[nd.end - 1].tok_end; k < e; ++k) {
+              const int32_t id = v->node_tokens_[k];
+              mask[size_t(id) / 32] &= ~(1u << (id % 32));
+            }
+          }
+        }
+      }
+    }
+  }
+
+  // A key that may not close with the byte the completion prefers (it repeats one): the shortest
+  // extension of it, preferred bytes first, that closes on a new key. Breadth-first by length
+  // over the key's next bytes from `cur` (a level's closes are tried before its children, and a
+  // child's closes as soon as it is made: the same order, found after few advances). On success
+  // appends the bytes (the closing one included) to `out` and moves `cur` and `ko` past them.
+  bool extend_key(std::vector<uint32_t>& cur, KeyOverlay& ko, std::string& out,
+                  const std::array<uint8_t, 256>& by_rank) {
+    struct Node {
+      std::vector<uint32_t> st;
+      KeyCursor key;
+      std::string path;
+    };
+    std::vector<uint32_t> nst;
+    auto try_close = [&](const Node& n) {
+      ByteSet next;
+      next_bytes(n.st, next);
+      for (uint8_t b : by_rank) {
+        if (!byteset_has(next, b) || !byteset_has(g->key_close_bytes, b)) continue;
+        if (!rec.advance(n.st, b, nst)) continue;
+        const uint8_t t = rec.tags();
+        if (!(t & kTagKeyClose) || ko.has(n.key.name())) continue;
+        ko.cur = n.key;
+        ko.step(t, b);
+        cur = nst;
+        out += n.path;
+        out.push_back(char(b));
+        return true;
+      }
+      return false;
+    };
+    std::vector<Node> level{{cur, ko.cur, {}}}, next_level;
+    size_t made = 0;
+    if (try_close(level[0])) return true;
+    while (!level.empty() && level[0].path.size() < 64) {
+      next_level.clear();
+      for (const Node& n : level) {
+        ByteSet next;
+        next_bytes(n.st, next);
+        for (uint8_t b : by_rank) {
+          if (!byteset_has(next, b) || byteset_has(g->key_close_bytes, b)) continue;
+          if (!rec.advance(n.st, b, nst) || rec.tags() != 0 || state_cost(nst) >= Grammar::kCostInf) continue;
+          Node child{nst, n.key, n.path};
+          child.key.append(b);
+          child.path.push_back(char(b));
+          if (try_close(child)) return true;
+          if (++made > 4096) return false;
+          next_level.push_back(std::move(child));
+        }
+      }
+      level.swap(next_level);
+    }
+    return false;
+  }
 
   // ---- shortest completion ----
   uint64_t stack_cost(const uint32_t* s, uint32_t len) const {
@@ -785,7 +1426,17 @@ struct Matcher::Impl {
     for (size_t i = 0; i < st.size(); i += 1 + st[i]) best = std::min(best, stack_cost(&st[i + 1], st[i]));
     return best;
   }
-  uint64_t completion_bytes() const { return terminated ? 0 : state_cost(state); }
+  // Where keys are tracked, the shortest completion may have to spell a key longer than the
+  // grammar's shortest to keep keys unique (one written already, or several new ones): the plan
+  // knows. (It is rebuilt after a token that leaves it: ~2-50 us, see docs/GRAMMAR.md.)
+  uint64_t completion_bytes() {
+    if (terminated) return 0;
+    if (key_lists) {
+      const Plan& p = current_plan();
+      if (p.built) return p.comp.size() - p.off;
+    }
+    return state_cost(state);
+  }
 
   // Byte by byte: among the bytes that start a shortest completion (the cheapest bytes of the
   // top terminals of the cheapest stacks), take the preferred one. Each step is one recognizer
@@ -806,6 +1457,16 @@ struct Matcher::Impl {
     uint64_t c = state_cost(cur);
     if (c > kMaxPlanBytes) return;  // e.g. minLength 10^5 nested in minItems 10^5: no plan
     plan.comp.reserve(size_t(c));
+    std::optional<KeyOverlay> ko;
+    // Where the key being written opened: a repeated key is replaced from there (its bytes before
+    // the plan are fixed, the plan's own may change).
+    std::vector<uint32_t> key_state;
+    size_t key_len = 0;
+    KeyCursor key_cur;
+    if (g->has_key_tags) {
+      ko.emplace(keys);
+      if (keys.cur.in_key) key_state = cur, key_cur = keys.cur;
+    }
     while (c > 0) {
       ByteSet opt{};
       for (size_t i = 0; i < cur.size(); i += 1 + cur[i]) {
@@ -836,10 +1497,30 @@ struct Matcher::Impl {
           break;
         }
       if (best < 0 || !rec.advance(cur, uint8_t(best), nxt)) return;  // cannot happen: costs are exact
+      if (ko) {
+        const uint8_t t = rec.tags();
+        if (ko->repeats(t)) {
+          // The shortest key repeats one of its object: write the shortest new one instead.
+          plan.comp.resize(key_len);
+          cur = key_state;
+          ko->cur = key_cur;
+          if (!extend_key(cur, *ko, plan.comp, by_rank)) return;
+          c = state_cost(cur);
+          if (plan.comp.size() + c > kMaxPlanBytes) return;
+          continue;
+        }
+        ko->step(t, uint8_t(best));
+        if (t & kTagKeyOpen) {
+          key_state = nxt;
+          key_len = plan.comp.size() + 1;
+          key_cur = ko->cur;
+        }
+      }
       plan.comp.push_back(char(best));
       cur.swap(nxt);
       --c;
     }
+    plan.built = true;
     // Fewest tokens per suffix: walk the trie from each position, every token ending on the way
     // is a candidate first token.
     const size_t n = plan.comp.size();
@@ -927,6 +1608,8 @@ struct Matcher::Impl {
     if (terminated) return out;
     std::vector<uint32_t> cur = state, nxt;
     ByteSet next;
+    std::optional<KeyOverlay> ko;
+    if (key_lists) ko.emplace(keys);
     while (out.size() < max_bytes && next_bytes(cur, next)) {
       int only = -1;
       for (size_t w = 0; w < 4; ++w) {
@@ -936,6 +1619,7 @@ struct Matcher::Impl {
         only = int(w) * 64 + std::countr_zero(next[w]);
       }
       if (only < 0 || !rec.advance(cur, uint8_t(only), nxt)) return out;  // no stack (cannot happen: pruned)
+      if (ko && !ko->step(rec.tags(), uint8_t(only))) return out;  // it would repeat a key
       out.push_back(char(only));
       cur.swap(nxt);
     }
@@ -1138,6 +1822,7 @@ bool Matcher::accept_token(int32_t id) {
   std::vector<uint32_t> next;
   if (!m.advance_bytes(bytes, next)) return false;
   m.push_history();
+  m.commit_keys();
   m.state.swap(next);
   m.text += bytes;
   m.shift_plan(bytes);
@@ -1150,6 +1835,7 @@ bool Matcher::accept_bytes(std::string_view bytes) {
   std::vector<uint32_t> next;
   if (!m.advance_bytes(bytes, next)) return false;
   m.push_history();
+  m.commit_keys();
   m.state.swap(next);
   m.text.append(bytes);
   m.shift_plan(bytes);
@@ -1164,6 +1850,8 @@ void Matcher::rollback(int n_tokens) {
     m.state.swap(s.state);
     m.text.resize(s.text_len);
     m.terminated = s.terminated;
+    m.keys.undo_to(s.keys_undo_len);
+    m.keys.cur = std::move(s.key);
     m.history.pop_back();
   }
 }
@@ -1184,19 +1872,39 @@ void Matcher::fill_mask(uint32_t* mask) const {
   key.resize(sizeof(uint64_t) + m.state.size() * sizeof(uint32_t));
   std::memcpy(key.data(), &m.v->fingerprint_, sizeof(uint64_t));
   std::memcpy(key.data() + sizeof(uint64_t), m.state.data(), m.state.size() * sizeof(uint32_t));
+  // Unique keys: the cache holds the grammar's mask (a function of the recognizer state alone);
+  // the keys written so far are this matcher's own, applied to the few tokens that close a key.
+  const bool keys_on = m.key_lists && m.keys.active();
+  std::shared_ptr<const KeyTokenLists> closing;
+  bool hit = false;
   {
     std::lock_guard<std::mutex> lock(m.g->cache_mu);
     auto it = m.g->mask_cache.find(key);
     if (it != m.g->mask_cache.end()) {
       std::memcpy(mask, it->second->data(), words * sizeof(uint32_t));
-      return;
+      hit = true;
+      if (keys_on)
+        if (auto kt = m.g->key_token_cache.find(key); kt != m.g->key_token_cache.end()) closing = kt->second;
     }
   }
-  m.compute_mask(mask);
-  auto stored = std::make_shared<const std::vector<uint32_t>>(mask, mask + words);
-  std::lock_guard<std::mutex> lock(m.g->cache_mu);
-  if (m.g->mask_cache.size() >= Grammar::kMaskCacheMax) m.g->mask_cache.clear();
-  m.g->mask_cache.emplace(std::move(key), std::move(stored));
+  if (!hit) {
+    m.compute_mask(mask);
+    auto stored = std::make_shared<const std::vector<uint32_t>>(mask, mask + words);
+    std::lock_guard<std::mutex> lock(m.g->cache_mu);
+    if (m.g->mask_cache.size() >= Grammar::kMaskCacheMax) {
+      m.g->mask_cache.clear();
+      m.g->key_token_cache.clear();
+    }
+    m.g->mask_cache.emplace(key, std::move(stored));
+  }
+  if (!keys_on) return;
+  if (!closing) {
+    closing = m.key_tokens(mask);
+    std::lock_guard<std::mutex> lock(m.g->cache_mu);
+    if (m.g->key_token_cache.size() >= Grammar::kMaskCacheMax) m.g->key_token_cache.clear();
+    m.g->key_token_cache.emplace(std::move(key), closing);
+  }
+  m.filter_duplicate_keys(mask, *closing);
 }
 
 const std::string& Matcher::text() const { return impl_->text; }

@@ -923,9 +923,19 @@ class SchemaCompiler {
 
   uint32_t literal(const JValue& v) {
     if (!v.is_array() && !v.is_object()) return rb_.literal_rule(scalar_text(v));
-    if (opts_.whitespace == Whitespace::Compact && !opts_.python_literals) return rb_.literal_rule(to_json(v));
+    // Objects go element by element even when compact, so their braces carry the key-uniqueness
+    // tags as every other object's do (the tracking stays balanced in an anyOf of a literal and a
+    // schema object). Their keys are fixed, and not tracked.
+    auto has_object = [](const JValue& x, auto&& self) -> bool {
+      if (x.is_object()) return true;
+      for (const auto& e : x.arr)
+        if (self(e, self)) return true;
+      return false;
+    };
+    if (opts_.whitespace == Whitespace::Compact && !opts_.python_literals && !has_object(v, has_object))
+      return rb_.literal_rule(to_json(v));
     std::vector<Elem> seq;
-    seq.push_back(rb_.byte(v.is_array() ? '[' : '{'));
+    seq.push_back(v.is_array() ? rb_.byte('[') : tagged(rb_.byte('{'), kTagObjOpen));
     sp_.after_open(seq);
     size_t n = v.is_array() ? v.arr.size() : v.obj.size();
     for (size_t k = 0; k < n; ++k) {
@@ -943,13 +953,45 @@ class SchemaCompiler {
       sp_.after_value(seq);
     }
     if (n) sp_.before_close(seq);
-    seq.push_back(rb_.byte(v.is_array() ? ']' : '}'));
+    seq.push_back(v.is_array() ? rb_.byte(']') : tagged(rb_.byte('}'), kTagObjClose));
     uint32_t r = rb_.new_rule();
     rb_.add_alt(r, std::move(seq));
     return r;
   }
 
   enum class Tri { No, Yes, Unknown };
+
+  // How many strings `d` accepts, or cap + 1 when more (or infinitely many).
+  static int64_t dfa_count(const Dfa& in, int64_t cap) {
+    Dfa d = in;
+    dfa_prune(d);
+    if (d.next.empty() || d.empty_language()) return 0;
+    const size_t n = d.next.size();
+    std::vector<uint8_t> color(n, 0);  // 0 new, 1 on the stack, 2 done
+    std::vector<int64_t> count(n, 0);
+    std::vector<std::pair<int32_t, int>> stack{{d.start, 0}};  // (state, next byte to look at)
+    color[size_t(d.start)] = 1;
+    while (!stack.empty()) {
+      auto& [q, b] = stack.back();
+      if (b < 256) {
+        const int32_t t = d.next[size_t(q)][size_t(b++)];
+        if (t < 0) continue;
+        if (color[size_t(t)] == 1) return cap + 1;  // a cycle that can reach an accepting state
+        if (color[size_t(t)] == 0) {
+          color[size_t(t)] = 1;
+          stack.push_back({t, 0});
+        }
+        continue;
+      }
+      int64_t c = d.accept[size_t(q)] ? 1 : 0;
+      for (int x = 0; x < 256; ++x)
+        if (const int32_t t = d.next[size_t(q)][size_t(x)]; t >= 0) c = std::min(cap + 1, c + count[size_t(t)]);
+      count[size_t(q)] = c;
+      color[size_t(q)] = 2;
+      stack.pop_back();
+    }
+    return count[size_t(d.start)];
+  }
 
   static int64_t count_code_points(const std::string& s) {
     int64_t n = 0;
@@ -1503,7 +1545,9 @@ class SchemaCompiler {
   // ---- strings ----
   // Rules for the JSON-encoded content of strings whose decoded UTF-8 bytes are accepted by `d`,
   // with code-point count in [min_len, max_len]; the rule includes the closing quote.
-  uint32_t dfa_string_rules(const Dfa& d, int64_t min_len, int64_t max_len, const std::string& ptr) {
+  // close_tag: KeyTag bits for the closing quote (kTagKeyClose when the string is a key).
+  uint32_t dfa_string_rules(const Dfa& d, int64_t min_len, int64_t max_len, const std::string& ptr,
+                            uint8_t close_tag = 0) {
     std::map<std::pair<int32_t, int64_t>, uint32_t> ids;
     std::vector<std::pair<int32_t, int64_t>> work;
     int64_t cap = max_len >= 0 ? max_len : min_len;
@@ -1525,7 +1569,7 @@ class SchemaCompiler {
       }
       auto [q, c] = work[k];
       uint32_t r = ids[{q, c}];
-      if (d.accept[q] && c >= min_len) rb_.add_alt(r, {rb_.byte('"')});
+      if (d.accept[q] && c >= min_len) rb_.add_alt(r, {tagged(rb_.byte('"'), close_tag)});
       // A state where every character leads to the same state ([\s\S], or after a prefix of a
       // pattern like ^ab[\s\S]*) is written with the StrChar terminal, as plain strings are: the
       // mask then takes the string fast paths (safe-token bitset, counted-chain runs) instead of
@@ -1837,6 +1881,12 @@ class SchemaCompiler {
     return nr;
   }
 
+  static constexpr int64_t kMaxCountedFreeKeys = 64;
+  int64_t free_key_cap(const Dfa& keys) {
+    const int64_t n = dfa_count(keys, kMaxCountedFreeKeys);
+    return n > kMaxCountedFreeKeys ? -1 : n;
+  }
+
   // Whether a property name can be written in the argument syntax at all (a Python keyword or
   // an XML parameter name is not quoted, so it cannot hold the characters that end it).
   static bool name_writable(const std::string& name, ArgumentSyntax syn) {
@@ -1912,6 +1962,10 @@ class SchemaCompiler {
     }
     if (nr.none) add_allowed = false;
     uint32_t add_key = 0, add_val = 0;
+    // Keys are unique (the matcher refuses a repeated one): when the free keys' language is small,
+    // at most that many free members can be written, so the grammar stops offering another one
+    // there (a ',' with only repeated keys after it would be a dead end); -1: no such bound.
+    int64_t max_free = -1;
     if (add_allowed && !json) {
       // Extra names unquoted: identifiers (what both formats can write), other than the listed names.
       add_val = xml ? xml_value_rule(add_sub) : compile_sub(add_sub);
@@ -1928,10 +1982,11 @@ class SchemaCompiler {
       }
       if (keys.next.empty() || keys.empty_language()) add_allowed = false;
       else add_key = dfa_raw_rules(keys);
+      if (add_allowed) max_free = free_key_cap(keys);
     } else if (add_allowed) {
       add_val = compile_sub(add_sub);
       if (names.empty() && forbidden.empty() && f.property_names.empty()) {
-        add_key = plain_string_rule(rb_);
+        add_key = key_string_rule(rb_);
       } else {
         // Extra keys: raw (unescaped) strings that differ from every listed name, so a duplicate
         // of a listed key can never sneak in through an escape spelling; within propertyNames.
@@ -1944,7 +1999,15 @@ class SchemaCompiler {
         if (keys.next.empty() || keys.empty_language()) {
           add_allowed = false;
         } else {
-          rb_.add_alt(add_key, {rb_.byte('"'), RuleBuilder::ref(dfa_string_rules(keys, nr.min_len, nr.max_len, f.ptr))});
+          Dfa counted = keys;
+          if (nr.min_len > 0 || nr.max_len >= 0) {
+            const std::string len = "[\\s\\S]{" + std::to_string(nr.min_len) + "," +
+                                    (nr.max_len >= 0 ? std::to_string(nr.max_len) : std::string()) + "}";
+            if (const Dfa* d = regex_cache(len, true)) counted = dfa_intersect(counted, *d);
+          }
+          if (!counted.next.empty()) max_free = free_key_cap(counted);
+          rb_.add_alt(add_key, {tagged(rb_.byte('"'), kTagKeyOpen | kTagKeyJson),
+                                RuleBuilder::ref(dfa_string_rules(keys, nr.min_len, nr.max_len, f.ptr, kTagKeyClose))});
         }
       }
     }
@@ -1954,7 +2017,8 @@ class SchemaCompiler {
     const int64_t maxp = f.max_props;
     const int64_t C = maxp >= 0 ? maxp : std::max<int64_t>(1, f.min_props);
     if (maxp >= 0 && maxp < f.min_props) return r;
-    if (double(n + 1) * double(C + 1) > 400000) {
+    const int64_t F = std::max<int64_t>(max_free, 0);  // free-member counts tracked: 0..F
+    if (double(n + 1) * double(C + 1) + double(C + 1) * double(F) > 400000) {
       error(f.ptr, f.max_props >= 0 ? "maxProperties" : "minProperties",
             "minProperties/maxProperties with this many properties is too large to compile");
       return r;
@@ -1965,8 +2029,14 @@ class SchemaCompiler {
       for (auto& x : row) x = rb_.new_rule();
     // One member: separator (c > 0), name, value, in the syntax's spelling.
     auto member = [&](std::vector<Elem>& seq, int64_t c, const std::string* name, uint32_t key_rule, uint32_t value) {
+      // Key tags (unique keys): a free JSON key is opened and closed by its quotes (key_rule); a
+      // listed JSON key is not tracked, since it is unique by construction (each listed name is
+      // written at most once, in schema order, and free keys exclude the listed names). An XML
+      // name is opened by the '=' of "<parameter=" and closed by the '>' after it, a Python
+      // keyword by the ',' before it (or the call's '(', tagged by the tool-list compiler) and the
+      // '=' after it, listed or not, since those delimiters are shared.
       if (c > 0 && !xml) {
-        seq.push_back(rb_.byte(','));
+        seq.push_back(json ? rb_.byte(',') : tagged(rb_.byte(','), kTagKeyOpen | kTagKeySkipWs));
         sp_.after_comma(seq);
       }
       if (json) {
@@ -1979,28 +2049,41 @@ class SchemaCompiler {
         sp_.after_value(seq);
         return;
       }
-      if (xml) rb_.lit(seq, "<parameter=");
+      if (xml) {
+        rb_.lit(seq, "<parameter=");
+        seq.back() = tagged(seq.back(), kTagKeyOpen);
+      }
       if (name) rb_.lit(seq, *name);
       else seq.push_back(RuleBuilder::ref(key_rule));
+      const size_t close_at = seq.size();
       rb_.lit(seq, xml ? ">\n" : "=");
+      seq[close_at] = tagged(seq[close_at], kTagKeyClose);
       seq.push_back(RuleBuilder::ref(value));  // XML: the value rule ends with "\n</parameter>"
       if (xml) seq.push_back(rb_.byte('\n'));
     };
+    // The free members: tails[c][k] after c members, k of them free (k counted when max_free >= 0).
+    std::vector<std::vector<uint32_t>> tails(size_t(C + 1));
     for (int64_t c = 0; c <= C; ++c) {
-      uint32_t tail = rest[n][size_t(c)];
-      if (c >= f.min_props) {
-        std::vector<Elem> close;
-        if (json) {
-          if (c > 0) sp_.before_close(close);
-          close.push_back(rb_.byte('}'));
+      tails[size_t(c)].push_back(rest[n][size_t(c)]);
+      for (int64_t k = 1; k <= F; ++k) tails[size_t(c)].push_back(rb_.new_rule());
+    }
+    for (int64_t c = 0; c <= C; ++c) {
+      for (int64_t k = 0; k <= F; ++k) {
+        uint32_t tail = tails[size_t(c)][size_t(k)];
+        if (c >= f.min_props) {
+          std::vector<Elem> close;
+          if (json) {
+            if (c > 0) sp_.before_close(close);
+            close.push_back(tagged(rb_.byte('}'), kTagObjClose));
+          }
+          rb_.add_alt(tail, std::move(close));
         }
-        rb_.add_alt(tail, std::move(close));
-      }
-      if (add_allowed && (maxp < 0 || c < maxp)) {
-        std::vector<Elem> seq;
-        member(seq, c, nullptr, add_key, add_val);
-        seq.push_back(RuleBuilder::ref(rest[n][size_t(next_c(c))]));
-        rb_.add_alt(tail, std::move(seq));
+        if (add_allowed && (maxp < 0 || c < maxp) && (max_free < 0 || k < max_free)) {
+          std::vector<Elem> seq;
+          member(seq, c, nullptr, add_key, add_val);
+          seq.push_back(RuleBuilder::ref(tails[size_t(next_c(c))][size_t(max_free < 0 ? 0 : k + 1)]));
+          rb_.add_alt(tail, std::move(seq));
+        }
       }
     }
     for (size_t i = n; i-- > 0;) {
@@ -2017,7 +2100,7 @@ class SchemaCompiler {
     }
     std::vector<Elem> open;
     if (json) {
-      open.push_back(rb_.byte('{'));
+      open.push_back(tagged(rb_.byte('{'), kTagObjOpen));
       sp_.after_open(open);
     }
     open.push_back(RuleBuilder::ref(rest[0][0]));
@@ -2267,26 +2350,27 @@ class SchemaCompiler {
     }
     uint32_t obj = rb_.new_rule(), obj_rest = rb_.new_rule();
     {
+      const uint32_t key = key_string_rule(rb_);
       auto member = [&](std::vector<Elem>& s) {
-        s.push_back(RuleBuilder::ref(str));
+        s.push_back(RuleBuilder::ref(key));
         sp_.after_value(s);
         s.push_back(rb_.byte(':'));
         sp_.after_colon(s);
         s.push_back(RuleBuilder::ref(v));
         sp_.after_value(s);
       };
-      std::vector<Elem> a{rb_.byte('{')};
+      std::vector<Elem> a{tagged(rb_.byte('{'), kTagObjOpen)};
       sp_.after_open(a);
-      a.push_back(rb_.byte('}'));
+      a.push_back(tagged(rb_.byte('}'), kTagObjClose));
       rb_.add_alt(obj, std::move(a));
-      std::vector<Elem> b{rb_.byte('{')};
+      std::vector<Elem> b{tagged(rb_.byte('{'), kTagObjOpen)};
       sp_.after_open(b);
       member(b);
       b.push_back(RuleBuilder::ref(obj_rest));
       rb_.add_alt(obj, std::move(b));
       std::vector<Elem> close;
       sp_.before_close(close);
-      close.push_back(rb_.byte('}'));
+      close.push_back(tagged(rb_.byte('}'), kTagObjClose));
       rb_.add_alt(obj_rest, std::move(close));
       std::vector<Elem> c{rb_.byte(',')};
       sp_.after_comma(c);
@@ -2392,6 +2476,15 @@ uint32_t plain_string_rule(RuleBuilder& rb) {
   rb.add_alt(body, {rb.byte('"')});
   uint32_t r = rb.new_rule();
   rb.add_alt(r, {rb.byte('"'), RuleBuilder::ref(body)});
+  return r;
+}
+
+uint32_t key_string_rule(RuleBuilder& rb) {
+  uint32_t body = rb.new_rule();
+  rb.add_alt(body, {{ElemKind::StrCharLoop, 0}, RuleBuilder::ref(body)});
+  rb.add_alt(body, {tagged(rb.byte('"'), kTagKeyClose)});
+  uint32_t r = rb.new_rule();
+  rb.add_alt(r, {tagged(rb.byte('"'), kTagKeyOpen | kTagKeyJson), RuleBuilder::ref(body)});
   return r;
 }
 

@@ -56,5 +56,6 @@ bool python_identifier(std::string_view s);
 // Shared helpers for the tool-list wrapper.
 uint32_t whitespace_rule(RuleBuilder& rb, const CompileOptions& opts);  // Flexible's bounded run
 uint32_t plain_string_rule(RuleBuilder& rb);                          // '"' chars '"'
+uint32_t key_string_rule(RuleBuilder& rb);  // the same, tagged as an object key (KeyTag)
 
 }  // namespace picolm::grammar::detail
