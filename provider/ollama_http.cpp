@@ -62,6 +62,8 @@ void OllamaApi::generation(const httplib::Request& req, httplib::Response& res, 
   std::shared_ptr<Job> job = hooks.start_job(eng, r->chat, generate ? "ollama generate" : "ollama chat", res,
                                              ollama_error_names);
   if (!job) return;
+  // Old turns left out to fit the context (--context-overflow drop-oldest), as on chat completions.
+  if (job->dropped_messages > 0) res.set_header("X-Picolm-Dropped-Messages", std::to_string(job->dropped_messages));
   std::function<bool()> closed = hooks.watch(req);
   auto total_nanos = [arrived] {
     return static_cast<int64_t>(

@@ -6,8 +6,10 @@
 // makes of them, and what comes back is parsed with the same zod schemas.
 // The shared test models have random weights: to get calls from them, the chat requests with
 // tools also send tool_choice "required" (the provider's extension to Ollama's request).
-// Usage: node ollama.mjs --provider build/bin/picolm-provider --model MODEL.gguf
-import { spawn } from "node:child_process";
+// With --readme README.md it also runs the README's Ollama snippet as written (host replaced).
+// Usage: node ollama.mjs --provider build/bin/picolm-provider --model MODEL.gguf [--readme README.md]
+import { spawn, spawnSync } from "node:child_process";
+import { readFileSync, writeFileSync } from "node:fs";
 import assert from "node:assert/strict";
 import { Ollama } from "ollama";
 import { z } from "zod";
@@ -225,6 +227,20 @@ try {
   await expectError(ollama.chat({ model, messages: [{ role: "user", content: "what is this?", images: ["aGVsbG8="] }] }), 400,
                     "does not support image input");
   await expectError(ollama.pull({ model: "llama3.2" }), 404, "/api/chat");
+
+  // ---- the README's snippet, as written ----
+  if (args.readme) {
+    const readme = readFileSync(args.readme, "utf8");
+    const begin = readme.indexOf("<!-- BEGIN ollama snippet");
+    const end = readme.indexOf("<!-- END ollama snippet -->");
+    assert.ok(begin >= 0 && end > begin, "the README has no Ollama snippet");
+    const blocks = [...readme.slice(begin, end).matchAll(/```js\n([\s\S]*?)```/g)].map((m) => m[1]);
+    assert.equal(blocks.length, 1);
+    assert.ok(blocks[0].includes("http://127.0.0.1:8080"));
+    writeFileSync("readme_ollama_snippet.mjs", blocks[0].replaceAll("http://127.0.0.1:8080", `http://127.0.0.1:${port}`));
+    const r = spawnSync("node", ["readme_ollama_snippet.mjs"], { encoding: "utf8", timeout: 120000 });
+    assert.equal(r.status, 0, `README snippet failed:\n${blocks[0]}\n${r.stdout}\n${r.stderr}`);
+  }
 
   assert.ok(calls >= 3, `validated ${calls} calls`);
   console.log(`ollama e2e OK (${args.model}): ${calls} tool calls validated with zod`);

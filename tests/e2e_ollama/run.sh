@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # ctest entry point (issue 30 item 7): installs the pinned ollama client and zod (package-lock.json)
 # into WORKDIR with `npm ci` from the npm registry, then runs ollama.mjs against a freshly started
-# picolm-provider for each model (qwen3* models also check `think`).
+# picolm-provider for each model (qwen3* models also check `think`), and the README's Ollama snippet.
 # Usage: run.sh PROVIDER_BIN WORKDIR MODEL [MODEL...]
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -16,5 +16,5 @@ if ! cmp -s package-lock.json node_modules/.picolm-lock 2>/dev/null; then
 fi
 for model in "$@"; do
   if [ ! -f "$model" ]; then echo "missing model $model" >&2; exit 1; fi
-  node ollama.mjs --provider "$provider" --model "$model"
+  node ollama.mjs --provider "$provider" --model "$model" --readme "$here/../../README.md"
 done
