@@ -56,6 +56,14 @@ void OllamaApi::generation(const httplib::Request& req, httplib::Response& res, 
   // Ollama answers with the name the client asked for; every name refers to the one model.
   auto reply = std::make_shared<OllamaReply>(r->model.empty() ? eng->model_id() : r->model, generate);
   if (r->load_only) return send_json(res, 200, reply->load_only(unix_nanos()));
+  // As Ollama: asking a model that cannot think to think is a 400, not a silent no.
+  const bool think_asked = r->chat.enable_thinking.value_or(false) ||
+                           (r->chat.reasoning_effort && *r->chat.reasoning_effort != ReasoningEffort::None);
+  if (think_asked && !reasoning_traits(eng->family()).supported) {
+    return send_json(res, 400, ollama_error_json("'" + eng->model_id() + "' does not support thinking (its chat template, " +
+                                                 std::string(family_name(eng->family())) +
+                                                 ", has no thinking); send think: false or leave it out"));
+  }
   if (r->num_ctx && *r->num_ctx > eng->n_ctx()) {
     spdlog::debug("ollama: options.num_ctx {} is capped at the server's context {}", *r->num_ctx, eng->n_ctx());
   }

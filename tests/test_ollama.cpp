@@ -322,6 +322,11 @@ TEST_CASE("ollama: errors on /api/* are {\"error\": text}", "[ollama][server]") 
   CHECK(res->status == 400);
   const std::string text = error_text(res->body);
   CHECK(text.find("response_format") == std::string::npos);
+  // As Ollama: think on a model that cannot think.
+  res = c->Post("/api/chat", chat_body(R"("stream":false,"think":true)"), "application/json");
+  REQUIRE(res);
+  CHECK(res->status == 400);
+  CHECK(error_text(res->body).find("does not support thinking") != std::string::npos);
   // The OpenAI paths keep their own shape.
   res = c->Get("/v1/nothing");
   REQUIRE(res);
