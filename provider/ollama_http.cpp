@@ -137,6 +137,11 @@ void add_ollama_routes(OllamaHttpHooks hooks) {
         [api](const httplib::Request& q, httplib::Response& s) { api->generation(q, s, false); });
   route("POST", "/api/generate", "ollama_generate",
         [api](const httplib::Request& q, httplib::Response& s) { api->generation(q, s, true); });
+  // Ollama answers its root with this text; clients (and people) check it to see a server is up.
+  route("GET", "/", "ollama_root", [](const httplib::Request&, httplib::Response& s) {
+    s.status = 200;
+    s.set_content("Ollama is running", "text/plain; charset=utf-8");
+  });
   route("GET", "/api/version", "ollama_version",
         [](const httplib::Request&, httplib::Response& s) { send_json(s, 200, ollama_version_json()); });
   route("GET", "/api/tags", "ollama_tags", [api](const httplib::Request&, httplib::Response& s) {

@@ -3,7 +3,7 @@
 // request path (Engine::prepare + submit) and one authentication edge for every API.
 //
 //   POST /api/chat, /api/generate   (stream, the default: NDJSON lines, application/x-ndjson)
-//   GET  /api/tags, /api/version, /api/ps;  POST /api/show
+//   GET  /api/tags, /api/version, /api/ps;  POST /api/show;  GET / ("Ollama is running")
 // Errors on /api/* (the server's own too: 401, 404, 405, 413, 429, 503) are {"error":"text"}:
 // the server's error handler calls ollama_error_shape.
 //

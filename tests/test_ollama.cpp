@@ -239,6 +239,11 @@ TEST_CASE("ollama: version, tags, ps and show describe the served model", "[olla
     CHECK(!str(v).empty());
   }
 
+  res = c->Get("/");
+  REQUIRE(res);
+  CHECK(res->status == 200);
+  CHECK(res->body == "Ollama is running");
+
   res = c->Get("/api/tags");
   REQUIRE(res);
   REQUIRE(res->status == 200);
