@@ -29,15 +29,17 @@ namespace {
 const std::string kShared = PICOLM_SHARED_DIR;
 const std::string kQwen = kShared + "/models/qwen2-bpe-q4km.gguf";    // Qwen2.5 template: <tool_call> JSON
 const std::string kQwen3 = kShared + "/models/qwen3-bpe-q4km.gguf";   // Qwen3: <think>, <tool_call>
+const std::string kStories = kShared + "/models/stories260K.gguf";     // tiny, no chat template
 
 using server_fixture::client;
 using server_fixture::Json;
 using server_fixture::Started;
 const std::string& kTools = server_fixture::kHouseTools;
 
-Started start_server(const std::string& model, int n_ctx) {
+Started start_server(const std::string& model, int n_ctx, const std::string& api_key = "") {
   REQUIRE(fs::exists(model));  // a missing input fails the test
   ServerOptions o;
+  o.api_key = api_key;
   o.engine.model_path = model;
   o.engine.threads = 1;
   o.engine.n_ctx = n_ctx;
@@ -337,6 +339,45 @@ TEST_CASE("ollama: errors on /api/* are {\"error\": text}", "[ollama][server]") 
   REQUIRE(res);
   CHECK(res->status == 404);
   CHECK(res->body.find("\"message\"") != std::string::npos);
+}
+
+TEST_CASE("ollama: the server's own errors (401, 503 while loading or failed) are {\"error\": text} too", "[ollama][server]") {
+  {
+    Started s = start_server(kStories, 512, "sekret");
+    auto c = client(s.port);
+    auto res = c->Get("/api/tags");
+    REQUIRE(res);
+    CHECK(res->status == 401);
+    CHECK(error_text(res->body).find("API key") != std::string::npos);
+    httplib::Headers auth = {{"Authorization", "Bearer sekret"}};
+    res = c->Get("/api/tags", auth);
+    REQUIRE(res);
+    CHECK(res->status == 200);
+    res = c->Post("/api/chat", auth, R"({"messages":[{"role":"user","content":"x"}],"stream":false,"options":{"num_predict":2}})",
+                  "application/json");
+    REQUIRE(res);
+    INFO(res->body);
+    CHECK(res->status == 200);
+    s.server->stop();
+  }
+  ServerOptions o;
+  o.host = "127.0.0.1";
+  o.port = 0;
+  o.engine.model_path = "/nonexistent/model.gguf";
+  Server server(o);
+  auto port = server.start();
+  REQUIRE(port.ok());
+  CHECK(!server.wait_loaded(std::chrono::seconds(30)).ok());
+  auto c = client(port.value());
+  auto res = c->Post("/api/chat", R"({"messages":[{"role":"user","content":"x"}]})", "application/json");
+  REQUIRE(res);
+  CHECK(res->status == 503);
+  CHECK(error_text(res->body).find("failed to load") != std::string::npos);
+  res = c->Get("/api/ps");
+  REQUIRE(res);
+  CHECK(res->status == 200);
+  CHECK(res->body == R"({"models":[]})");
+  server.stop();
 }
 
 TEST_CASE("ollama: /api/chat with tools, format and streaming", "[ollama][server]") {
