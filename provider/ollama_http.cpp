@@ -79,17 +79,24 @@ void OllamaApi::generation(const httplib::Request& req, httplib::Response& res, 
   };
 
   if (r->chat.stream) {
+    // As on chat completions, the headers leave with the first piece of the reply: until then a
+    // proxy in front can still retry the request on another replica (examples/cluster).
+    auto first = std::make_shared<std::vector<Delta>>();
+    while (!job->wait(std::chrono::milliseconds(100), *first) && first->empty()) {
+      if (closed()) { job->cancel(); break; }
+    }
     auto finished = std::make_shared<bool>(false);
     res.set_header("Cache-Control", "no-cache");
     res.set_header("X-Accel-Buffering", "no");
     res.set_chunked_content_provider(
         "application/x-ndjson",
-        [job, reply, finished, closed, total_nanos, eng, flight](size_t, httplib::DataSink& sink) -> bool {
+        [job, reply, first, finished, closed, total_nanos, eng, flight](size_t, httplib::DataSink& sink) -> bool {
           try {
             auto write = [&](const std::string& line) { return line.empty() || sink.write(line.data(), line.size()); };
             if (*finished) return false;
-            std::vector<Delta> deltas;
-            const bool done = job->wait(std::chrono::milliseconds(100), deltas);
+            std::vector<Delta> deltas = std::move(*first);
+            first->clear();
+            const bool done = job->wait(std::chrono::milliseconds(deltas.empty() ? 100 : 0), deltas);
             for (const Delta& d : deltas) {
               if (d.text.empty()) continue;
               if (!write(reply->delta_line(d.text, d.reasoning, unix_nanos()))) { job->cancel(); return false; }

@@ -612,7 +612,7 @@ void Server::Impl::setup_routes() {
     send_error(res, server_error("internal error"));
   });
   // Errors httplib produces itself (unknown route, body too large, bad request line) get an
-  // OpenAI-style body too.
+  // OpenAI-style body too (on /api/*: Ollama's {"error": text}, ollama_http.h).
   http.set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) return ollama_error_shape(req, res);  // {"error":"text"} on /api/*
     ApiError e{res.status, "HTTP error " + std::to_string(res.status), "invalid_request_error", "", ""};
