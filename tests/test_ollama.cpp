@@ -425,6 +425,37 @@ TEST_CASE("ollama: /api/chat with tools, format and streaming", "[ollama][server
     server_fixture::validate_tool_calls(sets);
   }
 
+  SECTION("streamed calls: a line of their own before the last line, arguments as objects that validate") {
+    server_fixture::CallSets sets{{kTools, {}}};
+    for (int seed = 4; seed <= 5; ++seed) {
+      auto res = c->Post("/api/chat",
+                         chat_body(R"("tools":)" + kTools + R"(,"tool_choice":"required","options":{"seed":)" +
+                                   std::to_string(seed) + R"(,"temperature":1.0,"num_predict":200})"),
+                         "application/json");
+      REQUIRE(res);
+      INFO(res->body);
+      REQUIRE(res->status == 200);
+      auto lines = ndjson(res->body);
+      REQUIRE(lines.size() >= 2);
+      int call_lines = 0;
+      for (size_t i = 0; i < lines.size(); ++i) {
+        dom::element l = lines[i]->root;
+        CHECK(bool(l["done"]) == (i + 1 == lines.size()));
+        dom::element calls;
+        if (l["message"]["tool_calls"].get(calls)) continue;
+        ++call_lines;
+        CHECK(i + 2 == lines.size());  // right before the last line
+        for (dom::element call : dom::array(calls)) {
+          dom::element args = call["function"]["arguments"];
+          REQUIRE(args.type() == dom::element_type::OBJECT);
+          sets[0].second.emplace_back(str(call["function"]["name"]), simdjson::minify(args));
+        }
+      }
+      CHECK(call_lines == 1);
+    }
+    server_fixture::validate_tool_calls(sets);
+  }
+
   SECTION("format: a JSON Schema, whole and streamed as NDJSON; the stream adds up to the whole answer") {
     std::vector<std::pair<std::string, std::string>> outputs;
     for (int seed = 1; seed <= 3; ++seed) {
