@@ -27,6 +27,7 @@
 #include "connection_pool.h"
 #include "constant_time.h"
 #include "metrics.h"
+#include "ollama_http.h"
 #include "openai.h"
 #include "responses.h"
 
@@ -623,13 +624,36 @@ void Server::Impl::setup_routes() {
     res.set_content(metrics.render(), "text/plain; version=0.0.4");
   }));
 
+  // ---- issue 30: Ollama's native API (ollama_http.h), on the same admission, edge and job path ----
+  OllamaHttpHooks ollama;
+  ollama.route = [edge, post, get](const char* method, const char* path, const char* endpoint,
+                                   httplib::Server::Handler h) {
+    httplib::Server::Handler wrapped = edge(endpoint, true, std::move(h));
+    if (std::string_view(method) == "POST") post(path, std::move(wrapped));
+    else get(path, std::move(wrapped));
+  };
+  ollama.admit = [this](httplib::Response& res) { return admit(res); };
+  ollama.ready_engine = [this](httplib::Response& res) { return ready_engine(res); };
+  ollama.engine = [this] { return get_engine(); };
+  ollama.start_job = [this](const std::shared_ptr<Engine>& eng, const ChatRequest& r, std::string endpoint,
+                            httplib::Response& res, void (*map_error)(ApiError&)) {
+    return start_job(eng, r, std::move(endpoint), res, map_error);
+  };
+  ollama.watch = [](const httplib::Request& req) {
+    auto watch = std::make_shared<ConnectionWatch>(req);
+    return std::function<bool()>([watch] { return watch->closed(); });
+  };
+  ollama.model_id = model_id;
+  ollama.model_path = opts.engine.model_path;
+  add_ollama_routes(std::move(ollama));
+
   http.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr) {
     send_error(res, server_error("internal error"));
   });
   // Errors httplib produces itself (unknown route, body too large, bad request line) get an
-  // OpenAI-style body too.
+  // OpenAI-style body too (on /api/*: Ollama's {"error": text}, ollama_http.h).
   http.set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
-    if (!res.body.empty()) return;
+    if (!res.body.empty()) return ollama_error_shape(req, res);  // {"error":"text"} on /api/*
     ApiError e{res.status, "HTTP error " + std::to_string(res.status), "invalid_request_error", "", ""};
     auto allowed = allowed_methods.find(req.path);
     if (res.status == 404 && allowed != allowed_methods.end()) {
@@ -652,6 +676,7 @@ void Server::Impl::setup_routes() {
     }
     send_error(res, e);
     metrics.count_request("other", res.status);
+    ollama_error_shape(req, res);
   });
   http.set_logger([](const httplib::Request& req, const httplib::Response& res) {
     // Generations that ran log their own line (tokens, timings) from the engine.

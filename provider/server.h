@@ -6,6 +6,8 @@
 //   POST /tool_call, /v1/tool_call                 (plain tool-call API, schemas/tool_call.*.json)
 //   GET  /v1/models, /models, /v1/models/{id}, /health, /metrics
 //   OPTIONS *                                      (CORS preflight, with --cors)
+//   POST /api/chat, /api/generate, /api/show; GET /api/tags, /api/ps, /api/version
+//                                                  (Ollama's API, ollama_http.h; stream: NDJSON)
 //
 // Graceful drain (SIGTERM in picolm-provider, rolling restarts behind a proxy): begin_drain() makes
 // /health and every new generation answer 503 (a proxy retries those elsewhere) while the requests
