@@ -16,6 +16,7 @@
 #include "metrics.h"
 #include "model.h"
 #include "prompt_cache.h"
+#include "call_stream.h"
 #include "content_marks.h"
 #include "token_budget.h"
 #include "tool_format.h"
@@ -45,7 +46,24 @@ void Job::push_delta(std::string text) {
   if (text.empty()) return;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    deltas_.push_back(Delta{std::move(text), false});
+    deltas_.push_back(Delta{std::move(text), false, -1, "", ""});
+  }
+  cv_.notify_all();
+}
+
+void Job::push_call_start(int index, std::string id, std::string name) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    deltas_.push_back(Delta{"", false, index, std::move(id), std::move(name)});
+  }
+  cv_.notify_all();
+}
+
+void Job::push_call_arguments(int index, std::string piece) {
+  if (piece.empty()) return;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    deltas_.push_back(Delta{std::move(piece), false, index, "", ""});
   }
   cv_.notify_all();
 }
@@ -54,7 +72,7 @@ void Job::push_reasoning_delta(std::string text) {
   if (text.empty()) return;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    deltas_.push_back(Delta{std::move(text), true});
+    deltas_.push_back(Delta{std::move(text), true, -1, "", ""});
   }
   cv_.notify_all();
 }
@@ -223,6 +241,14 @@ int64_t thinking_close_cost(const ThinkingPlan& plan, const Tokenizer& tok) {
   return plan.split ? static_cast<int64_t>(tok.encode("\n" + plan.close + plan.separator, false, true).size()) : 0;
 }
 
+// An envelope reply whose first key is "tool_calls" (not yet decided: false).
+bool envelope_has_calls(std::string_view text) {
+  size_t i = text.find_first_not_of(" \t\r\n");
+  if (i == std::string_view::npos || text[i] != '{') return false;
+  i = text.find_first_not_of(" \t\r\n", i + 1);
+  return i != std::string_view::npos && text.compare(i, 12, "\"tool_calls\"") == 0;
+}
+
 // Envelope with an answer schema: the text of the value of "content" in {"content": VALUE} as the
 // model wrote it (the grammar fixed the frame; only whitespace surrounds VALUE); nullopt when the
 // reply is not that (cut off, or calls).
@@ -368,6 +394,10 @@ class Generation {
   std::unique_ptr<grammar::Matcher> matcher_;
   // ToolsOrJson: the answer so far under the calls alone; null once it refuses it (an answer).
   std::unique_ptr<grammar::Matcher> call_matcher_;
+  // Tool calls streamed as they are written (call_stream.h); null when the reply has no calls to read.
+  std::optional<ToolCallStreamer> calls_stream_;
+  std::vector<std::string> streamed_ids_;  // the ids given to the calls streamed so far
+  void stream_calls(std::string_view calls_text);
   std::optional<ThinkingDriver> thinking_;
   std::optional<TriggerGuard> guard_;
   AnswerBudget budget_;
@@ -529,6 +559,27 @@ void Generation::end_prefill() {
   limit_ = job_.max_tokens;
   guard_.emplace(job_.mode == OutputMode::ToolsTagged ? job_.trigger : std::string(), job_.trigger_at_start,
                  job_.grammar, e_.vocab);
+  if (job_.mode == OutputMode::ToolsTagged || job_.mode == OutputMode::ToolsForced ||
+      job_.mode == OutputMode::ToolsOrJson || job_.mode == OutputMode::Envelope) {
+    const ToolCallStyle style = job_.mode == OutputMode::Envelope ? ToolCallStyle::TaggedJson
+                                                                  : family_traits(e_.family).tool_call_style;
+    calls_stream_.emplace(style, job_.tools_json);
+  }
+}
+
+// Hands the calls' news to the client: each call's start (with the id the Completion will carry)
+// and the pieces of its arguments.
+void Generation::stream_calls(std::string_view calls_text) {
+  std::vector<CallEvent> events;
+  calls_stream_->update(calls_text, events);
+  for (CallEvent& ev : events) {
+    if (ev.start) {
+      streamed_ids_.push_back(e_.new_call_id());
+      job_.push_call_start(static_cast<int>(ev.index), streamed_ids_.back(), std::move(ev.name));
+    } else {
+      job_.push_call_arguments(static_cast<int>(ev.index), std::move(ev.arguments));
+    }
+  }
 }
 
 void Generation::start_answer_grammar() {
@@ -725,6 +776,7 @@ void Generation::token_evaluated() {
 
   if (in_call_) {
     call_text_ += piece;
+    stream_calls(call_text_);
   } else {
     const size_t old = text_.size();
     text_ += piece;
@@ -765,8 +817,12 @@ void Generation::token_evaluated() {
           (void)matcher_->accept_bytes(job_.trigger);
           call_text_ = job_.trigger;
         }
+        stream_calls(call_text_);
       }
     }
+    if (calls_stream_ && (job_.mode == OutputMode::ToolsForced || (job_.mode == OutputMode::ToolsOrJson && call_matcher_) ||
+                          (job_.mode == OutputMode::Envelope && envelope_has_calls(text_))))
+      stream_calls(text_);
     emit_safe(false);
   }
   if (matcher_ && matcher_->is_terminated()) {
@@ -829,7 +885,25 @@ void Generation::finalize() {
       break;
     }
   }
-  for (auto& c : out_.tool_calls) c.id = e_.new_call_id();
+  // Calls streamed while they were written keep the id they were announced with; their arguments
+  // are the streamed pieces plus what was still held back (the final piece goes out now).
+  for (size_t i = 0; i < out_.tool_calls.size(); ++i) {
+    GeneratedToolCall& c = out_.tool_calls[i];
+    if (!calls_stream_ || i >= calls_stream_->calls().size() || calls_stream_->calls()[i].name != c.name) {
+      c.id = e_.new_call_id();
+      continue;
+    }
+    const ToolCallStreamer::Streamed& s = calls_stream_->calls()[i];
+    c.id = streamed_ids_[i];
+    // JSON calls: the object as written, minified (the same JSON value the parser read).
+    if (s.complete && (job_.mode == OutputMode::Envelope || (family_traits(e_.family).tool_call_style != ToolCallStyle::QwenXml &&
+                                                            family_traits(e_.family).tool_call_style != ToolCallStyle::PythonList)))
+      c.arguments_json = s.arguments;
+    if (c.arguments_json.compare(0, s.arguments.size(), s.arguments) == 0)
+      job_.push_call_arguments(static_cast<int>(i), c.arguments_json.substr(s.arguments.size()));
+    else
+      spdlog::warn("call {}: streamed arguments are not a prefix of the final ones", i);
+  }
   if (finish_ == "stop" && !out_.tool_calls.empty()) finish_ = "tool_calls";
   out_.finish_reason = finish_;
   // Whatever was not streamed yet (the whole content for the modes that parse at the end).

@@ -114,10 +114,15 @@ inline bool constrained_from_start(OutputMode m) {
          m == OutputMode::ToolsOrJson;
 }
 
-// A streamed piece of the reply: answer text, or reasoning (thinking) text.
+// A streamed piece of the reply: answer text, reasoning (thinking) text, or a tool call's start or
+// a piece of its arguments (call_stream.h: the pieces of a call concatenate to its final arguments;
+// the call's id and index are the final Completion's).
 struct Delta {
-  std::string text;
+  std::string text;  // answer or reasoning text, or (call >= 0) a piece of the call's arguments
   bool reasoning = false;
+  int call = -1;            // >= 0: the index of the tool call this delta belongs to
+  std::string call_id;      // non-empty: the call starts here (with its name)
+  std::string call_name;
 };
 
 class Job {
@@ -176,6 +181,8 @@ class Job {
   // ---- worker side ----
   void push_delta(std::string text);
   void push_reasoning_delta(std::string text);
+  void push_call_start(int index, std::string id, std::string name);
+  void push_call_arguments(int index, std::string piece);
   void push_logprob(TokenLogprob lp);
   // With logprobs_top >= 0, the recorded entries become c.logprobs.
   void finish(Completion c, std::string error = {});
