@@ -5,6 +5,7 @@
 #include <iterator>
 #include <list>
 #include <mutex>
+#include <optional>
 #include <unordered_map>
 
 #include "grammar/grammar_impl.h"
@@ -252,6 +253,20 @@ CompileResult compile_tool_list(std::string_view tools_json, const ToolListOptio
     return r;
   };
 
+  // The text answer beside the calls (ToolListOptions::answer_schema).
+  std::optional<uint32_t> answer;
+  if (!opts.answer_schema.empty()) {
+    JValue as;
+    std::string aerr;
+    if (!parse_json(opts.answer_schema, as, aerr)) {
+      errors.push_back({"/answer_schema", "", "answer schema is not valid JSON: " + aerr});
+    } else if (opts.format == ToolCallFormat::TriggeredText && opts.allow_text) {
+      errors.push_back({"/answer_schema", "", "an answer schema cannot follow free text before a trigger"});
+    } else {
+      answer = compile_schema_into(rb, as, opts.answer_options, "/answer_schema", errors);
+    }
+  }
+
   uint32_t root = rb.new_rule();
   std::string desc;
   switch (opts.format) {
@@ -366,7 +381,7 @@ CompileResult compile_tool_list(std::string_view tools_json, const ToolListOptio
         sp.after_value(b);
         b.push_back(rb.byte(':'));
         sp.after_colon(b);
-        b.push_back(RuleBuilder::ref(plain_string_rule(rb)));
+        b.push_back(RuleBuilder::ref(answer ? *answer : plain_string_rule(rb)));
         sp.after_value(b);
         sp.before_close(b);
         b.push_back(rb.byte('}'));
@@ -374,6 +389,15 @@ CompileResult compile_tool_list(std::string_view tools_json, const ToolListOptio
       }
       break;
     }
+  }
+  if (answer && opts.format != ToolCallFormat::Envelope) {
+    // calls | answer, decided by the reply's first bytes (or, for bare JSON calls against an
+    // object schema, as late as the recognizer needs: both branches are followed at once).
+    const uint32_t either = rb.new_rule();
+    rb.add_alt(either, {RuleBuilder::ref(root)});
+    rb.add_alt(either, {RuleBuilder::ref(*answer)});
+    root = either;
+    desc += "+answer";
   }
   return finish(rb, root, std::move(errors), desc);
 }
@@ -475,7 +499,9 @@ CompileResult GrammarCache::tools(std::string_view tools_json, const ToolListOpt
                     std::to_string(opts.trigger.size()) + ":" + opts.trigger + "," +
                     std::to_string(opts.arguments_key.size()) + ":" + opts.arguments_key + "," +
                     std::to_string(opts.list_open.size()) + ":" + opts.list_open + "," +
-                    std::to_string(opts.list_close.size()) + ":" + opts.list_close + "\n" + std::string(tools_json);
+                    std::to_string(opts.list_close.size()) + ":" + opts.list_close + "," +
+                    options_key(opts.answer_options) + "," + std::to_string(opts.answer_schema.size()) + ":" +
+                    opts.answer_schema + "\n" + std::string(tools_json);
   return impl_->get(std::move(key), [&] { return compile_tool_list(tools_json, opts); });
 }
 

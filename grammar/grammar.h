@@ -89,6 +89,14 @@ struct ToolListOptions {
   std::string list_open = "<|tool_call_start|>";
   std::string list_close = "<|tool_call_end|>";
   CompileOptions schema;       // additional_properties_default is forced to false for tool parameters
+  // A JSON Schema (text), or "": the reply is either the calls, written in `format` from its first
+  // byte, or a text answer that is an instance of this schema (OpenAI's response_format beside
+  // tools under tool_choice auto), compiled with `answer_options`: one grammar, an alternation at
+  // the reply's start, so both branches keep the shortest-completion guarantees. Envelope (with
+  // allow_text): the answer is the value of "content", {"content": <instance>}, instead of a
+  // string. Not with TriggeredText + allow_text (its free text is already the other branch).
+  std::string answer_schema;
+  CompileOptions answer_options;
 };
 
 // tools_json: an OpenAI `tools` array ([{"type":"function","function":{"name","parameters"}}]).

@@ -781,6 +781,26 @@ std::string chunk_tool_call_json(const ResponseIds& ids, size_t index, const Gen
   return chunk_end(w, nullptr);
 }
 
+std::string chunk_tool_call_start_json(const ResponseIds& ids, size_t index, std::string_view id, std::string_view name) {
+  JsonWriter w = chunk_begin(ids);
+  w.key("delta").begin_object().key("tool_calls").begin_array().begin_object();
+  w.key("index").value(static_cast<int64_t>(index));
+  w.key("id").value(id);
+  w.key("type").value("function");
+  w.key("function").begin_object().key("name").value(name).key("arguments").value("").end_object();
+  w.end_object().end_array().end_object();
+  return chunk_end(w, nullptr);
+}
+
+std::string chunk_tool_call_arguments_json(const ResponseIds& ids, size_t index, std::string_view piece) {
+  JsonWriter w = chunk_begin(ids);
+  w.key("delta").begin_object().key("tool_calls").begin_array().begin_object();
+  w.key("index").value(static_cast<int64_t>(index));
+  w.key("function").begin_object().key("arguments").value(piece).end_object();
+  w.end_object().end_array().end_object();
+  return chunk_end(w, nullptr);
+}
+
 std::string chunk_finish_json(const ResponseIds& ids, std::string_view finish_reason,
                               const std::vector<TokenLogprob>* logprobs) {
   JsonWriter w = chunk_begin(ids);

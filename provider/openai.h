@@ -130,6 +130,10 @@ std::string chunk_content_json(const ResponseIds& ids, std::string_view delta,
                                const std::vector<TokenLogprob>* logprobs = nullptr);
 std::string chunk_reasoning_json(const ResponseIds& ids, std::string_view delta);  // delta.reasoning_content
 std::string chunk_tool_call_json(const ResponseIds& ids, size_t index, const GeneratedToolCall& call);
+// A call streamed while it is written: its first chunk (id, type, name, empty arguments), then
+// chunks with pieces of its arguments (index and function.arguments only), as OpenAI streams them.
+std::string chunk_tool_call_start_json(const ResponseIds& ids, size_t index, std::string_view id, std::string_view name);
+std::string chunk_tool_call_arguments_json(const ResponseIds& ids, size_t index, std::string_view piece);
 std::string chunk_finish_json(const ResponseIds& ids, std::string_view finish_reason,
                               const std::vector<TokenLogprob>* logprobs = nullptr);
 std::string chunk_usage_json(const ResponseIds& ids, const Completion& c);

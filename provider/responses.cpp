@@ -693,6 +693,34 @@ std::string ResponsesStream::close_message() {
   return out;
 }
 
+std::string ResponsesStream::call_start(size_t index, std::string_view call_id, std::string_view name) {
+  if (index != calls_.size()) return {};  // calls start in order, once each
+  std::string out = close_reasoning();
+  out += close_message();
+  ResponseItem f;
+  f.kind = ResponseItem::Kind::FunctionCall;
+  f.id = new_id_("fc_");
+  f.call_id = std::string(call_id);
+  f.name = std::string(name);
+  calls_.push_back(output_.size());
+  output_.push_back(f);
+  JsonWriter a;
+  a.begin_object().key("output_index").value(static_cast<int64_t>(calls_.back())).key("item");
+  a.begin_object().key("id").value(f.id).key("type").value("function_call").key("status").value("in_progress");
+  a.key("call_id").value(f.call_id).key("name").value(f.name).key("arguments").value("").end_object();
+  out += event("response.output_item.added", fields(a));
+  return out;
+}
+
+std::string ResponsesStream::call_arguments_delta(size_t index, std::string_view piece) {
+  if (index >= calls_.size() || piece.empty()) return {};
+  ResponseItem& f = output_[calls_[index]];
+  f.arguments += piece;
+  JsonWriter d = item_fields(f.id, static_cast<int64_t>(calls_[index]));
+  d.key("delta").value(piece);
+  return event("response.function_call_arguments.delta", fields(d));
+}
+
 std::string ResponsesStream::finish(const Completion& c, std::vector<ResponseItem>& output) {
   std::string out = close_reasoning();
   // A reply with neither text nor calls still has its (empty) message, as the non-streamed one.
@@ -704,8 +732,23 @@ std::string ResponsesStream::finish(const Completion& c, std::vector<ResponseIte
     logprobs_ = *c.logprobs;
   }
   out += close_message();
-  // Calls are read back from the finished reply, so each arrives whole: one arguments delta.
-  for (const auto& call : c.tool_calls) {
+  // Calls streamed while written (call_start) are closed with their final arguments; the others
+  // arrive whole: one arguments delta.
+  for (size_t i = 0; i < c.tool_calls.size(); ++i) {
+    const GeneratedToolCall& call = c.tool_calls[i];
+    if (i < calls_.size()) {
+      ResponseItem& f = output_[calls_[i]];
+      const int64_t index = static_cast<int64_t>(calls_[i]);
+      f.arguments = call.arguments_json;
+      JsonWriter e = item_fields(f.id, index);
+      e.key("name").value(f.name).key("arguments").value(f.arguments);
+      out += event("response.function_call_arguments.done", fields(e));
+      JsonWriter w;
+      w.begin_object().key("output_index").value(index).key("item");
+      write_item(w, f, "completed", nullptr);
+      out += event("response.output_item.done", fields(w));
+      continue;
+    }
     ResponseItem f;
     f.kind = ResponseItem::Kind::FunctionCall;
     f.id = new_id_("fc_");

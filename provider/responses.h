@@ -122,6 +122,10 @@ class ResponsesStream {
   std::string start();  // response.created, response.in_progress
   std::string reasoning_delta(std::string_view text);
   std::string text_delta(std::string_view text, const std::vector<TokenLogprob>* logprobs);
+  // A tool call streamed while it is written (scheduler.h Delta): its item opens with the name,
+  // then response.function_call_arguments.delta per piece; finish() closes it.
+  std::string call_start(size_t index, std::string_view call_id, std::string_view name);
+  std::string call_arguments_delta(size_t index, std::string_view piece);
   // Closes the open items, writes the calls and response.completed / response.incomplete.
   // `output` receives the output items (for the store).
   std::string finish(const Completion& c, std::vector<ResponseItem>& output);
@@ -142,6 +146,7 @@ class ResponsesStream {
   // The item being streamed: -1 none, else its index in output_.
   int reasoning_open_ = -1, message_open_ = -1;
   std::vector<TokenLogprob> logprobs_;  // of the open message
+  std::vector<size_t> calls_;  // the streamed calls' indexes in output_, by call index
   bool want_logprobs_ = false;
 };
 

@@ -16,6 +16,7 @@
 #include "metrics.h"
 #include "model.h"
 #include "prompt_cache.h"
+#include "call_stream.h"
 #include "content_marks.h"
 #include "token_budget.h"
 #include "tool_format.h"
@@ -45,7 +46,24 @@ void Job::push_delta(std::string text) {
   if (text.empty()) return;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    deltas_.push_back(Delta{std::move(text), false});
+    deltas_.push_back(Delta{std::move(text), false, -1, "", ""});
+  }
+  cv_.notify_all();
+}
+
+void Job::push_call_start(int index, std::string id, std::string name) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    deltas_.push_back(Delta{"", false, index, std::move(id), std::move(name)});
+  }
+  cv_.notify_all();
+}
+
+void Job::push_call_arguments(int index, std::string piece) {
+  if (piece.empty()) return;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    deltas_.push_back(Delta{std::move(piece), false, index, "", ""});
   }
   cv_.notify_all();
 }
@@ -54,7 +72,7 @@ void Job::push_reasoning_delta(std::string text) {
   if (text.empty()) return;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    deltas_.push_back(Delta{std::move(text), true});
+    deltas_.push_back(Delta{std::move(text), true, -1, "", ""});
   }
   cv_.notify_all();
 }
@@ -211,8 +229,7 @@ class ThinkingDriver {
 // the one place where thinking and the token budget (issue 13) meet. Free text (and tool_choice
 // auto, whose call is optional and guarded by TriggerGuard) reserves nothing.
 int64_t answer_reserve_tokens(const Job& job, const std::shared_ptr<const grammar::Vocabulary>& vocab) {
-  const bool constrained = job.mode == OutputMode::Json || job.mode == OutputMode::ToolsForced || job.mode == OutputMode::Envelope;
-  if (!constrained || !job.grammar) return 0;
+  if (!constrained_from_start(job.mode) || !job.grammar) return 0;
   constexpr int64_t kSlack = 2;
   const grammar::Matcher start(job.grammar, vocab);
   const int64_t finish = tokens_to_finish(start);
@@ -222,6 +239,29 @@ int64_t answer_reserve_tokens(const Job& job, const std::shared_ptr<const gramma
 // Tokens a forced close costs at most (the newline before it included): kept free for it.
 int64_t thinking_close_cost(const ThinkingPlan& plan, const Tokenizer& tok) {
   return plan.split ? static_cast<int64_t>(tok.encode("\n" + plan.close + plan.separator, false, true).size()) : 0;
+}
+
+// An envelope reply whose first key is "tool_calls" (not yet decided: false).
+bool envelope_has_calls(std::string_view text) {
+  size_t i = text.find_first_not_of(" \t\r\n");
+  if (i == std::string_view::npos || text[i] != '{') return false;
+  i = text.find_first_not_of(" \t\r\n", i + 1);
+  return i != std::string_view::npos && text.compare(i, 12, "\"tool_calls\"") == 0;
+}
+
+// Envelope with an answer schema: the text of the value of "content" in {"content": VALUE} as the
+// model wrote it (the grammar fixed the frame; only whitespace surrounds VALUE); nullopt when the
+// reply is not that (cut off, or calls).
+std::optional<std::string> envelope_content_text(std::string_view text) {
+  const size_t key = text.find("\"content\"");
+  if (key == std::string_view::npos) return std::nullopt;
+  size_t b = text.find(':', key);
+  size_t e = text.find_last_of('}');
+  if (b == std::string_view::npos || e == std::string_view::npos || e <= b) return std::nullopt;
+  ++b;
+  while (b < e && all_space(text.substr(b, 1))) ++b;
+  while (e > b && all_space(text.substr(e - 1, 1))) --e;
+  return std::string(text.substr(b, e - b));
 }
 
 // The calls of a reply: JSON (tagged or bare) or a native syntax (Qwen3.5, LFM2; tool_format.h).
@@ -352,6 +392,12 @@ class Generation {
   std::optional<Sampler> sampler_;
   std::optional<StreamDecoder> decoder_;
   std::unique_ptr<grammar::Matcher> matcher_;
+  // ToolsOrJson: the answer so far under the calls alone; null once it refuses it (an answer).
+  std::unique_ptr<grammar::Matcher> call_matcher_;
+  // Tool calls streamed as they are written (call_stream.h); null when the reply has no calls to read.
+  std::optional<ToolCallStreamer> calls_stream_;
+  std::vector<std::string> streamed_ids_;  // the ids given to the calls streamed so far
+  void stream_calls(std::string_view calls_text);
   std::optional<ThinkingDriver> thinking_;
   std::optional<TriggerGuard> guard_;
   AnswerBudget budget_;
@@ -493,8 +539,7 @@ void Generation::end_prefill() {
   for (int32_t t : job_.prompt) sampler_->accept(t);
   // LFM2's call tags are control tokens: rendered, so the trigger and the call text see them.
   decoder_.emplace(tok_, family_traits(e_.family).tool_call_style == ToolCallStyle::PythonList);
-  const bool constrained_from_start =
-      job_.mode == OutputMode::Json || job_.mode == OutputMode::ToolsForced || job_.mode == OutputMode::Envelope;
+  const bool from_start = constrained_from_start(job_.mode);
   // Thinking first (if any), then the answer: a constrained answer's grammar starts after </think>.
   // Sized only when there is thinking to size (the reserve compiles a matcher and tokenizes).
   const int64_t think_limit =
@@ -502,23 +547,45 @@ void Generation::end_prefill() {
           ? std::min<int64_t>(job_.thinking.budget, job_.max_tokens - thinking_close_cost(job_.thinking, tok_) -
                                                         answer_reserve_tokens(job_, e_.vocab))
           : 0;
-  thinking_.emplace(job_.thinking, tok_, constrained_from_start, std::max<int64_t>(think_limit, 0));
-  answer_grammar_pending_ = constrained_from_start;
+  thinking_.emplace(job_.thinking, tok_, from_start, std::max<int64_t>(think_limit, 0));
+  answer_grammar_pending_ = from_start;
   start_answer_grammar();
   mask_.assign((static_cast<size_t>(e_.n_vocab) + 31) / 32, 0u);
   logits_.assign(static_cast<size_t>(e_.n_vocab), 0.0f);
   holds_ = job_.stop;
   if (job_.mode == OutputMode::ToolsTagged) holds_.push_back(job_.trigger);
   streams_content_ = job_.mode == OutputMode::Plain || job_.mode == OutputMode::Json ||
-                     job_.mode == OutputMode::ToolsTagged;
+                     job_.mode == OutputMode::ToolsTagged || job_.mode == OutputMode::ToolsOrJson;
   limit_ = job_.max_tokens;
   guard_.emplace(job_.mode == OutputMode::ToolsTagged ? job_.trigger : std::string(), job_.trigger_at_start,
                  job_.grammar, e_.vocab);
+  if (job_.mode == OutputMode::ToolsTagged || job_.mode == OutputMode::ToolsForced ||
+      job_.mode == OutputMode::ToolsOrJson || job_.mode == OutputMode::Envelope) {
+    const ToolCallStyle style = job_.mode == OutputMode::Envelope ? ToolCallStyle::TaggedJson
+                                                                  : family_traits(e_.family).tool_call_style;
+    calls_stream_.emplace(style, job_.tools_json);
+  }
+}
+
+// Hands the calls' news to the client: each call's start (with the id the Completion will carry)
+// and the pieces of its arguments.
+void Generation::stream_calls(std::string_view calls_text) {
+  std::vector<CallEvent> events;
+  calls_stream_->update(calls_text, events);
+  for (CallEvent& ev : events) {
+    if (ev.start) {
+      streamed_ids_.push_back(e_.new_call_id());
+      job_.push_call_start(static_cast<int>(ev.index), streamed_ids_.back(), std::move(ev.name));
+    } else {
+      job_.push_call_arguments(static_cast<int>(ev.index), std::move(ev.arguments));
+    }
+  }
 }
 
 void Generation::start_answer_grammar() {
   if (answer_grammar_pending_ && thinking_->answer_started()) {
     matcher_ = std::make_unique<grammar::Matcher>(job_.grammar, e_.vocab);
+    if (job_.call_grammar) call_matcher_ = std::make_unique<grammar::Matcher>(job_.call_grammar, e_.vocab);
     answer_grammar_pending_ = false;
   }
 }
@@ -529,6 +596,8 @@ void Generation::emit_safe(bool final) {
   // ToolsTagged: whitespace before a call is not content, so hold text back until it has
   // something else in it (the final answer's content then equals what was streamed).
   if (job_.mode == OutputMode::ToolsTagged && all_space(std::string_view(text_).substr(0, safe))) return;
+  // ToolsOrJson: the answer streams once the reply can no longer be a call.
+  if (job_.mode == OutputMode::ToolsOrJson && call_matcher_) return;
   if (safe > emitted_) {
     job_.push_delta(text_.substr(emitted_, safe - emitted_));
     emitted_ = safe;
@@ -703,9 +772,11 @@ void Generation::token_evaluated() {
       piece.clear();
     }
   }
+  if (call_matcher_ && !piece.empty() && !call_matcher_->accept_bytes(piece)) call_matcher_.reset();
 
   if (in_call_) {
     call_text_ += piece;
+    stream_calls(call_text_);
   } else {
     const size_t old = text_.size();
     text_ += piece;
@@ -746,8 +817,12 @@ void Generation::token_evaluated() {
           (void)matcher_->accept_bytes(job_.trigger);
           call_text_ = job_.trigger;
         }
+        stream_calls(call_text_);
       }
     }
+    if (calls_stream_ && (job_.mode == OutputMode::ToolsForced || (job_.mode == OutputMode::ToolsOrJson && call_matcher_) ||
+                          (job_.mode == OutputMode::Envelope && envelope_has_calls(text_))))
+      stream_calls(text_);
     emit_safe(false);
   }
   if (matcher_ && matcher_->is_terminated()) {
@@ -794,14 +869,41 @@ void Generation::finalize() {
     case OutputMode::ToolsForced:
       out_.tool_calls = read_tool_calls(job_, family_traits(e_.family).tool_call_style, text_);
       break;
+    case OutputMode::ToolsOrJson:
+      // Calls when the calls' grammar took the whole reply and it is complete there, or when the
+      // reply was cut off on the way to a call; otherwise the reply is the schema's answer.
+      if (call_matcher_ && (call_matcher_->is_complete() || !matcher_ || !matcher_->is_complete()))
+        out_.tool_calls = read_tool_calls(job_, family_traits(e_.family).tool_call_style, text_);
+      else
+        out_.content = text_;
+      break;
     case OutputMode::Envelope: {
       std::optional<std::string> content;
       (void)parse_envelope(text_, out_.tool_calls, content);  // cut off: keeps the complete calls
+      if (job_.envelope_json_content && out_.tool_calls.empty()) content = envelope_content_text(text_);
       out_.content = content;
       break;
     }
   }
-  for (auto& c : out_.tool_calls) c.id = e_.new_call_id();
+  // Calls streamed while they were written keep the id they were announced with; their arguments
+  // are the streamed pieces plus what was still held back (the final piece goes out now).
+  for (size_t i = 0; i < out_.tool_calls.size(); ++i) {
+    GeneratedToolCall& c = out_.tool_calls[i];
+    if (!calls_stream_ || i >= calls_stream_->calls().size() || calls_stream_->calls()[i].name != c.name) {
+      c.id = e_.new_call_id();
+      continue;
+    }
+    const ToolCallStreamer::Streamed& s = calls_stream_->calls()[i];
+    c.id = streamed_ids_[i];
+    // JSON calls: the object as written, minified (the same JSON value the parser read).
+    if (s.complete && (job_.mode == OutputMode::Envelope || (family_traits(e_.family).tool_call_style != ToolCallStyle::QwenXml &&
+                                                            family_traits(e_.family).tool_call_style != ToolCallStyle::PythonList)))
+      c.arguments_json = s.arguments;
+    if (c.arguments_json.compare(0, s.arguments.size(), s.arguments) == 0)
+      job_.push_call_arguments(static_cast<int>(i), c.arguments_json.substr(s.arguments.size()));
+    else
+      spdlog::warn("call {}: streamed arguments are not a prefix of the final ones", i);
+  }
   if (finish_ == "stop" && !out_.tool_calls.empty()) finish_ = "tool_calls";
   out_.finish_reason = finish_;
   // Whatever was not streamed yet (the whole content for the modes that parse at the end).
@@ -1226,9 +1328,15 @@ std::shared_ptr<Job> Engine::prepare(const ChatRequest& req, ApiError& err) {
   const bool bare_json = traits.tool_call_style == ToolCallStyle::BareJson;
   const bool native = traits.tool_call_style == ToolCallStyle::TaggedJson || bare_json ||
                       traits.tool_call_style == ToolCallStyle::QwenXml || traits.tool_call_style == ToolCallStyle::PythonList;
+  // response_format beside tools under tool_choice auto: the reply is the calls or the schema's
+  // answer (OpenAI applies the schema to the text answer); the grammar has both branches.
+  const bool answer_beside_tools =
+      tools_active && req.tool_choice == ToolChoice::Auto && req.response_format != ResponseFormat::Text;
   if (tools_active) {
-    job->mode = native ? (req.tool_choice == ToolChoice::Auto ? OutputMode::ToolsTagged : OutputMode::ToolsForced)
-                       : OutputMode::Envelope;
+    job->mode = !native                             ? OutputMode::Envelope
+                : req.tool_choice != ToolChoice::Auto ? OutputMode::ToolsForced
+                : answer_beside_tools                ? OutputMode::ToolsOrJson
+                                                     : OutputMode::ToolsTagged;
   } else if (req.response_format != ResponseFormat::Text) {
     job->mode = OutputMode::Json;
   }
@@ -1390,21 +1498,24 @@ std::shared_ptr<Job> Engine::prepare(const ChatRequest& req, ApiError& err) {
 
   // ---- grammar ----
   grammar::CompileResult compiled;
-  if (job->mode == OutputMode::Json) {
-    std::string schema = req.response_format == ResponseFormat::JsonSchema ? req.response_schema_json
-                                                                           : std::string(R"({"type":"object"})");
-    // A JSON answer may be pretty-printed as json.dumps(indent=2) writes it, up to 8 levels deep
-    // (newline + at most 16 spaces): bounded runs, and the tokens models prefer stay allowed.
-    grammar::CompileOptions co;
-    co.whitespace = grammar::Whitespace::Natural;
-    co.max_indent = 16;
-    compiled = s.grammars.schema(schema, co);
+  const std::string answer_schema = req.response_format == ResponseFormat::JsonSchema
+                                        ? req.response_schema_json
+                                        : std::string(R"({"type":"object"})");
+  // A JSON answer may be pretty-printed as json.dumps(indent=2) writes it, up to 8 levels deep
+  // (newline + at most 16 spaces): bounded runs, and the tokens models prefer stay allowed.
+  grammar::CompileOptions answer_options;
+  answer_options.whitespace = grammar::Whitespace::Natural;
+  answer_options.max_indent = 16;
+  if (job->mode == OutputMode::Json || answer_beside_tools) {
+    // Alone, or first on its own beside tools: its errors are the response_format's.
+    compiled = s.grammars.schema(answer_schema, answer_options);
     if (!compiled.ok()) {
       err = ApiError{400, "response_format schema: " + compiled.error_text(), "invalid_request_error",
                      "response_format.json_schema.schema", ""};
       return nullptr;
     }
-  } else if (job->mode != OutputMode::Plain) {
+  }
+  if (job->mode != OutputMode::Plain && job->mode != OutputMode::Json) {
     grammar::ToolListOptions to;
     // The whitespace JSON writers put in calls, as the templates show them ({"name": "f",
     // "arguments": {"a": 1}}: one space after ':' and ','; see docs/GRAMMAR.md "Natural
@@ -1433,7 +1544,17 @@ std::shared_ptr<Job> Engine::prepare(const ChatRequest& req, ApiError& err) {
       job->trigger = std::string(traits.tool_call_start);
       job->close_tag = std::string(traits.tool_call_end);
     }
-    compiled = s.grammars.tools(req.tools_json, to);
+    if (answer_beside_tools) {
+      // The calls alone first (their errors are the tools'), then the calls or the answer.
+      compiled = s.grammars.tools(req.tools_json, to);
+      if (compiled.ok() && job->mode == OutputMode::ToolsOrJson) job->call_grammar = compiled.grammar;
+      if (compiled.ok()) {
+        to.answer_schema = answer_schema;
+        to.answer_options = answer_options;
+        job->envelope_json_content = job->mode == OutputMode::Envelope;
+      }
+    }
+    if (!answer_beside_tools || compiled.ok()) compiled = s.grammars.tools(req.tools_json, to);
     if (!compiled.ok()) {
       err = ApiError{400, "tools: " + compiled.error_text(), "invalid_request_error", "tools", ""};
       return nullptr;

@@ -101,12 +101,28 @@ enum class OutputMode {
   ToolsTagged,  // native <tool_call> format, tool_choice auto: free text; at the trigger the grammar takes over
   ToolsForced,  // native format, tool_choice required/named: constrained from the first token
   Envelope,     // no native format: {"tool_calls":[...]} or {"content":"..."} from the first token
+                // (with response_format beside the tools: {"content": <the schema's instance>})
+  // Native format, tool_choice auto with response_format: the calls or the schema's JSON answer,
+  // one grammar from the first token (ToolListOptions::answer_schema); the branch is the one the
+  // reply took (Job::call_grammar follows the calls alone).
+  ToolsOrJson,
 };
 
-// A streamed piece of the reply: answer text, or reasoning (thinking) text.
+// The modes whose answer is under the grammar from its first token (after any think block).
+inline bool constrained_from_start(OutputMode m) {
+  return m == OutputMode::Json || m == OutputMode::ToolsForced || m == OutputMode::Envelope ||
+         m == OutputMode::ToolsOrJson;
+}
+
+// A streamed piece of the reply: answer text, reasoning (thinking) text, or a tool call's start or
+// a piece of its arguments (call_stream.h: the pieces of a call concatenate to its final arguments;
+// the call's id and index are the final Completion's).
 struct Delta {
-  std::string text;
+  std::string text;  // answer or reasoning text, or (call >= 0) a piece of the call's arguments
   bool reasoning = false;
+  int call = -1;            // >= 0: the index of the tool call this delta belongs to
+  std::string call_id;      // non-empty: the call starts here (with its name)
+  std::string call_name;
 };
 
 class Job {
@@ -126,6 +142,11 @@ class Job {
   int64_t call_max_tokens = 0;
   OutputMode mode = OutputMode::Plain;
   std::shared_ptr<const grammar::Grammar> grammar;  // null for Plain
+  // ToolsOrJson: the calls alone (the same format without the answer): a reply it still accepts is
+  // (on its way to being) calls; once it refuses the reply, the reply is the answer and streams.
+  std::shared_ptr<const grammar::Grammar> call_grammar;
+  // Envelope with response_format beside the tools: "content" holds the schema's instance.
+  bool envelope_json_content = false;
   std::string trigger;     // ToolsTagged/ToolsForced: "<tool_call>"
   std::string close_tag;   // "</tool_call>"
   std::string tools_json;  // native Qwen3.5 / LFM2 calls: the tools, to read the calls back (tool_format.h)
@@ -160,6 +181,8 @@ class Job {
   // ---- worker side ----
   void push_delta(std::string text);
   void push_reasoning_delta(std::string text);
+  void push_call_start(int index, std::string id, std::string name);
+  void push_call_arguments(int index, std::string piece);
   void push_logprob(TokenLogprob lp);
   // With logprobs_top >= 0, the recorded entries become c.logprobs.
   void finish(Completion c, std::string error = {});

@@ -278,6 +278,7 @@ void Server::Impl::handle_generation(const httplib::Request& req, httplib::Respo
       bool finished = false;
       std::vector<TokenLogprob> logprobs;  // recorded, not yet attached to a chunk
       std::vector<Delta> first;  // what arrived before the headers went out
+      size_t calls_streamed = 0;  // tool calls announced while written (their arguments streamed too)
     };
     auto state = std::make_shared<StreamState>();
     // The headers leave with the first piece of the reply, not at admission: until then the client
@@ -311,6 +312,14 @@ void Server::Impl::handle_generation(const httplib::Request& req, httplib::Respo
               state->logprobs.insert(state->logprobs.end(), more.begin(), more.end());
             }
             for (const auto& d : deltas) {
+              if (d.call >= 0) {
+                const size_t index = static_cast<size_t>(d.call);
+                if (!d.call_id.empty()) state->calls_streamed = std::max(state->calls_streamed, index + 1);
+                const std::string event = d.call_id.empty() ? chunk_tool_call_arguments_json(ids, index, d.text)
+                                                            : chunk_tool_call_start_json(ids, index, d.call_id, d.call_name);
+                if (!write_event(event)) { job->cancel(); return false; }
+                continue;
+              }
               // logprobs ride on content chunks: those recorded so far go with the next one.
               const bool attach = logprobs && !d.reasoning;
               const std::string event = d.reasoning ? chunk_reasoning_json(ids, d.text)
@@ -327,7 +336,8 @@ void Server::Impl::handle_generation(const httplib::Request& req, httplib::Respo
               write_event(error_json(server_error(job->error())));
             } else {
               const Completion& c = job->result();
-              for (size_t i = 0; i < c.tool_calls.size(); ++i) {
+              // Calls streamed while written are complete already; the others arrive whole.
+              for (size_t i = state->calls_streamed; i < c.tool_calls.size(); ++i) {
                 if (!write_event(chunk_tool_call_json(ids, i, c.tool_calls[i]))) return false;
               }
               // Entries no content chunk carried (a reply of tool calls, the last tokens) go with the finish.
@@ -427,6 +437,13 @@ void Server::Impl::handle_responses(const httplib::Request& req, httplib::Respon
             std::vector<TokenLogprob> logprobs;
             if (job->logprobs_top >= 0) logprobs = job->take_logprobs();
             for (const auto& d : deltas) {
+              if (d.call >= 0) {
+                const std::string events = d.call_id.empty()
+                                               ? state->stream.call_arguments_delta(static_cast<size_t>(d.call), d.text)
+                                               : state->stream.call_start(static_cast<size_t>(d.call), d.call_id, d.call_name);
+                if (!write(events)) { job->cancel(); return false; }
+                continue;
+              }
               std::string events = d.reasoning ? state->stream.reasoning_delta(d.text)
                                                : state->stream.text_delta(d.text, logprobs.empty() ? nullptr : &logprobs);
               if (!d.reasoning) logprobs.clear();

@@ -26,7 +26,7 @@ int64_t tokens_to_finish(const grammar::Matcher& m) { return m.min_completion_to
 bool plan_token_budget(OutputMode mode, std::optional<int64_t> requested, int64_t room,
                        const std::shared_ptr<const grammar::Grammar>& grammar,
                        const std::shared_ptr<const grammar::Vocabulary>& vocab, TokenBudget& out, ApiError& err) {
-  const bool constrained = mode == OutputMode::Json || mode == OutputMode::ToolsForced || mode == OutputMode::Envelope;
+  const bool constrained = constrained_from_start(mode);
   out = TokenBudget{};
   out.max_tokens = std::min<int64_t>(requested.value_or(constrained ? kDefaultConstrainedMaxTokens : room), room);
   if (mode == OutputMode::ToolsTagged && !requested) out.call_max_tokens = kDefaultConstrainedMaxTokens;
@@ -34,8 +34,9 @@ bool plan_token_budget(OutputMode mode, std::optional<int64_t> requested, int64_
   // Prompt-independent: the grammar's shortest answer from its start, trigger and close tags included.
   out.min_tokens = tokens_to_finish(grammar::Matcher(grammar, vocab));
   if (out.min_tokens <= out.max_tokens) return true;  // also -1: the grammar cannot tell
-  const std::string what = mode == OutputMode::Json ? "the shortest reply the response_format schema allows"
-                                                    : "the shortest complete tool call";
+  const std::string what = mode == OutputMode::Json          ? "the shortest reply the response_format schema allows"
+                           : mode == OutputMode::ToolsOrJson ? "the shortest tool call or response_format answer"
+                                                             : "the shortest complete tool call";
   const std::string need = std::to_string(out.min_tokens);
   if (requested && *requested < out.min_tokens) {
     err = ApiError{400,

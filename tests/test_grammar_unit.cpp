@@ -1210,3 +1210,68 @@ TEST_CASE("check_instance: large instances stay within the search bounds", "[gra
   CHECK_FALSE(h.accepted);
   CHECK(h.detail.find("values") != std::string::npos);
 }
+
+TEST_CASE("tool list with an answer schema: the calls or the schema's instance, in every format", "[grammar][tools]") {
+  const std::string tools =
+      R"([{"type":"function","function":{"name":"f","parameters":{"type":"object","properties":{"a":{"type":"integer"}},"required":["a"]}}}])";
+  const std::string answer = R"({"type":"object","properties":{"city":{"type":"string"}},"required":["city"],"additionalProperties":false})";
+  struct Case {
+    ToolCallFormat format;
+    std::string arguments_key;
+    std::vector<std::string> good, bad;
+  };
+  const std::vector<Case> cases = {
+      {ToolCallFormat::Hermes, "arguments",
+       {"<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": 1}}\n</tool_call>", "{\"city\": \"Paris\"}",
+        "{\n  \"city\": \"Paris\"\n}"},
+       {"{\"a\": 1}", "{\"city\": 3}", "<tool_call>\n{\"city\": \"Paris\"}\n</tool_call>", "Paris"}},
+      {ToolCallFormat::JsonObject, "parameters",
+       {"{\"name\": \"f\", \"parameters\": {\"a\": 1}}", "{\"city\": \"Paris\"}"},
+       {"{\"name\": \"f\"}", "{\"name\": \"g\", \"parameters\": {\"a\": 1}}", "{\"city\": \"Paris\", \"a\": 1}"}},
+      {ToolCallFormat::QwenXml, "arguments",
+       {"<tool_call>\n<function=f>\n<parameter=a>\n1\n</parameter>\n</function>\n</tool_call>", "{\"city\": \"x\"}"},
+       {"<tool_call>\n{\"city\": \"x\"}\n</tool_call>", "{}"}},
+      {ToolCallFormat::PythonList, "arguments",
+       {"<|tool_call_start|>[f(a=1)]<|tool_call_end|>", "{\"city\": \"x\"}"},
+       {"[f(a=1)]", "{\"city\": null}"}},
+      {ToolCallFormat::Envelope, "arguments",
+       {"{\"tool_calls\": [{\"name\": \"f\", \"arguments\": {\"a\": 1}}]}", "{\"content\": {\"city\": \"x\"}}"},
+       {"{\"content\": \"x\"}", "{\"city\": \"x\"}", "{\"content\": {\"city\": 1}}"}},
+  };
+  for (const Case& c : cases) {
+    ToolListOptions o;
+    o.format = c.format;
+    o.arguments_key = c.arguments_key;
+    o.allow_text = c.format == ToolCallFormat::Envelope;
+    o.schema.whitespace = Whitespace::Natural;
+    o.answer_schema = answer;
+    o.answer_options.whitespace = Whitespace::Natural;
+    o.answer_options.max_indent = 16;
+    auto r = compile_tool_list(tools, o);
+    INFO("format " << int(c.format) << ": " << r.error_text());
+    REQUIRE(r.ok());
+    for (const auto& s : c.good) {
+      INFO("should accept " << s);
+      CHECK(matches(r.grammar, s));
+    }
+    for (const auto& s : c.bad) {
+      INFO("should reject " << s);
+      CHECK_FALSE(matches(r.grammar, s));
+    }
+    // The shortest completion from the start is the shorter branch, and it is complete.
+    static auto vocab = byte_vocab();
+    Matcher m(r.grammar, vocab);
+    const std::string shortest = m.shortest_completion();
+    INFO("shortest " << shortest);
+    CHECK(matches(r.grammar, shortest));
+  }
+  // Errors: an answer schema that is not JSON, or that cannot compile, is reported.
+  ToolListOptions bad;
+  bad.format = ToolCallFormat::Hermes;
+  bad.answer_schema = "{";
+  CHECK_FALSE(compile_tool_list(tools, bad).ok());
+  bad.answer_schema = R"({"type":"object","if":{}})";
+  auto r = compile_tool_list(tools, bad);
+  CHECK_FALSE(r.ok());
+  CHECK(r.error_text().find("/answer_schema") != std::string::npos);
+}

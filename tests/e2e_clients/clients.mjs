@@ -2,7 +2,8 @@
 // as their documentation shows them: the Vercel AI SDK (Responses API through @ai-sdk/openai, chat
 // completions through @ai-sdk/openai-compatible and .chat()), the openai client's Responses API
 // (function tool round trip by items and by previous_response_id, streaming helper) and LangChain
-// JS (bindTools, withStructuredOutput, chat completions and Responses API). Every tool input and
+// JS (bindTools, withStructuredOutput, chat completions and Responses API); generateText with tools
+// and Output.object (the schema applies to the text answer beside the tools). Every tool input and
 // structured output is validated with zod itself, against the schema the client sent.
 // The model has random weights: the text is gibberish, but the grammar makes every call and object
 // valid, and the clients' own parsers must accept every byte the server sends.
@@ -10,7 +11,7 @@
 import { spawn, spawnSync } from "node:child_process";
 import { readFileSync, writeFileSync } from "node:fs";
 import assert from "node:assert/strict";
-import { generateText, streamText, generateObject, tool, stepCountIs } from "ai";
+import { generateText, streamText, generateObject, tool, stepCountIs, Output } from "ai";
 import { createOpenAI } from "@ai-sdk/openai";
 import { createOpenAICompatible } from "@ai-sdk/openai-compatible";
 import OpenAI from "openai";
@@ -54,6 +55,8 @@ async function waitHealthy(port) {
 const lightInput = z.object({ room: z.enum(["kitchen", "bedroom", "hall"]), on: z.boolean() });
 const volumeInput = z.object({ level: z.number().int().min(0).max(10) });
 // A record (zod 4 emits propertyNames), a decimal step (money), a union (anyOf).
+// A typed result beside tools (issue 30 item 1): short, finite fields.
+const weather = z.object({ city: z.string().max(12), score: z.number().int().min(0).max(9), sunny: z.boolean() });
 const order = z.object({
   prices: z.record(z.string().max(6), z.number().multipleOf(0.01).min(0).max(1000)),
   total: z.number().multipleOf(0.01).min(0).max(100000),
@@ -187,6 +190,34 @@ try {
       for await (const d of r.textStream) text += d;
       assert.equal(text, await r.text);
       assert.ok((await r.usage).outputTokens > 0);
+    });
+    await step(`AI SDK generateText with tools and Output.object (${label})`, async () => {
+      // The model may call tools (validated, executed) or answer; an answer is the typed object. A
+      // run whose last step is still a call (the step limit) has no output: at least one must end
+      // with the object, and every one that does must validate.
+      let outputs = 0;
+      for (const seed of [1, 2, 3, 4, 5, 6]) {
+        const r = await generateText({
+          model,
+          prompt: "Weather in Paris? You may switch a light first.",
+          tools,
+          output: Output.object({ schema: weather }),
+          stopWhen: stepCountIs(3),
+          maxOutputTokens: 200,
+          temperature: 1,
+          seed,
+        });
+        for (const s of r.steps) {
+          const errors = s.content.filter((p) => p.type === "tool-error");
+          assert.equal(errors.length, 0, JSON.stringify(errors));
+        }
+        const last = r.steps[r.steps.length - 1];
+        if (last.toolCalls.length > 0) continue;
+        valid(weather, r.output, `Output.object seed ${seed}`);
+        valid(weather, JSON.parse(last.text), `the answer text, seed ${seed}`);
+        outputs++;
+      }
+      assert.ok(outputs > 0, "no run ended with the typed answer");
     });
     await step(`AI SDK generateObject with record, multipleOf(0.01), union (${label})`, async () => {
       for (const seed of [1, 2]) {
