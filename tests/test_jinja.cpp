@@ -112,6 +112,9 @@ TEST_CASE("jinja: filters, tests and methods", "[jinja]") {
         "['a', 'b', '', 'c'] ['a', 'b'] ['a,b', 'c'] True True");
   CHECK(render("{{ 'hello'.find('l') }} {{ 'hello'.count('l') }} {{ 'a-b'.replace('-', '+') }} {{ 'ab'.upper() }} {{ d.get('x', 5) }} {{ d.get('a') }} {{ d.keys() | list }} {{ d.values() | list }}",
                R"({"d": {"a": 1}})") == "2 2 a+b AB 5 1 ['a'] [1]");
+  // Markup: `|safe` + a plain string escapes the plain side, as jinja2 does even without autoescape.
+  CHECK(render("{{ '<a>' | safe + '<b>' }} {{ '<c>' + '&' | safe }} {{ '<d>' | safe ~ '<e>' }} {{ '<f>' + '<g>' }}") ==
+        "<a>&lt;b&gt; &lt;c&gt;& <d><e> <f><g>");
   CHECK(render("{{ x is defined }} {{ y is undefined }} {{ none is none }} {{ 's' is string }} {{ {} is mapping }} {{ [] is iterable }} {{ 's' is sequence }}"
                " {{ 1 is number }} {{ true is boolean }} {{ false is false }} {{ 2 is equalto 2 }} {{ 2 is eq(3) }} {{ 1 is not string }}",
                R"({"x": 1})") == "True True True True True True True True True True True False True");
@@ -131,6 +134,10 @@ TEST_CASE("jinja: errors name the line; limits hold", "[jinja]") {
   CHECK(fails("{{ [1].append(2) }}"));  // the sandbox forbids mutation
   CHECK(fails("{{ 1 / 0 }}"));
   CHECK(fails("{{ x | tojson }}"));   // Undefined is not JSON serializable
+  // map / select return generators in jinja2: iterable, always true, no length, no JSON.
+  CHECK(fails("{{ [1] | map('string') | tojson }}"));
+  CHECK(fails("{{ [1] | select | length }}"));
+  CHECK(render("{{ [1] | map('string') | list | tojson }} {{ none | selectattr('x') | list }} {{ 'y' if [] | select }}") == "[\"1\"] [] y");
   CHECK(fails("{% set x = 1 %}{% set x.a = 2 %}"));
   // Limits: endless recursion, huge output, long loops.
   CHECK(render("{% macro f() %}{{ f() }}{% endmacro %}{{ f() }}").find("nesting deeper") != std::string::npos);
@@ -384,7 +391,10 @@ TEST_CASE("jinja: every shared chat template renders byte-identical to python3-j
     INFO("template " << sources[s].name << ": " << t.ok << " renders and " << t.errors << " errors match, " << t.mismatched
                      << " differ; first difference: " << t.first_mismatch);
     CHECK(t.mismatched == 0);
-    CHECK(t.ok >= 20);  // no template passes vacuously: most conversations render
+    // No template passes vacuously: most conversations render. Firefunction v2 reads a
+    // `functions` variable that Hugging Face's apply_chat_template does not pass, so every
+    // render fails there, in jinja2 as here.
+    if (sources[s].name != "fireworks-ai-llama-3-firefunction-v2.jinja") CHECK(t.ok >= 20);
     if (t.mismatched == 0) ++templates_matching;
     std::printf("jinja vs python3-jinja2: %-60s %4d ok %4d errors %4d differ\n", sources[s].name.c_str(), t.ok, t.errors, t.mismatched);
   }

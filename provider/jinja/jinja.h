@@ -42,16 +42,26 @@ class Value {
   static Value big_integer(std::string digits) { Value v(Kind::Int); v.s_ = std::move(digits); return v; }
   static Value number(double f) { Value v(Kind::Float); v.f_ = f; return v; }
   static Value string(std::string s) { Value v(Kind::String); v.s_ = std::move(s); return v; }
+  // markupsafe.Markup, what `|safe` and `|escape` return: `+` with a plain string HTML-escapes
+  // the plain side (jinja2 keeps this even with autoescape off).
+  static Value markup(std::string s) { Value v = string(std::move(s)); v.flag_ = 1; return v; }
   static Value list(List items = {}, bool tuple = false) {
     Value v(Kind::List);
     v.list_ = std::make_shared<List>(std::move(items));
-    v.flag_ = tuple;
+    v.flag_ = tuple ? 1 : 0;
+    return v;
+  }
+  // What jinja2's map, select, reject, selectattr, rejectattr and unique return: a lazy generator
+  // that iterates like a list but has no length, no index, is always true and is no JSON.
+  static Value generator(List items) {
+    Value v = list(std::move(items));
+    v.flag_ = 2;
     return v;
   }
   static Value dict(Dict items = {}, bool is_namespace = false) {
     Value v(Kind::Dict);
     v.dict_ = std::make_shared<Dict>(std::move(items));
-    v.flag_ = is_namespace;
+    v.flag_ = is_namespace ? 1 : 0;
     return v;
   }
   static Value callable(std::shared_ptr<Callable> fn) { Value v(Kind::Callable); v.fn_ = std::move(fn); return v; }
@@ -63,8 +73,10 @@ class Value {
   bool is_list() const { return kind_ == Kind::List; }
   bool is_dict() const { return kind_ == Kind::Dict; }
   bool is_big_integer() const { return kind_ == Kind::Int && !s_.empty(); }
-  bool is_tuple() const { return kind_ == Kind::List && flag_; }
-  bool is_namespace() const { return kind_ == Kind::Dict && flag_; }
+  bool is_tuple() const { return kind_ == Kind::List && flag_ == 1; }
+  bool is_generator() const { return kind_ == Kind::List && flag_ == 2; }
+  bool is_markup() const { return kind_ == Kind::String && flag_ == 1; }
+  bool is_namespace() const { return kind_ == Kind::Dict && flag_ == 1; }
   bool as_bool() const { return b_; }
   int64_t as_int() const { return i_; }
   double as_float() const { return f_; }
@@ -83,7 +95,7 @@ class Value {
   explicit Value(Kind k) : kind_(k) {}
   Kind kind_ = Kind::Undefined;
   bool b_ = false;
-  bool flag_ = false;  // List: a tuple; Dict: a namespace()
+  uint8_t flag_ = 0;  // List: 1 = a tuple, 2 = a generator; Dict: 1 = a namespace(); String: 1 = Markup
   int64_t i_ = 0;
   double f_ = 0;
   std::string s_;

@@ -53,7 +53,7 @@ bool truthy(const Value& v) {
     case Value::Kind::Int: return v.is_big_integer() || v.as_int() != 0;
     case Value::Kind::Float: return v.as_float() != 0;
     case Value::Kind::String: return !v.as_string().empty();
-    case Value::Kind::List: return !v.items().empty();
+    case Value::Kind::List: return v.is_generator() || !v.items().empty();
     case Value::Kind::Dict: return v.is_namespace() || !v.entries().empty();
     case Value::Kind::Callable: return true;
   }
@@ -73,7 +73,7 @@ bool equal(const Value& a, const Value& b, int depth = 0) {
     if (is_intlike(a) && is_intlike(b)) return int_of(a) == int_of(b);
     return float_of(a) == float_of(b);
   }
-  if (a.kind() != b.kind()) return false;
+  if (a.kind() != b.kind() || a.is_generator() || b.is_generator()) return false;
   switch (a.kind()) {
     case Value::Kind::Undefined:
     case Value::Kind::None: return true;
@@ -149,7 +149,9 @@ size_t length(const Value& v) {
   switch (v.kind()) {
     case Value::Kind::Undefined: return 0;
     case Value::Kind::String: return cp_count(v.as_string());
-    case Value::Kind::List: return v.items().size();
+    case Value::Kind::List:
+      if (!v.is_generator()) return v.items().size();
+      break;
     case Value::Kind::Dict:
       if (!v.is_namespace()) return v.entries().size();
       break;
@@ -417,6 +419,15 @@ class Renderer {
   Flow exec(const Stmt& s, Frame& f) {
     step();
     line_ = s.line;
+    try {
+      return exec_unchecked(s, f);
+    } catch (Error& e) {
+      if (e.line == 0) throw Error(e.what(), line_ ? line_ : s.line);
+      throw;
+    }
+  }
+
+  Flow exec_unchecked(const Stmt& s, Frame& f) {
     switch (s.type) {
       case Stmt::Type::Text: emit(s.text); return Flow::Normal;
       case Stmt::Type::Output: {
@@ -461,10 +472,9 @@ class Renderer {
           bind_params(*st, args, kwargs, local, "caller");
           return Value::string(capture(st->body, local));
         });
-        Frame with_caller;
-        with_caller.parent = &f;
-        with_caller.set("caller", caller);
-        emit(str(eval(*s.expr, with_caller)));
+        pending_caller_ = caller;  // the macro called next takes it as `caller`
+        emit(str(eval(*s.expr, f)));
+        pending_caller_ = Value();
         return Flow::Normal;
       }
       case Stmt::Type::FilterBlock: {
@@ -562,6 +572,10 @@ class Renderer {
       Depth d(*this);
       Frame local;
       local.parent = root_;
+      if (!pending_caller_.is_undefined()) {
+        local.set("caller", pending_caller_);
+        pending_caller_ = Value();
+      }
       bind_params(*st, args, kwargs, local, st->text);
       return Value::string(capture(st->body, local));
     });
@@ -689,6 +703,7 @@ class Renderer {
         return Value();
       }
       case Value::Kind::List:
+        if (obj.is_generator()) fail("'generator' object is not subscriptable");
         if (is_intlike(key)) {
           int64_t i = int_of(key);
           const int64_t n = static_cast<int64_t>(obj.items().size());
@@ -732,7 +747,7 @@ class Renderer {
     if (is_str) {
       u = to_u32(obj.as_string());
       n = static_cast<int64_t>(u.size());
-    } else if (obj.is_list()) {
+    } else if (obj.is_list() && !obj.is_generator()) {
       n = static_cast<int64_t>(obj.items().size());
     } else if (obj.is_undefined()) {
       fail("subscript of an undefined value");
@@ -951,8 +966,12 @@ class Renderer {
       }
     }
     if (op == "+") {
-      if (l.is_string() && r.is_string()) return Value::string(l.as_string() + r.as_string());
-      if (l.is_list() && r.is_list() && l.is_tuple() == r.is_tuple()) {
+      if (l.is_string() && r.is_string()) {
+        if (l.is_markup() || r.is_markup())
+          return Value::markup((l.is_markup() ? l.as_string() : html_escape(l.as_string())) + (r.is_markup() ? r.as_string() : html_escape(r.as_string())));
+        return Value::string(l.as_string() + r.as_string());
+      }
+      if (l.is_list() && r.is_list() && l.is_tuple() == r.is_tuple() && !l.is_generator() && !r.is_generator()) {
         Value out = Value::list(l.items(), l.is_tuple());
         for (const auto& x : r.items()) out.items().push_back(x);
         return out;
@@ -962,7 +981,7 @@ class Renderer {
     if (op == "*") {
       const Value* seq = is_intlike(r) ? &l : &r;
       const Value* cnt = is_intlike(r) ? &r : &l;
-      if (is_intlike(*cnt) && (seq->is_string() || seq->is_list())) {
+      if (is_intlike(*cnt) && (seq->is_string() || (seq->is_list() && !seq->is_generator()))) {
         const int64_t n = int_of(*cnt);
         if (n > 0 && (seq->is_string() ? seq->as_string().size() : seq->items().size()) * static_cast<uint64_t>(n) > opt_.max_output_bytes)
           fail("repetition too large");
@@ -1183,8 +1202,12 @@ class Renderer {
   }
 
   Value filter(const std::string& name, Value in, Args& a, Kwargs& kw) {
-    if (name == "safe" || name == "string") return name == "safe" ? in : Value::string(soft_str(in));
-    if (name == "trim") return Value::string(py_strip(soft_str(in), true, true, arg(a, kw, 0, "chars")));
+    if (name == "safe") return in.is_markup() ? in : Value::markup(soft_str(in));
+    if (name == "string") return in.is_markup() ? in : Value::string(soft_str(in));
+    if (name == "trim") {
+      std::string t = py_strip(soft_str(in), true, true, arg(a, kw, 0, "chars"));
+      return in.is_markup() ? Value::markup(std::move(t)) : Value::string(std::move(t));
+    }
     if (name == "tojson") {
       int indent = -1;
       std::string item_sep = ", ", key_sep = ": ";
@@ -1218,7 +1241,7 @@ class Renderer {
       return items.empty() ? Value() : items.front();
     }
     if (name == "last") {
-      if (in.is_dict()) fail("'dict' object is not reversible");
+      if (in.is_dict() || in.is_generator()) fail(std::string("'") + (in.is_dict() ? "dict" : "generator") + "' object is not reversible");
       const auto items = iterate(in);
       return items.empty() ? Value() : items.back();
     }
@@ -1335,7 +1358,8 @@ class Renderer {
       return Value::string(rv);
     }
     if (name == "map") {
-      Value out = Value::list();
+      Value out = Value::generator({});
+      if (!truthy(in)) return out;
       const Value* attr = nullptr;
       for (auto& [k, v] : kw)
         if (k == "attribute") attr = &v;
@@ -1376,7 +1400,8 @@ class Renderer {
         ++k;
       }
       Args targs(a.begin() + static_cast<std::ptrdiff_t>(std::min(k, a.size())), a.end());
-      Value out = Value::list();
+      Value out = Value::generator({});
+      if (!truthy(in)) return out;
       for (const auto& x : iterate(in)) {
         const Value v = by_attr ? attribute_of(x, attr) : x;
         const bool r = test.empty() ? truthy(v) : apply_test(test, v, targs);
@@ -1387,7 +1412,7 @@ class Renderer {
     if (name == "unique") {
       const bool cs = kw_bool(kw, a, 0, "case_sensitive", false);
       const Value* attr = arg(a, kw, 1, "attribute");
-      Value out = Value::list();
+      Value out = Value::generator({});
       std::vector<Value> seen;
       for (const auto& x : iterate(in)) {
         Value key = attr && attr->is_string() ? attribute_of(x, attr->as_string()) : x;
@@ -1434,18 +1459,8 @@ class Renderer {
       return getattr(in, a[0].as_string());
     }
     if (name == "escape" || name == "e" || name == "forceescape") {
-      std::string out;
-      for (char c : soft_str(in)) {
-        switch (c) {
-          case '&': out += "&amp;"; break;
-          case '<': out += "&lt;"; break;
-          case '>': out += "&gt;"; break;
-          case '"': out += "&#34;"; break;
-          case '\'': out += "&#39;"; break;
-          default: out += c;
-        }
-      }
-      return Value::string(out);
+      if (in.is_markup() && name != "forceescape") return in;
+      return Value::markup(html_escape(soft_str(in)));
     }
     if (name == "batch") {
       const int64_t n = int_arg(a, kw, 0, "linecount", 1);
@@ -1486,6 +1501,21 @@ class Renderer {
     return v;
   }
 
+  static std::string html_escape(const std::string& s) {
+    std::string out;
+    for (char c : s) {
+      switch (c) {
+        case '&': out += "&amp;"; break;
+        case '<': out += "&lt;"; break;
+        case '>': out += "&gt;"; break;
+        case '"': out += "&#34;"; break;
+        case '\'': out += "&#39;"; break;
+        default: out += c;
+      }
+    }
+    return out;
+  }
+
   static std::string ascii_escape(const std::string& s) {
     std::string out;
     for (size_t i = 0; i < s.size();) {
@@ -1516,7 +1546,7 @@ class Renderer {
     if (name == "string") return v.is_string();
     if (name == "mapping") return v.is_dict() && !v.is_namespace();
     if (name == "iterable") return v.is_undefined() || v.is_string() || v.is_list() || (v.is_dict() && !v.is_namespace());
-    if (name == "sequence") return v.is_string() || v.is_list() || (v.is_dict() && !v.is_namespace());
+    if (name == "sequence") return v.is_string() || (v.is_list() && !v.is_generator()) || (v.is_dict() && !v.is_namespace());
     if (name == "number") return is_number(v) || v.is_big_integer();
     if (name == "integer") return v.kind() == Value::Kind::Int;
     if (name == "float") return v.kind() == Value::Kind::Float;
@@ -1557,6 +1587,7 @@ class Renderer {
 
   const Options& opt_;
   Frame* root_;
+  Value pending_caller_;
   int line_ = 0;
   int depth_ = 0;
   uint64_t steps_ = 0;

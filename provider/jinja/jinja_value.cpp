@@ -189,6 +189,7 @@ static void py_repr(const Value& v, std::string& out, int depth) {
     case Value::Kind::Float: out += py_float(v.as_float()); break;
     case Value::Kind::String: out += v.as_string(); break;
     case Value::Kind::List: {
+      if (v.is_generator()) throw Error("cannot print a generator (add |list)");
       out += v.is_tuple() ? "(" : "[";
       const auto& items = v.items();
       for (size_t i = 0; i < items.size(); ++i) {
@@ -271,6 +272,7 @@ static void to_json_rec(const Value& v, std::string& out, int indent, int level,
     }
     case Value::Kind::String: json_string(v.as_string(), out); break;
     case Value::Kind::List: {
+      if (v.is_generator()) throw Error("Object of type generator is not JSON serializable");
       const auto& items = v.items();
       if (items.empty()) {
         out += "[]";
