@@ -1481,7 +1481,22 @@ class Renderer {
       }
       return out;
     }
-    if (name == "wordcount") return Value::integer(static_cast<int64_t>(py_split(soft_str(in), nullptr, -1, false).size()));
+    if (name == "wordcount") {
+      // len(re.findall(r"\w+", s)): runs of letters, digits and '_' (non-ASCII: letters, roughly).
+      auto word = [](char32_t c) {
+        if (c < 0x80) return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_';
+        return !py_space(c) && c != 0xA0 && c != 0xAD && !(c >= 0x80 && c < 0xC0 && c != 0xAA && c != 0xB5 && c != 0xBA) && c != 0xD7 &&
+               c != 0xF7 && !(c >= 0x2000 && c <= 0x2BFF) && !(c >= 0x3000 && c <= 0x3003) && !(c >= 0x1F000 && c <= 0x1FAFF);
+      };
+      int64_t n = 0;
+      bool in_word = false;
+      for (char32_t c : to_u32(soft_str(in))) {
+        const bool w = word(c);
+        if (w && !in_word) ++n;
+        in_word = w;
+      }
+      return Value::integer(n);
+    }
     fail("unknown filter '" + name + "'");
   }
 
