@@ -441,6 +441,13 @@ TEST_CASE("jinja: filters and methods over the conversations match python3-jinja
       "{% set ns = namespace(roles=[]) %}{% for m in messages %}{% set ns.roles = ns.roles + [m.role] %}{% endfor %}{{ ns.roles | sort }}|{{ ns.roles | sort(reverse=true) }}|{{ ns.roles | unique | list }}",
       "{% for m in messages %}{% for tc in m.tool_calls | default([]) %}{{ tc.function.arguments | tojson }}|{{ tc.function.arguments }}|{{ tc.function.arguments is mapping }}{% endfor %}{% endfor %}",
       "{% macro show(x, sep=', ') %}{% if x is mapping %}{% for k, v in x.items() %}{{ k }}={{ show(v) }}{{ sep if not loop.last }}{% endfor %}{% elif x is string %}'{{ x }}'{% elif x is iterable %}[{% for i in x %}{{ show(i) }}{% endfor %}]{% else %}{{ x }}{% endif %}{% endmacro %}{{ show(tools) }}",
+      "{% set x = messages | selectattr('role', 'equalto', 'user') %}{{ x | list | length }}{% if x %}y{% endif %}|{{ messages | length is odd }}|{{ (messages | length) // 2 }}|{{ (messages | length) / 4 }}",
+      "{% for m in messages %}{{ m.content[::2] }}|{{ m.content[-3:] }}|{{ m.content[:-1] }}|{{ m.content * 2 }}|{{ loop.index ** 2 }}|{{ m.content | replace('', '-') }}\n{% endfor %}",
+      "{{ 0.1 + 0.2 }}|{{ 10 / 4 }}|{{ -(3) }}|{{ true + 1 }}|{{ [1, 2.0, 'a'] | join('|') }}|{{ range(3) | list }}|{{ range(10, 0, -3) | list }}|{{ dict(a=1, b=[1]) }}|{{ namespace(a=1).a }}",
+      "{{ 'abc' is lower }}|{{ 3 is divisibleby 3 }}|{{ none is sameas none }}|{{ messages is sequence }}|{{ tools is defined and tools is iterable }}|{{ 1 == true }}|{{ 'a' < 'B' }}",
+      "{% for m in messages %}{{ m | tojson(indent=1) }}|{{ m.content.upper().lower() }}|{{ m.role ~ loop.index }}|{{ m.content | list | length }}{% endfor %}",
+      "{% for m in messages %}{% if m.tool_calls is defined and m.tool_calls %}{% for tc in m.tool_calls %}{{ tc.id }}:{{ tc.id | length }}:{{ tc.function.name | upper }}:{{ tc.function.arguments | items | list if tc.function.arguments is mapping }}{% endfor %}{% endif %}{% endfor %}",
+      "{% for m in messages %}{% set parts = m.content.split('</think>') %}{{ parts | length }}:{{ parts[-1].lstrip('\\n') }}:{{ parts[0].split('<think>')[-1].strip() }}|{% endfor %}",
       "{% for m in messages %}{{ m.content is string }}{{ m.content is none }}{{ m.reasoning_content is defined }}{{ m.content in ['Hello', 'None'] }}{{ '<' in m.content }}{% endfor %}",
   };
   std::vector<Source> sources;
