@@ -150,6 +150,14 @@ TEST_CASE("jinja: errors name the line; limits hold", "[jinja]") {
   std::string deep(5000, '(');
   CHECK(fails("{{ " + deep + " }}"));
   CHECK(fails(std::string(3000, '[') + "{{ 1 }}") == false);  // plain text, not an expression
+  std::string chain = "{{ 1";
+  for (int i = 0; i < 100000; ++i) chain += " + 1";
+  CHECK(render(chain + " }}").find("chain longer") != std::string::npos);
+  std::string filters = "{{ 'x'";
+  for (int i = 0; i < 100000; ++i) filters += "|trim";
+  CHECK(fails(filters + " }}"));
+  CHECK(render("{% set ns = namespace(x=[]) %}{% for i in range(100000) %}{% set ns.x = [ns.x] %}{% endfor %}").find("nested deeper") != std::string::npos);
+  CHECK(render("{% set ns = namespace(x=[]) %}{% for i in range(100) %}{% set ns.x = [ns.x] %}{% endfor %}{{ ns.x | length }}") == "1");
   std::string nested;
   for (int i = 0; i < 400; ++i) nested += "{% if true %}";
   CHECK(fails(nested));
@@ -461,4 +469,55 @@ TEST_CASE("jinja: filters and methods over the conversations match python3-jinja
     sources.push_back(std::move(s));
   }
   compare_with_python(sources, 30, {});
+}
+
+// Templates are input: mutated real templates (spans cut, repeated, tag and operator pieces
+// inserted) either render or fail with a message naming a line, never crash or hang (CI runs
+// this under ASan and UBSan).
+TEST_CASE("jinja: mutated templates fail cleanly", "[jinja]") {
+  const std::vector<std::string> pieces = {"{%", "%}", "{{", "}}", "{#", "(", ")", "[", "]", "{", "}", "|", "-", "'", "\"", "endif",
+                                           "{% endfor %}", "{% for x in messages %}", "|tojson", ".", "~", " is ", " not ", "[::-1]",
+                                           "{% macro m() %}{{ m() }}{% endmacro %}{{ m() }}", "{% break %}", "loop.", "ns.", "**", "//"};
+  std::vector<std::string> texts;
+  for (const auto& entry : std::filesystem::directory_iterator(kTemplates))
+    if (entry.path().extension() == ".jinja") texts.push_back(read_file(entry.path().string()));
+  REQUIRE(texts.size() >= 25);
+  Case c;
+  c.messages = {msg("system", "sys"), msg("user", "What's the weather?"), call_msg("", {{"call00001", "get_weather", kArgsParis}}),
+                tool_msg("call00001", "20 C"), msg("assistant", "Warm.")};
+  c.options.tools_json = kTools;
+  c.options.bos_token = "<s>";
+  c.options.eos_token = "</s>";
+  jj::Value ctx;
+  std::string err;
+  REQUIRE(case_context(c, &ctx, &err));
+  jj::Options opt;
+  opt.strftime_now = local_strftime;
+  std::mt19937 rng(31);
+  int ok = 0, failed = 0;
+  for (const std::string& base : texts) {
+    for (int n = 0; n < 120; ++n) {
+      std::string t = base;
+      const int edits = 1 + static_cast<int>(rng() % 3);
+      for (int e = 0; e < edits && !t.empty(); ++e) {
+        const size_t at = rng() % t.size();
+        const size_t len = std::min<size_t>(1 + rng() % 40, t.size() - at);
+        switch (rng() % 3) {
+          case 0: t.erase(at, len); break;
+          case 1: t.insert(at, t.substr(at, len)); break;
+          default: t.insert(at, pieces[rng() % pieces.size()]); break;
+        }
+      }
+      const jj::RenderResult r = jj::render(t, ctx, opt);
+      if (r.ok) {
+        ++ok;
+      } else {
+        ++failed;
+        INFO("error: " << r.error);
+        CHECK(r.error.starts_with("template line "));
+      }
+    }
+  }
+  CHECK(ok > 0);
+  CHECK(failed > 0);
 }

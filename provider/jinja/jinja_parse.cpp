@@ -462,6 +462,12 @@ class Parser {
     }
   }
 
+  // Left-deep chains (a + b + c ..., x|f|g ..., a.b.c ...) nest the tree as deep as they are
+  // long; evaluating and freeing it recurses that deep, so their length is bounded too.
+  void chain(int& n) {
+    if (++n > max_depth_) throw Error("expression chain longer than " + std::to_string(max_depth_), peek().line);
+  }
+
   ExprPtr make(Expr::Type type, int line) {
     auto e = std::make_unique<Expr>();
     e->type = type;
@@ -500,7 +506,9 @@ class Parser {
 
   ExprPtr parse_or() {
     ExprPtr l = parse_and();
+    int n = 0;
     while (is_name("or")) {
+      chain(n);
       const int line = next().line;
       auto e = make(Expr::Type::Or, line);
       e->args.push_back(std::move(l));
@@ -511,7 +519,9 @@ class Parser {
   }
   ExprPtr parse_and() {
     ExprPtr l = parse_not();
+    int n = 0;
     while (is_name("and")) {
+      chain(n);
       const int line = next().line;
       auto e = make(Expr::Type::And, line);
       e->args.push_back(std::move(l));
@@ -532,7 +542,9 @@ class Parser {
   }
   ExprPtr parse_compare() {
     ExprPtr l = parse_math1();
+    int n = 0;
     while (true) {
+      chain(n);
       const int line = peek().line;
       std::string op;
       if (peek().kind == Token::Op && (peek().text == "==" || peek().text == "!=" || peek().text == "<" || peek().text == ">" ||
@@ -564,7 +576,9 @@ class Parser {
   }
   ExprPtr parse_math1() {
     ExprPtr l = parse_concat();
+    int n = 0;
     while (is_op("+") || is_op("-")) {
+      chain(n);
       const Token& t = next();
       l = binary(t.text, std::move(l), parse_concat(), t.line);
     }
@@ -572,7 +586,9 @@ class Parser {
   }
   ExprPtr parse_concat() {
     ExprPtr l = parse_math2();
+    int n = 0;
     while (is_op("~")) {
+      chain(n);
       const Token& t = next();
       l = binary("~", std::move(l), parse_math2(), t.line);
     }
@@ -580,7 +596,9 @@ class Parser {
   }
   ExprPtr parse_math2() {
     ExprPtr l = parse_pow();
+    int n = 0;
     while (is_op("*") || is_op("/") || is_op("//") || is_op("%")) {
+      chain(n);
       const Token& t = next();
       l = binary(t.text, std::move(l), parse_pow(), t.line);
     }
@@ -588,7 +606,9 @@ class Parser {
   }
   ExprPtr parse_pow() {
     ExprPtr l = parse_unary(true);
+    int n = 0;
     while (is_op("**")) {
+      chain(n);
       const Token& t = next();
       l = binary("**", std::move(l), parse_unary(true), t.line);
     }
@@ -702,7 +722,9 @@ class Parser {
   }
 
   ExprPtr parse_postfix(ExprPtr e) {
+    int n = 0;
     while (true) {
+      chain(n);
       const int line = peek().line;
       if (accept_op(".")) {
         auto g = make(Expr::Type::GetAttr, line);
@@ -749,7 +771,9 @@ class Parser {
 
   // `x | f(a) | g` with x given (or nullptr for filter blocks: the input comes at run time).
   ExprPtr parse_filter_chain(ExprPtr input) {
+    int n = 0;
     do {
+      chain(n);
       const int line = peek().line;
       auto f = make(Expr::Type::Filter, line);
       f->name = expect_name();
@@ -762,7 +786,9 @@ class Parser {
   }
 
   ExprPtr parse_filter_expr(ExprPtr e) {
+    int n = 0;
     while (true) {
+      chain(n);
       if (accept_op("|")) {
         const int line = peek().line;
         auto f = make(Expr::Type::Filter, line);

@@ -447,6 +447,7 @@ class Renderer {
         if (!s.attr.empty()) {
           const Value* ns = f.find(s.text);
           if (!ns || !ns->is_namespace()) fail("cannot assign attribute on non-namespace object '" + s.text + "'");
+          check_nesting(v);
           Value target = *ns;  // shares the namespace's dict
           target.set(s.attr, std::move(v));
         } else {
@@ -490,7 +491,25 @@ class Renderer {
     return Flow::Normal;
   }
 
+  // Values kept across iterations go through `set`; bounding their nesting there keeps
+  // `{% set ns.x = [ns.x] %}` in a long loop from building a list so deep that freeing it
+  // overflows the stack.
+  static bool nested_deeper(const Value& v, int limit) {
+    if (limit < 0) return true;
+    if (v.is_list())
+      for (const auto& x : v.items())
+        if ((x.is_list() || x.is_dict()) && nested_deeper(x, limit - 1)) return true;
+    if (v.is_dict())
+      for (const auto& [k, x] : v.entries())
+        if ((x.is_list() || x.is_dict()) && nested_deeper(x, limit - 1)) return true;
+    return false;
+  }
+  void check_nesting(const Value& v) {
+    if ((v.is_list() || v.is_dict()) && nested_deeper(v, opt_.max_depth)) fail("value nested deeper than " + std::to_string(opt_.max_depth));
+  }
+
   void assign(const std::vector<std::string>& names, Value v, Frame& f) {
+    check_nesting(v);
     if (names.size() == 1) {
       f.set(names[0], std::move(v));
       return;
