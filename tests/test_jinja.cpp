@@ -161,6 +161,17 @@ TEST_CASE("jinja: errors name the line; limits hold", "[jinja]") {
   std::string nested;
   for (int i = 0; i < 400; ++i) nested += "{% if true %}";
   CHECK(fails(nested));
+  // The chat context from JSON: arguments parsed for tojson, absent keys stay undefined.
+  jj::Value ctx;
+  std::string cerr;
+  REQUIRE(jj::chat_context_from_json(
+      R"({"messages": [{"role": "assistant", "content": null, "tool_calls": [{"type": "function", "function": {"name": "f", "arguments": "{\"b\": 1, \"a\": [2.50]}"}}]}], "add_generation_prompt": true})",
+      &ctx, &cerr));
+  CHECK(jj::render("{{ messages[0].tool_calls[0].function.arguments | tojson }} {{ tools is defined }} {{ add_generation_prompt }}", ctx).text ==
+        "{\"b\": 1, \"a\": [2.5]} False True");
+  CHECK_FALSE(jj::chat_context_from_json(R"({"messages": [{"role": "assistant", "tool_calls": [{"function": {"arguments": "{oops"}}]}]})", &ctx, &cerr));
+  CHECK(cerr.find("messages[0]") != std::string::npos);
+  CHECK_FALSE(jj::chat_context_from_json("[]", &ctx, &cerr));
   // JSON reader.
   jj::Value v;
   std::string err;

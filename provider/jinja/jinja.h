@@ -125,6 +125,16 @@ RenderResult render(std::string_view template_text, const Value& context, const 
 // false with a message in *error.
 bool parse_json(std::string_view text, Value* out, std::string* error);
 
+// The context of a chat template from a JSON object such as
+//   {"messages": [...], "tools": [...], "add_generation_prompt": true, "bos_token": "<s>",
+//    "eos_token": "</s>", "enable_thinking": false}
+// Keys are passed as they are (a key that is absent stays undefined in the template, as
+// Hugging Face leaves `tools` undefined without tools); with parse_tool_arguments, each
+// messages[].tool_calls[].function.arguments given as JSON text is parsed into its value, as
+// Hugging Face and llama.cpp hand arguments to templates that apply tojson. On failure returns
+// false with a message naming the message index.
+bool chat_context_from_json(std::string_view json, Value* out, std::string* error, bool parse_tool_arguments = true);
+
 // Python's spellings: json.dumps(v, ensure_ascii=False) with the given indent (<0 = none) and
 // separators, and str(v).
 std::string to_json(const Value& v, int indent = -1, std::string_view item_sep = ", ", std::string_view key_sep = ": ");

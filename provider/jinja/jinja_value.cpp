@@ -535,4 +535,55 @@ bool parse_json(std::string_view text, Value* out, std::string* error) {
   return true;
 }
 
+bool chat_context_from_json(std::string_view json, Value* out, std::string* error, bool parse_tool_arguments) {
+  Value ctx;
+  if (!parse_json(json, &ctx, error)) return false;
+  if (!ctx.is_dict()) {
+    if (error) *error = "the context must be a JSON object";
+    return false;
+  }
+  if (!parse_tool_arguments) {
+    *out = std::move(ctx);
+    return true;
+  }
+  const Value* messages = ctx.find("messages");
+  if (messages && messages->is_list()) {
+    Value copy = *messages;  // shares the items; they are replaced one by one below
+    Value::List rebuilt;
+    for (size_t i = 0; i < copy.items().size(); ++i) {
+      Value m = copy.items()[i];
+      const Value* calls = m.is_dict() ? m.find("tool_calls") : nullptr;
+      if (calls && calls->is_list()) {
+        Value::List new_calls;
+        for (const Value& tc : calls->items()) {
+          const Value* fn = tc.is_dict() ? tc.find("function") : nullptr;
+          const Value* args = fn && fn->is_dict() ? fn->find("arguments") : nullptr;
+          if (!args || !args->is_string()) {
+            new_calls.push_back(tc);
+            continue;
+          }
+          Value parsed;
+          std::string e;
+          if (!parse_json(args->as_string(), &parsed, &e)) {
+            if (error) *error = "messages[" + std::to_string(i) + "]: tool call arguments are not JSON: " + e;
+            return false;
+          }
+          Value new_fn = Value::dict(fn->entries());
+          new_fn.set("arguments", std::move(parsed));
+          Value new_tc = Value::dict(tc.entries());
+          new_tc.set("function", std::move(new_fn));
+          new_calls.push_back(std::move(new_tc));
+        }
+        Value new_m = Value::dict(m.entries());
+        new_m.set("tool_calls", Value::list(std::move(new_calls)));
+        m = std::move(new_m);
+      }
+      rebuilt.push_back(std::move(m));
+    }
+    ctx.set("messages", Value::list(std::move(rebuilt)));
+  }
+  *out = std::move(ctx);
+  return true;
+}
+
 }  // namespace picolm::jinja
