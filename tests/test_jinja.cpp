@@ -86,6 +86,7 @@ TEST_CASE("jinja: statements, scoping and whitespace control", "[jinja]") {
   CHECK(render("{% macro m(a, b=2) %}{{ a }}-{{ b }}-{{ g }}{% endmacro %}{% set g = 'G' %}{{ m(1) }} {{ m(3, b=4) }}") == "1-2-G 3-4-G");
   CHECK(render("{% macro wrap(t) %}<{{ caller() }}|{{ t }}>{% endmacro %}{% call wrap('x') %}body{% endcall %}") == "<body|x>");
   CHECK(render("{% filter upper %}abc{{ 'd' }}{% endfilter %}") == "ABCD");
+  CHECK(render("{% for i in [1, 2] %}{% generation %}<{{ i }}>{% endgeneration %}{% endfor %}") == "<1><2>");
   CHECK(render("{{ raise_exception('bad') }}").find("bad") != std::string::npos);
   CHECK(render("{{ strftime_now('%d') }}") == "<%d>");
 }

@@ -1,7 +1,7 @@
 // A Jinja interpreter for chat templates: the subset of Jinja2 that published chat templates use,
 // with the environment Hugging Face transformers renders `tokenizer.chat_template` in
 // (ImmutableSandboxedEnvironment, trim_blocks, lstrip_blocks, keep_trailing_newline off,
-// loopcontrols; `tojson` = json.dumps(ensure_ascii=False), key order kept; globals
+// loopcontrols, `{% generation %}` blocks; `tojson` = json.dumps(ensure_ascii=False), key order kept; globals
 // raise_exception and strftime_now). tests/test_jinja.cpp checks it byte for byte against
 // python3-jinja2 running the same templates (tests/render_jinja.py).
 //

@@ -443,6 +443,14 @@ class Parser {
       s->body = parse_until({"endfilter"});
       take_keyword();
       expect_block_end();
+    } else if (k == "generation") {
+      // transformers' AssistantTracker extension: marks the assistant's part for masks, renders
+      // its body as it is.
+      s->type = Stmt::Type::FilterBlock;
+      expect_block_end();
+      s->body = parse_until({"endgeneration"});
+      take_keyword();
+      expect_block_end();
     } else if (k == "break" || k == "continue") {
       s->type = k == "break" ? Stmt::Type::Break : Stmt::Type::Continue;
       expect_block_end();

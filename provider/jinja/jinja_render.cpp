@@ -482,7 +482,7 @@ class Renderer {
         Frame inner;
         inner.parent = &f;
         Value v = Value::string(capture(s.body, inner));
-        emit(str(apply_filter_chain(*s.expr, std::move(v), f)));
+        emit(s.expr ? str(apply_filter_chain(*s.expr, std::move(v), f)) : v.as_string());  // no filter: {% generation %}
         return Flow::Normal;
       }
       case Stmt::Type::Break: return Flow::Break;
