@@ -262,6 +262,7 @@ void phase_conn(const Options& o) {
   }
   std::printf("  idle keep-alives answered: %d / %d\n", answered, o.idle);
   // Slow: half stop inside their headers, half trickle a JSON body one byte every 200 ms.
+  const size_t slow_begin = fds.size();
   std::vector<int> trickle;
   for (int i = 0; i < o.slow; ++i) {
     int fd = connect_raw(p.port());
@@ -302,13 +303,25 @@ void phase_conn(const Options& o) {
   const double chat_ms = ms_since(t0);
   stop = true;
   trickler.join();
+  // Answered while every slow connection was still held (the structural verdict; the times above
+  // are reported, not judged: they depend on what else the machine runs). Those stopped inside
+  // their headers are closed by the server's 15 s read timeout, far beyond the probes' 5 s.
+  int held = 0;
+  for (size_t i = slow_begin; i < fds.size(); ++i) {
+    char b;
+    pollfd pf{fds[i], POLLIN, 0};
+    const bool closed = ::poll(&pf, 1, 0) > 0 && ::recv(fds[i], &b, 1, MSG_PEEK | MSG_DONTWAIT) <= 0;
+    held += !closed;
+  }
   for (int fd : fds) ::close(fd);
   std::printf("  /health while held: %d / %d answered, mean %.1f ms, worst %.1f ms\n", ok, o.probes,
               total / std::max(1, o.probes), worst);
   std::printf("  chat while held: status %d in %.0f ms\n", chat ? chat->status : -1, chat_ms);
   verdict(answered == o.idle, "every idle keep-alive was answered");
-  verdict(ok == o.probes && worst < 1000.0, "/health answered in < 1 s every time");
+  std::printf("  slow connections still held after the probes and the chat: %d / %d\n", held, o.slow);
+  verdict(ok == o.probes, "/health answered every time");
   verdict(chat && chat->status == 200, "the chat request completed");
+  verdict(held == o.slow, "...while every slow connection was held");
 }
 
 std::string schema_request(int n, int props) {
