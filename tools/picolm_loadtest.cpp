@@ -525,7 +525,8 @@ void phase_kill(const Options& o) {
     // where the kill lands.
     const int pass = std::uniform_int_distribution<int>(0, 3)(rng);
     {
-      std::ofstream(hold + "/arm") << pass;
+      std::ofstream(hold + "/arm.new") << pass;  // renamed into place: the provider never reads half of it
+      fs::rename(hold + "/arm.new", hold + "/arm");
     }
     std::thread load([&, port = p.port()] {
       auto c = client(port, 60);

@@ -105,7 +105,7 @@ std::function<void(std::string_view, uint64_t)> hold_cache_write_hook(std::strin
   return [dir = std::move(dir)](std::string_view temp_path, uint64_t) {
     const std::string arm = dir + "/arm", held = dir + "/held";
     auto write_atomically = [](const std::string& path, const std::string& text) {
-      const std::string tmp = path + ".new";
+      const std::string tmp = path + ".provider-new";  // not the name a test writes its arm file by
       FILE* f = std::fopen(tmp.c_str(), "w");
       if (!f) return false;
       const bool ok = std::fputs(text.c_str(), f) >= 0;
