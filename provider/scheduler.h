@@ -87,6 +87,9 @@ struct EngineOptions {
   std::string cache_dir;       // prompt cache on disk ("" = off)
   size_t cache_max_mb = 1024;
   size_t cache_ram_mb = 256;
+  // Tests only: PromptCacheOptions::inside_write (picolm-provider sets it from
+  // PICOLM_TEST_HOLD_CACHE_WRITE to hold a cache write for a kill -9).
+  std::function<void(std::string_view temp_path, uint64_t file_bytes)> cache_inside_write;
   size_t grammar_cache_mb = 64;  // compiled grammars kept (bytes incl. their mask caches)
   // Grammar compilations running at once on the HTTP threads (the others wait for a turn): bounds
   // the compile scratch that many clients with large schemas hold together (docs/RELIABILITY.md).
@@ -95,9 +98,6 @@ struct EngineOptions {
   int max_parallel_compiles = 1;
   ReasoningMode reasoning = ReasoningMode::Auto;  // --reasoning: thinking when a request does not say
   JumpForward jump_forward = JumpForward::On;     // --jump-forward: forced grammar runs as one batch
-  // Tests only: PromptCacheOptions::inside_write (picolm-provider sets it from
-  // PICOLM_TEST_HOLD_CACHE_WRITE to hold a cache write for a kill -9).
-  std::function<void(std::string_view temp_path, uint64_t file_bytes)> cache_inside_write;
 };
 
 // How the reply is produced and read back.
