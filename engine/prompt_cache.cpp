@@ -807,6 +807,7 @@ struct PromptCacheStore::Impl {
     }
     uint64_t written = 0;
     bool ok = write_part(f.fd, meta.data(), meta.size(), written);
+    if (ok && opts.inside_write) opts.inside_write(tmp, L.file_bytes);
     for (size_t b = 0; ok && b < L.n_blocks; ++b)
       for (uint32_t l = 0; ok && l < id.n_layer; ++l) {
         if (id.layers[l].window || !id.layers[l].kv) continue;

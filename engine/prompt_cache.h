@@ -50,6 +50,12 @@ struct PromptCacheOptions {
   // Tests only: called before each write of a cache file with the file's size after that write;
   // a nonzero errno fails the write with it (ENOSPC simulates a full filesystem without one).
   std::function<int(uint64_t file_bytes_after)> write_fault;
+  // Tests only (fault injection): called inside every file write, once, after the header is in the
+  // temporary file and before the KV blocks, fsync and rename, with the temporary's path and the
+  // file's final size. It may block: picolm-loadtest holds the writer here (the provider's
+  // PICOLM_TEST_HOLD_CACHE_WRITE) and kills the process, so each kill -9 lands inside a write.
+  // Runs on the writing thread with no lock held. Unset: one empty-function test per file.
+  std::function<void(std::string_view temp_path, uint64_t file_bytes)> inside_write;
 };
 
 struct PromptCacheStats {

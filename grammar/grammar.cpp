@@ -1,6 +1,8 @@
 // Entry points: schema and tool-list compilation, the grammar cache.
 #include "grammar/grammar.h"
 
+#include <algorithm>
+#include <condition_variable>
 #include <functional>
 #include <iterator>
 #include <list>
@@ -406,7 +408,10 @@ CompileResult compile_tool_list(std::string_view tools_json, const ToolListOptio
 
 struct GrammarCache::Impl {
   size_t max_bytes = kDefaultMaxBytes;
+  int max_parallel_compiles = 0;  // 0: no limit
   mutable std::mutex mu;
+  std::condition_variable compile_turn;  // with mu: a compile finished
+  int compiling = 0;                     // guarded by mu
   struct Entry {
     CompileResult result;
     size_t bytes = 0;
@@ -450,11 +455,30 @@ struct GrammarCache::Impl {
         return r;
       }
     }
-    CompileResult r = compile();  // outside the lock: compiles may run in parallel
+    CompileResult r;
+    {
+      // A turn among at most max_parallel_compiles, given back however compile() ends.
+      struct Turn {
+        Impl& c;
+        explicit Turn(Impl& cache) : c(cache) {
+          if (c.max_parallel_compiles <= 0) return;
+          std::unique_lock<std::mutex> lock(c.mu);
+          c.compile_turn.wait(lock, [&] { return c.compiling < c.max_parallel_compiles; });
+          ++c.compiling;
+        }
+        ~Turn() {
+          if (c.max_parallel_compiles <= 0) return;
+          std::lock_guard<std::mutex> lock(c.mu);
+          --c.compiling;
+          c.compile_turn.notify_one();
+        }
+      } turn(*this);
+      r = compile();  // outside the lock: compiles may run in parallel (up to the limit)
+    }
     const size_t bytes = entry_bytes(key, r);
-    if (bytes > max_bytes) return r;  // larger than the whole cache: returned, not kept
     std::lock_guard<std::mutex> lock(mu);
-    if (map.count(key)) return r;  // another thread compiled it meanwhile
+    if (bytes > max_bytes) return r;  // larger than the whole cache: returned, not kept
+    if (map.count(key)) return r;     // another thread compiled it meanwhile
     lru.push_back(key);
     Entry e{r, bytes, std::prev(lru.end())};
     map.emplace(std::move(key), std::move(e));
@@ -472,7 +496,10 @@ std::string options_key(const CompileOptions& o) {
 }
 }  // namespace
 
-GrammarCache::GrammarCache(size_t max_bytes) : impl_(std::make_unique<Impl>()) { impl_->max_bytes = max_bytes; }
+GrammarCache::GrammarCache(size_t max_bytes, int max_parallel_compiles) : impl_(std::make_unique<Impl>()) {
+  impl_->max_bytes = max_bytes;
+  impl_->max_parallel_compiles = std::max(0, max_parallel_compiles);
+}
 GrammarCache::~GrammarCache() = default;
 
 size_t GrammarCache::bytes() const {

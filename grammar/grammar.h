@@ -105,11 +105,15 @@ CompileResult compile_tool_list(std::string_view tools_json, const ToolListOptio
 // Compiled grammars cached by (schema text, options), bounded by bytes: least recently used
 // entries are evicted while the total of grammar_memory_bytes (re-measured on every use, since mask
 // caches grow) plus the keys exceeds max_bytes. A grammar larger than the whole cache is still
-// returned to its caller but not kept. Thread-safe.
+// returned to its caller but not kept. Thread-safe. At most `max_parallel_compiles` misses compile
+// at once (0: no limit); the others wait for a turn. A compile's scratch grows with the schema
+// (a 10,000-property schema takes tens of MB), so this bounds the memory that callers on many
+// threads can hold at once (docs/RELIABILITY.md); compiles are CPU-bound, so running more of them
+// than there are cores gains nothing.
 class GrammarCache {
  public:
   static constexpr size_t kDefaultMaxBytes = size_t(64) << 20;
-  explicit GrammarCache(size_t max_bytes = kDefaultMaxBytes);
+  explicit GrammarCache(size_t max_bytes = kDefaultMaxBytes, int max_parallel_compiles = 0);
   ~GrammarCache();
   CompileResult schema(std::string_view schema_json, const CompileOptions& opts = {});
   CompileResult tools(std::string_view tools_json, const ToolListOptions& opts = {});

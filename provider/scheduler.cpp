@@ -297,7 +297,8 @@ struct Engine::Impl {
   std::unique_ptr<PromptCacheStore> cache;  // null when both tiers are off; shared by the slots
   std::unique_ptr<VolatileLineTracker> volatile_lines;  // null with --volatile-context off (HTTP threads; locked)
   std::shared_ptr<const grammar::Vocabulary> vocab;
-  grammar::GrammarCache grammars{opts.grammar_cache_mb << 20};  // opts is initialized first
+  EngineMemoryBudget memory_budget;  // set by create()
+  grammar::GrammarCache grammars{opts.grammar_cache_mb << 20, opts.max_parallel_compiles};  // opts is initialized first
   TemplateFamily family = TemplateFamily::ChatML;
   std::string bos_text, eos_text;
   std::string model_id;
@@ -1262,6 +1263,24 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineOptions& opts, Metric
                impl->n_ctx, double(mem.total) / (1 << 20), double(mem.kv) / (1 << 20), why,
                batch_invariant(*impl->model) ? "answers are" : "answers are NOT (AVX-512 without repacked weights)");
   impl->slots.resize(static_cast<size_t>(n_slots));
+  {
+    EngineMemoryBudget& b = impl->memory_budget;
+    std::error_code ec;
+    const auto file = std::filesystem::file_size(opts.model_path, ec);
+    b.model = ec ? 0 : uint64_t(file);
+    b.slots = uint64_t(n_slots) * mem.total;
+    b.prompt_cache_ram = opts.cache_dir.empty() && opts.cache_ram_mb == 0 ? 0 : uint64_t(opts.cache_ram_mb) << 20;
+    b.grammar_cache = uint64_t(opts.grammar_cache_mb) << 20;
+    b.parallel_compiles = std::max(opts.max_parallel_compiles, 0);
+    // Measured (issue 28, picolm-grammar compile under /usr/bin/time): a 10,000-property schema
+    // compiles to a 21.7 MB grammar at a peak of 88 MB, a 13,000-property one is refused at the
+    // 32 MB grammar limit at a peak of 78 MB; the scratch beyond the grammar kept stays under 96 MB.
+    b.compile_scratch = uint64_t(96) << 20;
+    // Measured: resident at start-up beyond model and slots is 15 MB with a 512-token vocabulary
+    // and 61 MB with 151,936 tokens (tokenizer and grammar vocabulary tables, ~300 bytes a token);
+    // the slack covers the connection threads' stacks and the allocator's own overhead.
+    b.other = (uint64_t(32) << 20) + uint64_t(384) * uint64_t(std::max(impl->n_vocab, 0));
+  }
   for (int i = 0; i < n_slots; ++i) {
     Slot& slot = impl->slots[static_cast<size_t>(i)];
     slot.index = i;
@@ -1274,6 +1293,7 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineOptions& opts, Metric
     co.dir = opts.cache_dir;
     co.max_disk_bytes = uint64_t(opts.cache_max_mb) << 20;
     co.max_ram_bytes = uint64_t(opts.cache_ram_mb) << 20;
+    co.inside_write = opts.cache_inside_write;
     co.log = [](PromptCacheLogLevel level, std::string_view msg) {  // msg starts "prompt cache: "
       if (level == PromptCacheLogLevel::Warn) spdlog::warn("{}", msg);
       else if (level == PromptCacheLogLevel::Info) spdlog::info("{}", msg);
@@ -1644,5 +1664,7 @@ std::optional<ContextOverflow> parse_context_overflow(std::string_view s) {
 }
 TemplateFamily Engine::family() const { return impl_->family; }
 std::string Engine::description() const { return impl_->model->description(); }
+
+EngineMemoryBudget Engine::memory_budget() const { return impl_->memory_budget; }
 
 }  // namespace picolm

@@ -17,6 +17,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -86,7 +87,15 @@ struct EngineOptions {
   std::string cache_dir;       // prompt cache on disk ("" = off)
   size_t cache_max_mb = 1024;
   size_t cache_ram_mb = 256;
+  // Tests only: PromptCacheOptions::inside_write (picolm-provider sets it from
+  // PICOLM_TEST_HOLD_CACHE_WRITE to hold a cache write for a kill -9).
+  std::function<void(std::string_view temp_path, uint64_t file_bytes)> cache_inside_write;
   size_t grammar_cache_mb = 64;  // compiled grammars kept (bytes incl. their mask caches)
+  // Grammar compilations running at once on the HTTP threads (the others wait for a turn): bounds
+  // the compile scratch that many clients with large schemas hold together (docs/RELIABILITY.md).
+  // One: a compile is a CPU burst of up to a second or two, and on the 2-4 core boards this serves
+  // the engine worker needs the other cores.
+  int max_parallel_compiles = 1;
   ReasoningMode reasoning = ReasoningMode::Auto;  // --reasoning: thinking when a request does not say
   JumpForward jump_forward = JumpForward::On;     // --jump-forward: forced grammar runs as one batch
   // --volatile-context: the volatile lines of a system message (a clock, a sender) are moved into
@@ -199,6 +208,21 @@ class Job {
   std::string error_;
 };
 
+// What the engine may keep resident, by part (docs/RELIABILITY.md "Memory"; the server adds the
+// request bodies in flight and a constant, and prints the sum at start-up).
+struct EngineMemoryBudget {
+  uint64_t model = 0;             // the GGUF file's size (weights mmap'd, or repacked to about that size)
+  uint64_t slots = 0;             // every slot's KV cache and recurrent state + the shared scratch
+  uint64_t prompt_cache_ram = 0;  // --cache-ram-mb
+  uint64_t grammar_cache = 0;     // --grammar-cache-mb
+  int parallel_compiles = 0;      // grammar compiles running at once (each with its scratch)
+  uint64_t compile_scratch = 0;   // one compile's scratch beyond its grammar (measured, see scheduler.cpp)
+  uint64_t other = 0;             // the rest of the process: code, vocabulary tables, threads, allocator
+  uint64_t total() const {
+    return model + slots + prompt_cache_ram + grammar_cache + uint64_t(parallel_compiles) * compile_scratch + other;
+  }
+};
+
 class Engine {
  public:
   static Result<std::unique_ptr<Engine>> create(const EngineOptions& opts, Metrics& metrics);
@@ -226,6 +250,7 @@ class Engine {
   int slots() const;
   TemplateFamily family() const;
   std::string description() const;
+  EngineMemoryBudget memory_budget() const;
 
   struct Impl;
 

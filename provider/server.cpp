@@ -1,6 +1,7 @@
 #include "server.h"
 
 #include <dirent.h>
+#include <malloc.h>
 #include <netdb.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -34,6 +35,18 @@
 namespace picolm {
 
 namespace {
+
+// After a request body at least this large (a large schema or tool list), the free pages its
+// parse and compile left in the allocator are given back to the system.
+constexpr size_t kTrimAfterBodyBytes = size_t(64) << 10;
+
+void release_free_heap() {
+#if defined(__GLIBC__)
+  ::malloc_trim(0);  // also returns whole free pages inside the heaps, not only at their tops
+#endif
+}
+
+double mib(uint64_t bytes) { return double(bytes) / double(1 << 20); }
 
 // httplib 0.11 (Debian 12) cannot tell a handler whether its client is still connected
 // (Request::is_connection_closed arrived in later versions), so we find the connection's socket by
@@ -210,6 +223,12 @@ void Server::Impl::load_model() {
     double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     spdlog::info("loaded {} ({}) in {:.0f} ms: ctx {}, chat template {}", opts.engine.model_path, eng->description(),
                  ms, eng->n_ctx(), family_name(eng->family()));
+    const EngineMemoryBudget b = eng->memory_budget();
+    spdlog::info("memory budget: {:.0f} MiB + 3 x the request bodies in flight (each <= {:.0f} MiB): model {:.0f} + "
+                 "slots {:.0f} + prompt cache RAM {:.0f} + grammar cache {:.0f} + {} grammar compile(s) x {:.0f} + "
+                 "other {:.0f} (docs/RELIABILITY.md)",
+                 mib(b.total()), mib(opts.max_body_bytes), mib(b.model), mib(b.slots), mib(b.prompt_cache_ram),
+                 mib(b.grammar_cache), b.parallel_compiles, mib(b.compile_scratch), mib(b.other));
     if (!opts.warm_file.empty()) {
       // A directory opens as an ifstream on Linux and its first read throws
       // std::ios_base::failure, which nothing here may let escape (issue 15 item 6): only regular
@@ -550,6 +569,9 @@ void Server::Impl::setup_routes() {
         send_error(res, server_error("internal error"));
       }
       metrics.count_request(endpoint, res.status);
+      // A large body (a big schema or tool list) leaves its parse and compile scratch free in the
+      // allocator's arenas: give those pages back now, so what stays resident is the budgets.
+      if (req.body.size() >= kTrimAfterBodyBytes) release_free_heap();
     };
   };
 

@@ -7,6 +7,7 @@
 #include <iterator>
 #include <random>
 #include <set>
+#include <thread>
 
 #include "grammar/grammar.h"
 #include "grammar/grammar_impl.h"
@@ -980,6 +981,28 @@ TEST_CASE("the grammar cache is bounded by bytes, not entries", "[grammar]") {
   auto first = cache.schema(big_schema(2000, 0));
   REQUIRE(first.ok());
   CHECK(cache.bytes() <= kMax);
+}
+
+TEST_CASE("a compile limit queues misses without losing or mixing them up", "[grammar]") {
+  // max_parallel_compiles 1 (the provider's default): 6 threads each miss on their own schema and
+  // on one they share; every caller gets its own schema's grammar, hits stay hits, nobody hangs.
+  GrammarCache cache(GrammarCache::kDefaultMaxBytes, 1);
+  std::vector<CompileResult> own(6), shared(6);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 6; ++t)
+    threads.emplace_back([&, t] {
+      own[size_t(t)] = cache.schema(big_schema(200, 100 + t));
+      shared[size_t(t)] = cache.schema(big_schema(200, 99));
+    });
+  for (auto& th : threads) th.join();
+  for (int t = 0; t < 6; ++t) {
+    INFO(t);
+    REQUIRE(own[size_t(t)].ok());
+    REQUIRE(shared[size_t(t)].ok());
+    CHECK(grammar_to_text(*own[size_t(t)].grammar) == grammar_to_text(*compile_json_schema(big_schema(200, 100 + t)).grammar));
+    CHECK(cache.schema(big_schema(200, 100 + t)).grammar == own[size_t(t)].grammar);  // kept: a hit now
+  }
+  CHECK(cache.entries() == 7);
 }
 
 TEST_CASE("a grammar larger than the cache is returned but not kept; mask growth is counted", "[grammar]") {

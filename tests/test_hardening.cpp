@@ -282,24 +282,28 @@ TEST_CASE("idle and slow connections do not stall /health or a chat (issue 15 it
                                     "Content-Length: 400\r\n\r\n{\"model\":\"x\",\"mess"));
   }
   std::this_thread::sleep_for(std::chrono::milliseconds(200));  // let the server take them all in
+  // The verdict is structural, not a stopwatch: /health and the chat must be answered while all 64
+  // slow connections are still held (their read timeout is 15 s; before the fix, 12 threads served
+  // everything and /health waited until timeouts freed one). The client timeouts stay below that.
   double worst = 0;
   for (int i = 0; i < 5; ++i) {
-    auto c = client(s.port, 3);
+    auto c = client(s.port, 10);
     const auto t0 = Clock::now();
     auto r = c->Get("/health");
     worst = std::max(worst, ms_since(t0));
     REQUIRE(r);
     CHECK(r->status == 200);
   }
-  INFO("slowest /health: " << worst << " ms");
-  CHECK(worst < 1000.0);
-  auto c = client(s.port, 30);
+  auto c = client(s.port, 10);
   const auto t0 = Clock::now();
   auto chat = c->Post("/v1/chat/completions", kChat, "application/json");
   REQUIRE(chat);
   CHECK(chat->status == 200);
   CHECK(chat->body.find("\"finish_reason\"") != std::string::npos);
-  CHECK(ms_since(t0) < 10000.0);
+  int held = 0;
+  for (auto& conn : slow) held += !conn->closed_by_server(std::chrono::milliseconds(0));
+  INFO("slowest /health: " << worst << " ms, chat " << ms_since(t0) << " ms");
+  CHECK(held == 64);
   slow.clear();
   idle.clear();
 }

@@ -944,6 +944,36 @@ TEST_CASE("a full filesystem evicts the least recently used files and retries on
   }
 }
 
+TEST_CASE("inside_write stops the writer inside each write: temporary partly written, final name absent",
+          "[prompt_cache]") {
+  // The hook picolm-loadtest's kill -9 rounds hold the writer in (through the provider's
+  // PICOLM_TEST_HOLD_CACHE_WRITE): what a kill there leaves must be a partial temporary only.
+  auto m = load_model("stories260K.gguf");
+  ThreadPool pool(2);
+  TempDir dir;
+  PromptCacheOptions o = opts_for(dir.path, 16, 0);
+  int calls = 0;
+  o.inside_write = [&](std::string_view temp_path, uint64_t file_bytes) {
+    ++calls;
+    const std::string temp(temp_path);
+    INFO(temp);
+    CHECK(fs::path(temp).parent_path() == fs::path(dir.path));
+    CHECK(fs::path(temp).filename().string().front() == '.');
+    CHECK(temp.ends_with(".tmp"));
+    REQUIRE(fs::is_regular_file(temp));
+    CHECK(fs::file_size(temp) > 0);
+    CHECK(fs::file_size(temp) < file_bytes);  // the header only: KV blocks, fsync and rename follow
+    CHECK(dir.files(".pkv").empty());
+  };
+  PromptCacheStore st(o);
+  Session s(m, pool);
+  REQUIRE(prefill_with_cache(&st, s, random_tokens(40, 990, m->hparams().n_vocab), 40).ok());
+  CHECK(calls == 1);
+  CHECK(st.stats().files_written == 1);
+  CHECK(dir.files(".pkv").size() == 1);
+  CHECK(dir.files(".tmp").empty());
+}
+
 TEST_CASE("hybrids: entries carry the recurrent state; a damaged state is never used; live snapshots",
           "[prompt_cache]") {
   auto m = load_model("qwen35-tiny-q8_0.gguf");  // 3 delta-net layers (state), 1 attention layer (K/V)

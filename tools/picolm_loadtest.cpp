@@ -5,16 +5,15 @@
 //   schema  requests with distinct large json_schema response formats while the provider's RSS is
 //           sampled (the grammar cache is bounded by bytes: --grammar-cache-mb, 64 MB by default);
 //   kill    a cold run (no cache) gives the reference answers; then rounds of start / requests /
-//           kill -9 over one cache directory (even rounds at a random moment, odd rounds the instant
-//           a cache file's temporary appears: inside a write), and every answer after a restart
-//           must be the cold run's, byte for byte.
+//           kill -9 over one cache directory, each kill while the provider's cache writer is held
+//           inside a write by its test hook (PICOLM_TEST_HOLD_CACHE_WRITE), and every answer after a
+//           restart must be the cold run's, byte for byte.
 // Prints the figures; exits 0 if every bound held, 1 if not, 2 on bad usage.
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
-#include <sys/inotify.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -45,11 +44,15 @@ double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std
 
 struct Options {
   std::string provider, model, work_dir;
-  std::vector<std::string> phases{"conn", "schema", "kill"};
+  std::vector<std::string> phases{"conn", "schema", "memory", "kill"};
   int idle = 200, slow = 64, probes = 20;
   int schemas = 500, schema_props = 2000, clients = 2;
   double rss_limit_mb = 256;
   int kill_rounds = 10, kill_requests = 4;
+  // memory: a connection flood, then large distinct schemas from several clients
+  int mem_schemas = 60, mem_props = 10000, mem_clients = 8;
+  double mem_limit_mb = 600;
+  double mem_slack_mb = 0;  // added to the provider's stated budget (sanitizer builds: their shadow and quarantine)
   unsigned seed = 1;
 };
 
@@ -58,26 +61,43 @@ void usage(FILE* out) {
                "usage: picolm-loadtest --provider BIN -m MODEL [options]\n"
                "  --provider BIN      the picolm-provider binary to start (loopback, port 0)\n"
                "  -m, --model FILE    model for the provider (a small one: the test measures the server)\n"
-               "  --phases LIST       comma-separated: conn,schema,kill (default all)\n"
-               "  --short             CI size: 200 idle + 64 slow, 20 schemas of 1000 properties, 3 kill rounds\n"
+               "  --phases LIST       comma-separated: conn,schema,memory,kill (default all)\n"
+               "  --short             CI size: 200 idle + 64 slow, 20 schemas of 1000 properties, 16 of 10000\n"
+               "                      in the memory phase, 3 kill rounds\n"
                "  --idle N            idle keep-alive connections (default 200)\n"
                "  --slow N            slow connections (default 64)\n"
                "  --schemas N         requests with distinct schemas (default 500)\n"
                "  --props N           properties per schema (default 2000)\n"
                "  --rss-limit-mb N    bound on the provider's peak RSS in the schema phase (default 256)\n"
                "  --kill-rounds N     kill -9 rounds (default 10)\n"
+               "  --memory-schemas N  memory phase: distinct schemas after the connection flood (default 60)\n"
+               "  --memory-props N    properties per schema there (default 10000)\n"
+               "  --memory-clients N  clients sending them at once (default 8)\n"
+               "  --memory-limit-mb N bound on the provider's peak RSS there (default 600)\n"
+               "  --memory-slack-mb N added to the budget the provider states (default 0; sanitizer builds)\n"
                "  --dir DIR           scratch directory (default: a new one under $TMPDIR or /tmp)\n"
-               "  --seed N            kill timing seed (default 1); each kill lands at a random moment within the time\n"
-               "                      a round of new prompts takes without a cache\n");
+               "  --seed N            kill seed (default 1): which of a round's first 4 cache writes is held and\n"
+               "                      killed inside\n");
 }
 
 // ---- the provider as a child process --------------------------------------------------------------
 
 class Provider {
  public:
-  Provider(const Options& o, const std::vector<std::string>& extra) {
-    std::vector<std::string> args{o.provider, "-m", o.model, "--port", "0", "-j", "1", "-c", "512"};
+  // `env`: "NAME=VALUE" entries added to this process's environment for the child.
+  // `small`: one engine thread and a 512-token context (the phases measure the server, not the model).
+  Provider(const Options& o, const std::vector<std::string>& extra, std::vector<std::string> env = {},
+           bool small = true) {
+    std::vector<std::string> args{o.provider, "-m", o.model, "--port", "0"};
+    if (small) args.insert(args.end(), {"-j", "1", "-c", "512"});
     args.insert(args.end(), extra.begin(), extra.end());
+    // Built before fork: the child only calls async-signal-safe functions.
+    for (char** e = environ; *e; ++e) env.emplace_back(*e);
+    std::vector<char*> argv, envp;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    for (auto& e : env) envp.push_back(e.data());
+    envp.push_back(nullptr);
     int p[2];
     if (::pipe2(p, O_CLOEXEC) != 0) return;
     const std::string log = o.work_dir + "/provider.log";
@@ -86,10 +106,7 @@ class Provider {
       ::dup2(p[1], 1);
       int lf = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
       if (lf >= 0) ::dup2(lf, 2);
-      std::vector<char*> argv;
-      for (auto& a : args) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      ::execv(argv[0], argv.data());
+      ::execve(argv[0], argv.data(), envp.data());
       ::_exit(127);
     }
     ::close(p[1]);
@@ -149,12 +166,13 @@ class Provider {
     if (out_ >= 0) ::close(out_);
     out_ = -1;
   }
-  // Resident set size in MB (from /proc), 0 if gone.
-  double rss_mb() const {
+  // Resident set size in MB (from /proc), 0 if gone; `field` "VmHWM:" gives its peak so far, as the
+  // kernel counted it (no sampling can miss a spike).
+  double rss_mb(const char* field = "VmRSS:") const {
     std::ifstream in("/proc/" + std::to_string(pid_) + "/status");
     std::string key;
     while (in >> key) {
-      if (key == "VmRSS:") {
+      if (key == field) {
         double kb = 0;
         in >> kb;
         return kb / 1024.0;
@@ -244,6 +262,7 @@ void phase_conn(const Options& o) {
   }
   std::printf("  idle keep-alives answered: %d / %d\n", answered, o.idle);
   // Slow: half stop inside their headers, half trickle a JSON body one byte every 200 ms.
+  const size_t slow_begin = fds.size();
   std::vector<int> trickle;
   for (int i = 0; i < o.slow; ++i) {
     int fd = connect_raw(p.port());
@@ -284,13 +303,25 @@ void phase_conn(const Options& o) {
   const double chat_ms = ms_since(t0);
   stop = true;
   trickler.join();
+  // Answered while every slow connection was still held (the structural verdict; the times above
+  // are reported, not judged: they depend on what else the machine runs). Those stopped inside
+  // their headers are closed by the server's 15 s read timeout, far beyond the probes' 5 s.
+  int held = 0;
+  for (size_t i = slow_begin; i < fds.size(); ++i) {
+    char b;
+    pollfd pf{fds[i], POLLIN, 0};
+    const bool closed = ::poll(&pf, 1, 0) > 0 && ::recv(fds[i], &b, 1, MSG_PEEK | MSG_DONTWAIT) <= 0;
+    held += !closed;
+  }
   for (int fd : fds) ::close(fd);
   std::printf("  /health while held: %d / %d answered, mean %.1f ms, worst %.1f ms\n", ok, o.probes,
               total / std::max(1, o.probes), worst);
   std::printf("  chat while held: status %d in %.0f ms\n", chat ? chat->status : -1, chat_ms);
   verdict(answered == o.idle, "every idle keep-alive was answered");
-  verdict(ok == o.probes && worst < 1000.0, "/health answered in < 1 s every time");
+  std::printf("  slow connections still held after the probes and the chat: %d / %d\n", held, o.slow);
+  verdict(ok == o.probes, "/health answered every time");
   verdict(chat && chat->status == 200, "the chat request completed");
+  verdict(held == o.slow, "...while every slow connection was held");
 }
 
 std::string schema_request(int n, int props) {
@@ -313,15 +344,6 @@ void phase_schema(const Options& o) {
   Provider p(o, {"--cache-dir", "none"});
   if (!p.wait_healthy(std::chrono::seconds(60))) return verdict(false, "provider started");
   const double base = p.rss_mb();
-  std::atomic<double> peak{base};
-  std::atomic<bool> stop{false};
-  std::thread sampler([&] {
-    while (!stop) {
-      const double r = p.rss_mb();
-      if (r > peak) peak = r;
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-  });
   std::atomic<int> next{0}, ok{0}, other{0};
   const auto t0 = Clock::now();
   std::vector<std::thread> clients;
@@ -336,42 +358,112 @@ void phase_schema(const Options& o) {
     });
   for (auto& t : clients) t.join();
   const double secs = ms_since(t0) / 1000.0;
-  stop = true;
-  sampler.join();
-  const double end = p.rss_mb();
+  const double peak = p.rss_mb("VmHWM:"), end = p.rss_mb();  // the kernel's high-water mark: no sampling
   std::printf("  %d x 200, %d other, %.1f s (%.1f requests/s)\n", ok.load(), other.load(), secs, o.schemas / secs);
   std::printf("  provider RSS: %.1f MB at start, peak %.1f MB, %.1f MB at the end (bound %.0f MB)\n", base,
-              peak.load(), end, o.rss_limit_mb);
+              peak, end, o.rss_limit_mb);
   verdict(ok == o.schemas, "every schema request answered 200");
   verdict(peak <= o.rss_limit_mb, "peak RSS within the bound");
 }
 
-// Blocks until a file named like a cache write's temporary (".*.tmp") is created in `dir`, or the
-// timeout passes; true if one appeared. inotify reports the creation within microseconds, while
-// the writer still has the file open (its bytes and fsync follow), so a kill right after lands
-// inside the write.
-bool wait_for_temporary(const std::string& dir, std::chrono::milliseconds timeout) {
-  const int fd = inotify_init1(IN_CLOEXEC | IN_NONBLOCK);
-  if (fd < 0) return false;
-  bool seen = false;
-  if (inotify_add_watch(fd, dir.c_str(), IN_CREATE) >= 0) {
-    const auto end = Clock::now() + timeout;
-    alignas(inotify_event) char buf[4096];
-    while (!seen && Clock::now() < end) {
-      pollfd pfd{fd, POLLIN, 0};
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(end - Clock::now()).count();
-      if (::poll(&pfd, 1, static_cast<int>(std::max<int64_t>(1, left))) <= 0) continue;
-      const ssize_t n = ::read(fd, buf, sizeof buf);
-      for (ssize_t off = 0; n > 0 && off < n;) {
-        const auto* ev = reinterpret_cast<const inotify_event*>(buf + off);
-        const std::string_view name(ev->len > 0 ? ev->name : "");
-        if (name.size() > 4 && name.substr(name.size() - 4) == ".tmp") seen = true;
-        off += static_cast<ssize_t>(sizeof(inotify_event) + ev->len);
-      }
-    }
+// The connection history that used to leave the provider at 1.1 GB (issue 28): 200 idle keep-alives
+// (each answered) and 64 slow connections (half stopped inside their headers, half inside a body)
+// opened and closed, then distinct large schemas from several clients at once, every one a grammar
+// compiled on a connection thread. The provider runs with its default flags; its peak RSS must stay
+// within the bound docs/RELIABILITY.md states (and the provider prints at start-up).
+void phase_memory(const Options& o) {
+  std::printf("memory: %d idle + %d slow connections opened and closed, then %d distinct %d-property schemas "
+              "from %d clients\n", o.idle, o.slow, o.mem_schemas, o.mem_props, o.mem_clients);
+  Provider p(o, {"--cache-dir", o.work_dir + "/memory-cache"}, {}, /*small=*/false);
+  if (!p.wait_healthy(std::chrono::seconds(60))) return verdict(false, "provider started");
+  const double base = p.rss_mb();
+  std::vector<int> fds;
+  int answered = 0;
+  for (int i = 0; i < o.idle; ++i) {
+    int fd = connect_raw(p.port());
+    if (fd < 0 || !send_all(fd, "GET /health HTTP/1.1\r\nHost: t\r\n\r\n")) break;
+    fds.push_back(fd);
   }
-  ::close(fd);
-  return seen;
+  const auto deadline = Clock::now() + std::chrono::seconds(30);
+  for (int fd : fds) {
+    std::string got;
+    while (got.find('}') == std::string::npos && Clock::now() < deadline) {
+      pollfd pf{fd, POLLIN, 0};
+      if (::poll(&pf, 1, 100) <= 0) continue;
+      char buf[1024];
+      const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+      if (n <= 0) break;
+      got.append(buf, size_t(n));
+    }
+    answered += got.find(" 200 ") != std::string::npos;
+  }
+  for (int i = 0; i < o.slow; ++i) {
+    int fd = connect_raw(p.port());
+    if (fd < 0) break;
+    send_all(fd, i % 2 ? "POST /v1/chat/completions HTTP/1.1\r\nHost: t\r\nContent-Le"
+                       : "POST /v1/chat/completions HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n"
+                         "Content-Length: 4000\r\n\r\n{\"model\":");
+    fds.push_back(fd);
+  }
+  // Every slow connection is being served by a thread once /health answers after them (the pool
+  // hands connections to threads in order).
+  auto c0 = client(p.port(), 30);
+  auto h = c0->Get("/health");
+  for (int fd : fds) ::close(fd);
+  const double after_flood = p.rss_mb();
+  std::atomic<int> next{0}, ok{0}, other{0};
+  const auto t0 = Clock::now();
+  std::vector<std::thread> clients;
+  for (int t = 0; t < o.mem_clients; ++t)
+    clients.emplace_back([&] {
+      auto c = client(p.port(), 300);
+      for (int n; (n = next++) < o.mem_schemas;) {
+        auto r = c->Post("/v1/chat/completions", schema_request(1000 + n, o.mem_props), "application/json");
+        if (r && r->status == 200) ++ok;
+        else ++other;
+      }
+    });
+  for (auto& t : clients) t.join();
+  const double secs = ms_since(t0) / 1000.0;
+  const double peak = p.rss_mb("VmHWM:"), end = p.rss_mb();
+  // The provider's own statement of its bound (one start-up line), for the report.
+  std::string budget;
+  {
+    std::ifstream log(o.work_dir + "/provider.log");
+    for (std::string line; std::getline(log, line);)
+      if (line.find("memory budget") != std::string::npos) budget = line.substr(line.find("memory budget"));
+  }
+  std::printf("  flood: %d / %d keep-alives answered, /health after the slow ones: %d\n", answered, o.idle,
+              h ? h->status : -1);
+  std::printf("  %d x 200, %d other, %.1f s\n", ok.load(), other.load(), secs);
+  std::printf("  provider RSS: %.1f MB at start, %.1f MB after the flood, peak %.1f MB, %.1f MB at the end "
+              "(bound %.0f MB)\n", base, after_flood, peak, end, o.mem_limit_mb);
+  // The provider's bound: its budgets plus 3 x the bodies in flight (at most one per client).
+  const double body_mb = double(schema_request(1000, o.mem_props).size()) / (1 << 20);
+  const double stated = budget.empty() ? 0 : std::atof(budget.c_str() + std::strlen("memory budget: "));
+  const double bound = stated + 3 * o.mem_clients * body_mb + o.mem_slack_mb;
+  std::printf("  provider: %s\n  its bound here: %.0f + 3 x %d x %.2f (+ %.0f slack) = %.0f MB\n", budget.c_str(),
+              stated, o.mem_clients, body_mb, o.mem_slack_mb, bound);
+  verdict(answered == o.idle && h && h->status == 200, "the flood was served");
+  verdict(ok == o.mem_schemas, "every schema request answered 200");
+  verdict(stated > 0 && peak <= bound, "peak RSS within the provider's stated budget");
+  verdict(peak <= o.mem_limit_mb, "peak RSS within --memory-limit-mb");
+}
+
+// The provider's fault hook (PICOLM_TEST_HOLD_CACHE_WRITE=DIR, tools/picolm_provider.cpp): DIR/arm
+// holding N makes the provider let N cache writes pass and hold the next one inside the write
+// (header written, temporary not renamed), announcing it by DIR/held with the temporary's path.
+// Waits for DIR/held and returns that path ("" if it never came within `limit`: a failure, not a
+// race: the writes the round makes are far more than N).
+std::string wait_for_held_write(const std::string& hold_dir, std::chrono::seconds limit) {
+  const auto end = Clock::now() + limit;
+  while (Clock::now() < end) {
+    std::ifstream in(hold_dir + "/held");
+    std::string path;
+    if (in && std::getline(in, path) && !path.empty()) return path;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return "";
 }
 
 void phase_kill(const Options& o) {
@@ -404,19 +496,16 @@ void phase_kill(const Options& o) {
   // The reference: every prompt answered by a provider without a cache.
   std::vector<std::string> cold;
   std::vector<std::vector<std::string>> cold_round;
-  double round_ms = 1;  // how long a round's prompts take without a cache: the kill lands inside it
   {
     Provider p(o, {"--cache-dir", "none"});
     if (!p.wait_healthy(std::chrono::seconds(60))) return verdict(false, "provider started");
     cold = ask(p.port(), fixed);
-    for (const auto& rb : round_bodies) {
-      const auto t0 = Clock::now();
-      cold_round.push_back(ask(p.port(), rb));
-      round_ms = std::max(round_ms, ms_since(t0));
-    }
+    for (const auto& rb : round_bodies) cold_round.push_back(ask(p.port(), rb));
   }
-  const std::string dir = o.work_dir + "/cache";
+  const std::string dir = o.work_dir + "/cache", hold = o.work_dir + "/hold";
   fs::create_directories(dir);
+  fs::create_directories(hold);
+  const std::vector<std::string> hook_env{"PICOLM_TEST_HOLD_CACHE_WRITE=" + hold};
   std::mt19937 rng(o.seed);
   int mismatches = 0, answers = 0, killed_mid = 0, cut_writes = 0;
   auto compare = [&](const std::vector<std::string>& got, const std::vector<std::string>& want) {
@@ -428,40 +517,49 @@ void phase_kill(const Options& o) {
     if (round > 0) compare(ask(port, round_bodies[round - 1]), cold_round[round - 1]);
   };
   for (int round = 0; round < o.kill_rounds; ++round) {
-    Provider p(o, {"--cache-dir", dir});
+    Provider p(o, {"--cache-dir", dir}, hook_env);
     if (!p.wait_healthy(std::chrono::seconds(60))) return verdict(false, "provider restarted");
     check_after_restart(p.port(), round);
-    // Then new prompts with a kill -9 at a random moment among them.
+    // Then new prompts (each writes a cache file), with the provider's writer held inside one of
+    // the first few of those writes (the seed picks which) and killed there: no race decides
+    // where the kill lands.
+    const int pass = std::uniform_int_distribution<int>(0, 3)(rng);
+    {
+      std::ofstream(hold + "/arm.new") << pass;  // renamed into place: the provider never reads half of it
+      fs::rename(hold + "/arm.new", hold + "/arm");
+    }
     std::thread load([&, port = p.port()] {
-      auto c = client(port, 10);
+      auto c = client(port, 60);
       for (const auto& b : round_bodies[round]) (void)c->Post("/v1/chat/completions", b, "application/json");
     });
-    const int64_t random_us = std::uniform_int_distribution<int64_t>(0, static_cast<int64_t>(round_ms * 1000))(rng);
-    if (round % 2 == 0 || !wait_for_temporary(dir, std::chrono::milliseconds(static_cast<int64_t>(round_ms) + 1000)))
-      std::this_thread::sleep_for(std::chrono::microseconds(random_us));
+    const std::string temp = wait_for_held_write(hold, std::chrono::seconds(60));
     ::kill(p.pid(), SIGKILL);
     load.join();
     p.kill(SIGKILL);
     ++killed_mid;
-    // A kill inside a cache write leaves its temporary file behind (the final name appears only by
-    // rename after fsync): count those rounds, so the report says how often a write was cut.
-    for (auto& e : fs::directory_iterator(dir))
-      if (e.path().extension() == ".tmp") {
-        ++cut_writes;
-        break;
-      }
+    // The held write's temporary file is left behind, partly written: its final name appears only
+    // by rename after fsync. The next start removes it (its writer is dead).
+    std::error_code ec;
+    if (!temp.empty() && fs::is_regular_file(temp, ec)) ++cut_writes;
+    else std::printf("  round %d: no cache write was held (%s)\n", round, temp.empty() ? "no DIR/held" : temp.c_str());
+    fs::remove(hold + "/held", ec);
+    fs::remove(hold + "/arm", ec);
   }
   Provider p(o, {"--cache-dir", dir});
   if (!p.wait_healthy(std::chrono::seconds(60))) return verdict(false, "provider restarted");
   check_after_restart(p.port(), o.kill_rounds);
-  int files = 0;
-  for (auto& e : fs::directory_iterator(dir)) files += e.path().extension() == ".pkv";
+  int files = 0, temps = 0;
+  for (auto& e : fs::directory_iterator(dir)) {
+    files += e.path().extension() == ".pkv";
+    temps += e.path().extension() == ".tmp";
+  }
   std::printf("  %d kills (%d of them inside a cache write), %d answers after restarts compared with the cold run: "
-              "%d differ; %d cache files\n",
-              killed_mid, cut_writes, answers, mismatches, files);
+              "%d differ; %d cache files, %d temporary files left\n",
+              killed_mid, cut_writes, answers, mismatches, files, temps);
   verdict(mismatches == 0 && answers > 0, "answers identical to a cold run after every kill -9");
   verdict(files > 0, "the prompt cache wrote files (the kills had writes to cut)");
-  if (o.kill_rounds >= 2) verdict(cut_writes > 0, "at least one kill landed inside a cache write");
+  verdict(cut_writes == killed_mid, "every kill landed inside a held cache write");
+  verdict(temps == 0, "a restart removed the dead writers' temporary files");
   auto failed = [](const std::string& s) { return s == "<failed>"; };
   verdict(std::none_of(cold.begin(), cold.end(), failed) &&
               std::all_of(cold_round.begin(), cold_round.end(),
@@ -489,6 +587,7 @@ int main(int argc, char** argv) {
     else if (k == "-m" || k == "--model") o.model = val();
     else if (k == "--dir") o.work_dir = val();
     else if (k == "--short") {
+      o.mem_schemas = 16;
       o.schemas = 20;
       o.schema_props = 1000;
       o.kill_rounds = 3;
@@ -508,6 +607,11 @@ int main(int argc, char** argv) {
     else if (k == "--props") o.schema_props = std::atoi(val().c_str());
     else if (k == "--rss-limit-mb") o.rss_limit_mb = std::atof(val().c_str());
     else if (k == "--kill-rounds") o.kill_rounds = std::atoi(val().c_str());
+    else if (k == "--memory-schemas") o.mem_schemas = std::atoi(val().c_str());
+    else if (k == "--memory-props") o.mem_props = std::atoi(val().c_str());
+    else if (k == "--memory-clients") o.mem_clients = std::atoi(val().c_str());
+    else if (k == "--memory-limit-mb") o.mem_limit_mb = std::atof(val().c_str());
+    else if (k == "--memory-slack-mb") o.mem_slack_mb = std::atof(val().c_str());
     else if (k == "--seed") o.seed = unsigned(std::atoi(val().c_str()));
     else {
       std::fprintf(stderr, "picolm-loadtest: unknown option '%s'\n", k.c_str());
@@ -520,7 +624,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   for (const auto& ph : o.phases)
-    if (ph != "conn" && ph != "schema" && ph != "kill") {
+    if (ph != "conn" && ph != "schema" && ph != "memory" && ph != "kill") {
       std::fprintf(stderr, "picolm-loadtest: unknown phase '%s'\n", ph.c_str());
       return 2;
     }
@@ -535,12 +639,16 @@ int main(int argc, char** argv) {
     }
     o.work_dir = tmpl;
     own_dir = true;
+  } else {
+    std::error_code ec;
+    fs::create_directories(o.work_dir, ec);  // the providers' log goes there
   }
   std::printf("picolm-loadtest: %s -m %s (work dir %s)\n", o.provider.c_str(), o.model.c_str(), o.work_dir.c_str());
   for (const auto& ph : o.phases) {
     const auto t0 = Clock::now();
     if (ph == "conn") phase_conn(o);
     else if (ph == "schema") phase_schema(o);
+    else if (ph == "memory") phase_memory(o);
     else phase_kill(o);
     std::printf("  (%.1f s)\n", ms_since(t0) / 1000.0);
     std::fflush(stdout);

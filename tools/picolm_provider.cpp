@@ -1,4 +1,5 @@
 // picolm-provider: the OpenAI-compatible HTTP server. See provider/server.h for the endpoints.
+#include <malloc.h>
 #include <signal.h>
 #include <time.h>
 #include <unistd.h>
@@ -12,7 +13,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <string>
+#include <string_view>
 #include <thread>
 
 #include "cli_common.h"
@@ -97,9 +100,56 @@ std::string default_model_path(const char* argv0) {
   return (exe.parent_path() / ".." / "demo" / "picolm-demo.gguf").lexically_normal().string();
 }
 
+// PICOLM_TEST_HOLD_CACHE_WRITE=DIR, for fault tests only (picolm-loadtest's kill phase): lets a
+// test stop the prompt cache's writer inside a write, so that its kill -9 lands there every time
+// instead of racing the write. Inert unless DIR/arm exists when a cache file is being written. Then
+// DIR/arm holds N, the writes to let pass first: while N > 0 the file is rewritten with N - 1;
+// at N = 0 it is removed, DIR/held appears (atomically, holding the temporary file's path) and the
+// writer waits, its temporary file partly written (the header) and not renamed, until DIR/held is
+// removed. The protocol lives in the file system, so the hook keeps no state of its own.
+std::function<void(std::string_view, uint64_t)> hold_cache_write_hook(std::string dir) {
+  return [dir = std::move(dir)](std::string_view temp_path, uint64_t) {
+    const std::string arm = dir + "/arm", held = dir + "/held";
+    auto write_atomically = [](const std::string& path, const std::string& text) {
+      const std::string tmp = path + ".provider-new";  // not the name a test writes its arm file by
+      FILE* f = std::fopen(tmp.c_str(), "w");
+      if (!f) return false;
+      const bool ok = std::fputs(text.c_str(), f) >= 0;
+      return std::fclose(f) == 0 && ok && std::rename(tmp.c_str(), path.c_str()) == 0;
+    };
+    FILE* f = std::fopen(arm.c_str(), "r");
+    if (!f) return;  // not armed
+    long pass = 0;
+    if (std::fscanf(f, "%ld", &pass) != 1) pass = 0;
+    std::fclose(f);
+    if (pass > 0) {
+      write_atomically(arm, std::to_string(pass - 1));
+      return;
+    }
+    std::remove(arm.c_str());
+    if (!write_atomically(held, std::string(temp_path) + "\n")) {
+      spdlog::warn("PICOLM_TEST_HOLD_CACHE_WRITE: cannot create {}; not holding", held);
+      return;
+    }
+    spdlog::warn("PICOLM_TEST_HOLD_CACHE_WRITE: holding the write of {} until {} is removed", temp_path, held);
+    while (::access(held.c_str(), F_OK) == 0) {
+      const timespec ten_ms{0, 10'000'000};
+      ::nanosleep(&ten_ms, nullptr);
+    }
+  };
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+#if defined(__GLIBC__)
+  // glibc gives every thread that allocates under contention a heap arena of its own, up to 8 per
+  // core, and keeps each arena's high-water mark: after a connection flood, many connection
+  // threads that once parsed a large body held 1.1 GB between them (issue 28). Two arenas (the
+  // engine worker and the HTTP threads rarely allocate at once) keep what stays resident to the
+  // budgets printed at start-up (docs/RELIABILITY.md "Memory"). Set before any thread starts.
+  mallopt(M_ARENA_MAX, 2);
+#endif
   // Logs go to stderr; stdout carries only the "listening on HOST:PORT" line (for scripts).
   spdlog::set_default_logger(spdlog::stderr_color_mt("picolm"));
   spdlog::cfg::load_env_levels();  // SPDLOG_LEVEL=debug shows raw model output
@@ -233,6 +283,8 @@ int main(int argc, char** argv) {
     }
   }
   if (!cache_dir_given) o.engine.cache_dir = PromptCacheStore::default_dir();
+  if (const char* hold = std::getenv("PICOLM_TEST_HOLD_CACHE_WRITE"); hold && *hold)
+    o.engine.cache_inside_write = hold_cache_write_hook(hold);
   if (o.engine.cache_dir == "none") o.engine.cache_dir.clear();
   if (!hf.empty()) {
     if (!o.engine.model_path.empty()) {
