@@ -783,6 +783,12 @@ std::string chunk_tool_call_json(const ResponseIds& ids, size_t index, const Gen
 
 std::string chunk_tool_call_start_json(const ResponseIds& ids, size_t index, std::string_view id, std::string_view name) {
   JsonWriter w = chunk_begin(ids);
+  if (ids.legacy_functions) {  // legacy functions: delta.function_call {name, arguments: ""}, then pieces
+    w.key("delta").begin_object().key("function_call").begin_object();
+    w.key("name").value(name).key("arguments").value("");
+    w.end_object().end_object();
+    return chunk_end(w, nullptr);
+  }
   w.key("delta").begin_object().key("tool_calls").begin_array().begin_object();
   w.key("index").value(static_cast<int64_t>(index));
   w.key("id").value(id);
@@ -794,6 +800,11 @@ std::string chunk_tool_call_start_json(const ResponseIds& ids, size_t index, std
 
 std::string chunk_tool_call_arguments_json(const ResponseIds& ids, size_t index, std::string_view piece) {
   JsonWriter w = chunk_begin(ids);
+  if (ids.legacy_functions) {
+    w.key("delta").begin_object().key("function_call").begin_object().key("arguments").value(piece);
+    w.end_object().end_object();
+    return chunk_end(w, nullptr);
+  }
   w.key("delta").begin_object().key("tool_calls").begin_array().begin_object();
   w.key("index").value(static_cast<int64_t>(index));
   w.key("function").begin_object().key("arguments").value(piece).end_object();
