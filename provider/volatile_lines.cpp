@@ -50,7 +50,7 @@ constexpr size_t kBlockLineBytes = 120;
 bool digit(char c) { return c >= '0' && c <= '9'; }
 bool alpha(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'); }
 
-// Length of the run of digits at s[i], and whether it stands alone (no digit right before it).
+// Length of the run of digits starting at s[i] (0 if s[i] is not a digit).
 size_t digits_at(std::string_view s, size_t i) {
   size_t j = i;
   while (j < s.size() && digit(s[j])) ++j;
@@ -503,7 +503,7 @@ RelocatedMessages relocate_volatile_lines(std::span<const ChatMessage> messages,
       // The heading or label the run sits under ("## Current Time", "Session:"), so the note says
       // what the value is.
       size_t p = i;
-      while (p > 0 && is_blank(sys[p - 1]) ) --p;
+      while (p > 0 && is_blank(sys[p - 1])) --p;
       if (!note.empty()) note += '\n';
       if (p > 0 && !vol[p - 1]) {
         std::string_view above = sys[p - 1];
