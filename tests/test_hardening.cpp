@@ -31,6 +31,7 @@
 #include <thread>
 #include <vector>
 
+#include "child_process.h"
 #include "connection_pool.h"
 #include "constant_time.h"
 #include "model.h"
@@ -172,83 +173,21 @@ class LogCapture {
 };
 
 // picolm-provider as a child process; its stdout and stderr are collected into one text.
-class Child {
+class Child : public picolm::tools::ChildProcess {
  public:
   explicit Child(std::vector<std::string> args) {
-    int p[2];
-    REQUIRE(::pipe2(p, O_CLOEXEC) == 0);
-    pid_ = ::fork();
-    REQUIRE(pid_ >= 0);
-    if (pid_ == 0) {
-      ::dup2(p[1], 1);
-      ::dup2(p[1], 2);
-      std::vector<char*> argv;
-      for (auto& a : args) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      ::execv(argv[0], argv.data());
-      ::_exit(127);
-    }
-    ::close(p[1]);
-    reader_ = std::thread([this, fd = p[0]] {
-      char buf[4096];
-      for (;;) {
-        const ssize_t n = ::read(fd, buf, sizeof buf);
-        if (n <= 0) break;
-        std::lock_guard<std::mutex> lk(mu_);
-        out_.append(buf, size_t(n));
-      }
-      ::close(fd);
-    });
+    picolm::tools::ChildOptions o;
+    o.argv = std::move(args);
+    std::string why;
+    if (!start(o, why)) FAIL(why);
   }
-  ~Child() {
-    if (pid_ > 0 && !reaped_) {
-      ::kill(pid_, SIGKILL);
-      ::waitpid(pid_, nullptr, 0);
-    }
-    if (reader_.joinable()) reader_.join();
+  bool wait_for(const std::string& text, std::chrono::seconds within) const {
+    return ChildProcess::wait_for(text, within);
   }
-  std::string output() const {
-    std::lock_guard<std::mutex> lk(mu_);
-    return out_;
-  }
-  // Waits for `text` in the output; false at the deadline.
-  bool wait_for(const std::string& text, std::chrono::seconds within) {
-    const auto deadline = Clock::now() + within;
-    while (Clock::now() < deadline) {
-      if (output().find(text) != std::string::npos) return true;
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    return false;
-  }
-  // Exit code, or -1 if it did not exit within the time (then it is killed).
-  int wait_exit(std::chrono::seconds within) {
-    const auto deadline = Clock::now() + within;
-    while (Clock::now() < deadline) {
-      int status = 0;
-      if (::waitpid(pid_, &status, WNOHANG) == pid_) {
-        reaped_ = true;
-        if (reader_.joinable()) reader_.join();
-        return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    return -1;
-  }
-  void signal(int sig) { ::kill(pid_, sig); }
-
- private:
-  pid_t pid_ = -1;
-  bool reaped_ = false;
-  std::thread reader_;
-  mutable std::mutex mu_;
-  std::string out_;
+  int wait_exit(std::chrono::seconds within) { return ChildProcess::wait_exit(within); }
 };
 
-int port_of(const std::string& out) {
-  const size_t at = out.find("listening on 127.0.0.1:");
-  if (at == std::string::npos) return 0;
-  return std::atoi(out.c_str() + at + std::strlen("listening on 127.0.0.1:"));
-}
+int port_of(const std::string& out) { return picolm::tools::listening_port_in(out); }
 
 size_t count_of(const std::string& text, const std::string& what) {
   size_t n = 0;

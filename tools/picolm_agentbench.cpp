@@ -20,17 +20,21 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "agent_session.h"
+#include "child_process.h"
 
 namespace {
 
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 using picolm::tools::AgentSessionOptions;
+using picolm::tools::ChildOptions;
+using picolm::tools::ChildProcess;
 
 double ms_between(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double, std::milli>(b - a).count();
@@ -83,83 +87,31 @@ class Provider {
   // Starts BIN -m MODEL --host 127.0.0.1 --port 0 --cache-dir DIR ARGS...; the port comes from its
   // "listening on 127.0.0.1:PORT" stdout line, its stderr goes to `log`.
   bool start(const Options& o, const std::string& cache_dir, const std::string& log, std::string& why) {
-    std::vector<std::string> args{o.provider, "--host", "127.0.0.1", "--port", "0", "--cache-dir", cache_dir};
-    if (!o.model.empty()) args.insert(args.end(), {"-m", o.model});
-    args.insert(args.end(), o.provider_args.begin(), o.provider_args.end());
-    int p[2];
-    if (::pipe2(p, O_CLOEXEC) != 0) {
-      why = "pipe failed";
-      return false;
-    }
-    pid_ = ::fork();
-    if (pid_ == 0) {
-      ::dup2(p[1], 1);
-      const int lf = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-      if (lf >= 0) ::dup2(lf, 2);
-      std::vector<char*> argv;
-      for (auto& a : args) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      ::execv(argv[0], argv.data());
-      ::_exit(127);
-    }
-    ::close(p[1]);
-    out_ = p[0];
-    if (pid_ < 0) {
-      why = "fork failed";
-      return false;
-    }
-    std::string line;
-    const auto deadline = Clock::now() + std::chrono::minutes(10);  // a large model loads for a while
-    while (line.find('\n') == std::string::npos && Clock::now() < deadline) {
-      pollfd pf{out_, POLLIN, 0};
-      if (::poll(&pf, 1, 200) <= 0) continue;
-      char buf[256];
-      const ssize_t n = ::read(out_, buf, sizeof buf);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) break;
-      line.append(buf, size_t(n));
-    }
-    const std::string key = "listening on 127.0.0.1:";
-    const size_t at = line.find(key);
-    if (at == std::string::npos) {
-      why = "no 'listening on' line from " + o.provider + " (its log: " + log + ")";
-      stop();
-      return false;
-    }
-    port_ = std::atoi(line.c_str() + at + key.size());
-    httplib::Client c("127.0.0.1", port_);
-    c.set_read_timeout(5, 0);
-    while (Clock::now() < deadline) {
-      auto r = c.Get("/health");
-      if (r && r->status == 200) return true;
-      int status = 0;
-      if (::waitpid(pid_, &status, WNOHANG) == pid_) {
-        pid_ = -1;
-        why = "the provider exited while loading (its log: " + log + ")";
-        return false;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-    why = "the provider was not healthy within 10 minutes (its log: " + log + ")";
+    ChildOptions c;
+    c.argv = {o.provider, "--host", "127.0.0.1", "--port", "0", "--cache-dir", cache_dir};
+    if (!o.model.empty()) c.argv.insert(c.argv.end(), {"-m", o.model});
+    c.argv.insert(c.argv.end(), o.provider_args.begin(), o.provider_args.end());
+    c.stderr_log = log;
+    child_ = std::make_unique<ChildProcess>();
+    if (!child_->start(c, why)) return false;
+    const auto within = std::chrono::minutes(10);  // a large model loads for a while
+    port_ = child_->listening_port(within, why);
+    if (port_ > 0 && child_->wait_healthy(port_, within, why)) return true;
+    why += " (" + o.provider + "'s log: " + log + ")";
     stop();
     return false;
   }
   // SIGTERM (the provider drains: nothing is in flight between turns), then wait for it.
   void stop() {
-    if (pid_ > 0) {
-      ::kill(pid_, SIGTERM);
-      ::waitpid(pid_, nullptr, 0);
-      pid_ = -1;
-    }
-    if (out_ >= 0) ::close(out_);
-    out_ = -1;
+    if (child_) child_->stop(SIGTERM);
+    child_.reset();
   }
   ~Provider() { stop(); }
   int port() const { return port_; }
 
  private:
-  pid_t pid_ = -1;
-  int out_ = -1, port_ = 0;
+  std::unique_ptr<ChildProcess> child_;
+  int port_ = 0;
 };
 
 // ---- one streamed turn ----------------------------------------------------------------------------

@@ -36,7 +36,12 @@
 #include <thread>
 #include <vector>
 
+#include "child_process.h"
+
 namespace {
+
+using picolm::tools::ChildOptions;
+using picolm::tools::ChildProcess;
 
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
@@ -88,44 +93,13 @@ class Provider {
   // `small`: one engine thread and a 512-token context (the phases measure the server, not the model).
   Provider(const Options& o, const std::vector<std::string>& extra, std::vector<std::string> env = {},
            bool small = true) {
-    std::vector<std::string> args{o.provider, "-m", o.model, "--port", "0"};
-    if (small) args.insert(args.end(), {"-j", "1", "-c", "512"});
-    args.insert(args.end(), extra.begin(), extra.end());
-    // Built before fork: the child only calls async-signal-safe functions.
-    for (char** e = environ; *e; ++e) env.emplace_back(*e);
-    std::vector<char*> argv, envp;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    for (auto& e : env) envp.push_back(e.data());
-    envp.push_back(nullptr);
-    int p[2];
-    if (::pipe2(p, O_CLOEXEC) != 0) return;
-    const std::string log = o.work_dir + "/provider.log";
-    pid_ = ::fork();
-    if (pid_ == 0) {
-      ::dup2(p[1], 1);
-      int lf = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-      if (lf >= 0) ::dup2(lf, 2);
-      ::execve(argv[0], argv.data(), envp.data());
-      ::_exit(127);
-    }
-    ::close(p[1]);
-    out_ = p[0];
-    // "listening on 127.0.0.1:PORT" is the first stdout line.
-    std::string line;
-    const auto deadline = Clock::now() + std::chrono::seconds(30);
-    while (line.find('\n') == std::string::npos && Clock::now() < deadline) {
-      pollfd pf{out_, POLLIN, 0};
-      if (::poll(&pf, 1, 100) <= 0) continue;  // (a signal: try again)
-      char buf[256];
-      const ssize_t n = ::read(out_, buf, sizeof buf);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) break;
-      line.append(buf, size_t(n));
-    }
-    const size_t at = line.find("listening on 127.0.0.1:");
-    if (at != std::string::npos) port_ = std::atoi(line.c_str() + at + 23);
-    else why_ = "no 'listening on' line (got '" + line + "')";
+    ChildOptions c;
+    c.argv = {o.provider, "-m", o.model, "--port", "0"};
+    if (small) c.argv.insert(c.argv.end(), {"-j", "1", "-c", "512"});
+    c.argv.insert(c.argv.end(), extra.begin(), extra.end());
+    c.extra_env = std::move(env);
+    c.stderr_log = o.work_dir + "/provider.log";
+    if (child_.start(c, why_)) port_ = child_.listening_port(std::chrono::seconds(30), why_);
   }
   ~Provider() { kill(SIGKILL); }
   Provider(const Provider&) = delete;
@@ -133,59 +107,27 @@ class Provider {
 
   int port() const { return port_; }
   const std::string& why() const { return why_; }
-  pid_t pid() const { return pid_; }
+  pid_t pid() const { return child_.pid(); }
   bool wait_healthy(std::chrono::seconds within) {
     if (port_ <= 0) {
-      int status = 0;
-      if (pid_ > 0 && ::waitpid(pid_, &status, WNOHANG) == pid_) {
-        why_ += WIFEXITED(status) ? "; exited with " + std::to_string(WEXITSTATUS(status))
-                                  : "; killed by signal " + std::to_string(WTERMSIG(status));
-        pid_ = -1;
-      }
+      const int status = child_.wait_exit(std::chrono::milliseconds(0));
+      if (status >= 0) why_ += "; exited with status " + std::to_string(status);
       std::fprintf(stderr, "picolm-loadtest: the provider did not start: %s\n", why_.c_str());
       return false;
     }
-    httplib::Client c("127.0.0.1", port_);
-    c.set_read_timeout(2, 0);
-    const auto deadline = Clock::now() + within;
-    while (Clock::now() < deadline) {
-      auto r = c.Get("/health");
-      if (r && r->status == 200) return true;
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    std::fprintf(stderr, "picolm-loadtest: the provider on port %d was not healthy within %d s\n", port_,
-                 int(within.count()));
+    std::string why;
+    if (child_.wait_healthy(port_, within, why)) return true;
+    std::fprintf(stderr, "picolm-loadtest: the provider on port %d: %s\n", port_, why.c_str());
     return false;
   }
-  void kill(int sig) {
-    if (pid_ > 0) {
-      ::kill(pid_, sig);
-      ::waitpid(pid_, nullptr, 0);
-      pid_ = -1;
-    }
-    if (out_ >= 0) ::close(out_);
-    out_ = -1;
-  }
+  void kill(int sig) { child_.stop(sig); }
   // Resident set size in MB (from /proc), 0 if gone; `field` "VmHWM:" gives its peak so far, as the
   // kernel counted it (no sampling can miss a spike).
-  double rss_mb(const char* field = "VmRSS:") const {
-    std::ifstream in("/proc/" + std::to_string(pid_) + "/status");
-    std::string key;
-    while (in >> key) {
-      if (key == field) {
-        double kb = 0;
-        in >> kb;
-        return kb / 1024.0;
-      }
-      std::string rest;
-      std::getline(in, rest);
-    }
-    return 0;
-  }
+  double rss_mb(const char* field = "VmRSS:") const { return child_.status_mb(field); }
 
  private:
-  pid_t pid_ = -1;
-  int out_ = -1, port_ = 0;
+  ChildProcess child_;
+  int port_ = 0;
   std::string why_;
 };
 
