@@ -124,11 +124,7 @@ void OllamaApi::generation(const httplib::Request& req, httplib::Response& res, 
     return;
   }
 
-  std::vector<Delta> ignored;
-  while (!job->wait(std::chrono::milliseconds(100), ignored)) {
-    ignored.clear();
-    if (!job->cancelled() && closed()) job->cancel();
-  }
+  job->wait_unstreamed([&] { return closed(); });
   if (job->failed()) return send_json(res, 500, ollama_error_json(job->error()));
   send_json(res, 200, reply->whole(job->result(), unix_nanos(), total_nanos()));
 }

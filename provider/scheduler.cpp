@@ -32,6 +32,14 @@ static double ms_between(Clock::time_point a, Clock::time_point b) {
 
 // ---------------------------------------------------------------- Job
 
+void Job::wait_unstreamed(const std::function<bool()>& client_gone) {
+  std::vector<Delta> ignored;
+  while (!wait(std::chrono::milliseconds(100), ignored)) {
+    ignored.clear();
+    if (!cancelled() && client_gone()) cancel();
+  }
+}
+
 bool Job::wait(std::chrono::milliseconds timeout, std::vector<Delta>& deltas) {
   std::unique_lock<std::mutex> lock(mu_);
   cv_.wait_for(lock, timeout, [&] { return done_ || !deltas_.empty(); });

@@ -181,6 +181,9 @@ class Job {
   // Waits up to `timeout` for news; moves pending content deltas into `deltas`. Returns true once the
   // job is finished (then result() is final and all deltas have been handed out).
   bool wait(std::chrono::milliseconds timeout, std::vector<Delta>& deltas);
+  // A non-streamed reply: waits until the job is finished, dropping the deltas; cancels it once
+  // `client_gone()` says the client closed its connection (checked every 100 ms).
+  void wait_unstreamed(const std::function<bool()>& client_gone);
   const Completion& result() const { return result_; }  // valid after wait() returned true
   bool failed() const { return !error_.empty(); }
   // The logprob entries recorded since the last call (streaming attaches them to the next chunk).

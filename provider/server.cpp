@@ -378,11 +378,7 @@ void Server::Impl::handle_generation(const httplib::Request& req, httplib::Respo
     return;
   }
 
-  std::vector<Delta> ignored;
-  while (!job->wait(std::chrono::milliseconds(100), ignored)) {
-    ignored.clear();
-    if (!job->cancelled() && watch->closed()) job->cancel();
-  }
+  job->wait_unstreamed([&] { return watch->closed(); });
   if (job->failed()) return send_error(res, server_error(job->error()));
   if (tool_call_api) send_json(res, 200, tool_call_response_json(job->result()));
   else send_json(res, 200, chat_completion_json(ids, job->result()));
@@ -491,11 +487,7 @@ void Server::Impl::handle_responses(const httplib::Request& req, httplib::Respon
     return;
   }
 
-  std::vector<Delta> ignored;
-  while (!job->wait(std::chrono::milliseconds(100), ignored)) {
-    ignored.clear();
-    if (!job->cancelled() && watch->closed()) job->cancel();
-  }
+  job->wait_unstreamed([&] { return watch->closed(); });
   if (job->failed()) return send_error(res, server_error(job->error()));
   const Completion& c = job->result();
   std::vector<ResponseItem> output = response_output_items(c, new_item_id);
