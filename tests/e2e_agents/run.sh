@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# ctest entry point (issue 30): installs the pinned agent frameworks (package-lock.json: the OpenAI
+# Agents SDK, Mastra, the openai client, zod) into WORKDIR with `npm ci` from the npm registry, then
+# runs agents.mjs against a freshly started picolm-provider for each model.
+# Usage: run.sh PROVIDER_BIN WORKDIR MODEL [MODEL...]
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+provider="$(realpath "$1")"; workdir="$2"; shift 2
+mkdir -p "$workdir/e2e_common"
+cp "$here/package.json" "$here/package-lock.json" "$here"/*.mjs "$workdir/"
+cp "$here/../e2e_common/provider.mjs" "$workdir/e2e_common/"
+cd "$workdir"
+# Reinstall only when the lock file changed since the last install. (@mastra/core 1.71 declares
+# node >= 22.13; npm ci only warns, and this test passes on node 20.)
+if ! cmp -s package-lock.json node_modules/.picolm-lock 2>/dev/null; then
+  npm ci --no-audit --no-fund --loglevel=error
+  cp package-lock.json node_modules/.picolm-lock
+fi
+# No usage reports from Mastra (PostHog) during a test.
+export MASTRA_TELEMETRY_DISABLED=1
+for model in "$@"; do
+  if [ ! -f "$model" ]; then echo "missing model $model" >&2; exit 1; fi
+  node agents.mjs --provider "$provider" --model "$model"
+done
