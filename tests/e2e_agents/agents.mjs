@@ -25,6 +25,7 @@
 import assert from "node:assert/strict";
 import { z } from "zod";
 import { parseArgs, startProvider } from "./e2e_common/provider.mjs";
+import { stepRunner, zodChecker } from "./e2e_common/checks.mjs";
 
 // Mastra reports usage to PostHog unless told not to; a test makes no outside connections. Set
 // before @mastra/core is loaded (run.sh exports it too).
@@ -48,13 +49,8 @@ const PROMPT = "Turn on the kitchen light, then tell me the weather in Paris.";
 const INSTRUCTIONS = "You control a smart home. Switch what you are asked to, then answer with the weather report.";
 const MODEL = "picolm-test";
 
-let validated = 0;
-function valid(schema, value, what) {
-  const r = schema.safeParse(value);
-  assert.ok(r.success, `${what}: ${JSON.stringify(value)} does not validate: ${r.success ? "" : r.error.message}`);
-  validated++;
-  return r.data;
-}
+const zod = zodChecker();
+const valid = zod.valid;
 
 // ---- what the frameworks send: every JSON body POSTed to the provider, in order ----
 // Both frameworks call globalThis.fetch when they send (the openai client is also given it
@@ -97,17 +93,7 @@ function checkRequests(requests, api, executed) {
   assert.deepEqual(back.map((c) => [c.name, JSON.parse(c.args)]), executed, "the calls sent back are the ones executed");
 }
 
-const failures = [];
-async function step(name, fn) {
-  const t0 = Date.now();
-  try {
-    await fn();
-    console.log(`ok   ${name} (${Date.now() - t0} ms)`);
-  } catch (e) {
-    console.log(`FAIL ${name}: ${e.stack || e}`);
-    failures.push(name);
-  }
-}
+const { step, finish } = stepRunner();
 
 // One run = the calls executed (in order) and the typed result; equal runs give equal transcripts.
 async function openaiAgentsRun(model, stream) {
@@ -242,8 +228,4 @@ try {
 } finally {
   child.kill("SIGTERM");
 }
-console.log(`${validated} values validated with zod; ${failures.length} failures`);
-if (failures.length) {
-  console.log("failed: " + failures.join("; "));
-  process.exit(1);
-}
+finish(`${zod.count()} values validated with zod`);

@@ -6,16 +6,9 @@
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 provider="$(realpath "$1")"; workdir="$2"; shift 2
-mkdir -p "$workdir/e2e_common"
-cp "$here/package.json" "$here/package-lock.json" "$here"/*.mjs "$workdir/"
-cp "$here/../e2e_common/provider.mjs" "$workdir/e2e_common/"
+# (@mastra/core 1.71 declares node >= 22.13; npm ci only warns, and this test passes on node 20.)
+bash "$here/../e2e_common/install.sh" "$here" "$workdir"
 cd "$workdir"
-# Reinstall only when the lock file changed since the last install. (@mastra/core 1.71 declares
-# node >= 22.13; npm ci only warns, and this test passes on node 20.)
-if ! cmp -s package-lock.json node_modules/.picolm-lock 2>/dev/null; then
-  npm ci --no-audit --no-fund --loglevel=error
-  cp package-lock.json node_modules/.picolm-lock
-fi
 # No usage reports from Mastra (PostHog) during a test.
 export MASTRA_TELEMETRY_DISABLED=1
 for model in "$@"; do

@@ -8,16 +8,14 @@
 // tools also send tool_choice "required" (the provider's extension to Ollama's request).
 // With --readme README.md it also runs the README's Ollama snippet as written (host replaced).
 // Usage: node ollama.mjs --provider build/bin/picolm-provider --model MODEL.gguf [--readme README.md]
-import { spawn, spawnSync } from "node:child_process";
+import { spawnSync } from "node:child_process";
 import { readFileSync, writeFileSync } from "node:fs";
 import assert from "node:assert/strict";
 import { Ollama } from "ollama";
 import { z } from "zod";
+import { parseArgs, startProvider } from "./e2e_common/provider.mjs";
 
-const args = Object.fromEntries(
-  process.argv.slice(2).reduce((acc, a, i, all) => (a.startsWith("--") ? [...acc, [a.slice(2), all[i + 1]]] : acc), []),
-);
-assert.ok(args.provider && args.model, "usage: node ollama.mjs --provider BIN --model MODEL");
+const args = parseArgs("node ollama.mjs --provider BIN --model MODEL [--readme README.md]");
 
 // ---- the typed shapes (zod) ----
 const SetLight = z.strictObject({ room: z.enum(["kitchen", "bedroom", "hall"]), on: z.boolean() });
@@ -77,32 +75,6 @@ const ChatPart = z.object({
   message: z.object({ role: z.literal("assistant"), content: z.string(), thinking: z.string().optional(), tool_calls: z.array(ToolCall).optional() }),
 });
 
-function startProvider() {
-  return new Promise((resolve, reject) => {
-    const child = spawn(args.provider, ["-m", args.model, "--port", "0", "-c", "2048", "-j", "1", "--cache-dir", "none"], {
-      stdio: ["ignore", "pipe", "inherit"],
-    });
-    let out = "";
-    child.stdout.on("data", (d) => {
-      out += d.toString();
-      const m = out.match(/listening on ([\d.]+):(\d+)/);
-      if (m) resolve({ child, port: Number(m[2]) });
-    });
-    child.on("exit", (code) => reject(new Error(`provider exited with ${code}`)));
-  });
-}
-
-async function waitHealthy(port) {
-  for (let i = 0; i < 600; i++) {
-    try {
-      const r = await fetch(`http://127.0.0.1:${port}/health`);
-      if (r.status === 200) return;
-    } catch {}
-    await new Promise((r) => setTimeout(r, 100));
-  }
-  throw new Error("provider never became healthy");
-}
-
 let calls = 0;
 function checkCalls(toolCalls) {
   assert.ok(toolCalls && toolCalls.length >= 1, "expected at least one tool call");
@@ -129,9 +101,8 @@ async function expectError(promise, status, words) {
   assert.fail("expected an error");
 }
 
-const { child, port } = await startProvider();
+const { child, port } = await startProvider({ provider: args.provider, model: args.model, ctx: 2048 });
 try {
-  await waitHealthy(port);
   const ollama = new Ollama({ host: `http://127.0.0.1:${port}` });
   const thinking = /qwen3/.test(args.model);
 
