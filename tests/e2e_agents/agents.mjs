@@ -21,7 +21,10 @@
 //   same result as the first.
 // The shared models have random weights: the text is gibberish, but every call and answer is
 // grammar-valid, and the frameworks' own parsers and validators must accept every byte.
-// Usage: node agents.mjs --provider build/bin/picolm-provider --model MODEL.gguf
+// With --readme README.md it also runs the README's agents snippets as written (host replaced).
+// Usage: node agents.mjs --provider build/bin/picolm-provider --model MODEL.gguf [--readme README.md]
+import { spawnSync } from "node:child_process";
+import { readFileSync, writeFileSync } from "node:fs";
 import assert from "node:assert/strict";
 import { z } from "zod";
 import { parseArgs, startProvider } from "./e2e_common/provider.mjs";
@@ -35,7 +38,7 @@ const agentsSdk = await import("@openai/agents");
 const { Agent: MastraAgent } = await import("@mastra/core/agent");
 const { createTool } = await import("@mastra/core/tools");
 
-const args = parseArgs("node agents.mjs --provider BIN --model MODEL");
+const args = parseArgs("node agents.mjs --provider BIN --model MODEL [--readme README.md]");
 // The Agents SDK exports traces to OpenAI's servers by default.
 agentsSdk.setTracingDisabled(true);
 
@@ -224,6 +227,25 @@ try {
     const executed = [];
     const agent = mastraAgent(baseURL, api, executed);
     await threeRuns(`Mastra Agent with tools and structuredOutput (${api})`, api, (stream) => mastraRun(agent, executed, stream));
+  }
+  if (args.readme) {
+    await step("README agents snippets run as written", async () => {
+      const readme = readFileSync(args.readme, "utf8");
+      const begin = readme.indexOf("<!-- BEGIN agents snippets");
+      const end = readme.indexOf("<!-- END agents snippets -->");
+      assert.ok(begin >= 0 && end > begin, "the README has no agents snippets");
+      const blocks = [...readme.slice(begin, end).matchAll(/```js\n([\s\S]*?)```/g)].map((m) => m[1]);
+      assert.equal(blocks.length, 2, "one snippet per framework");
+      blocks.forEach((code, i) => {
+        assert.ok(code.includes("http://127.0.0.1:8080/v1"));
+        const file = `readme_agents_snippet_${i}.mjs`;
+        writeFileSync(file, code.replaceAll("http://127.0.0.1:8080/v1", baseURL));
+        const r = spawnSync("node", [file], { encoding: "utf8", timeout: 120000 });
+        assert.equal(r.status, 0, `snippet ${i} failed:\n${code}\n${r.stdout}\n${r.stderr}`);
+        // Each prints the typed result: the framework's parsed object, as node prints it.
+        assert.match(r.stdout, /city: '.*',\s+celsius: -?\d+/, `snippet ${i} printed ${r.stdout}`);
+      });
+    });
   }
 } finally {
   child.kill("SIGTERM");

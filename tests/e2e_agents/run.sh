@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # ctest entry point (issue 30): installs the pinned agent frameworks (package-lock.json: the OpenAI
 # Agents SDK, Mastra, the openai client, zod) into WORKDIR with `npm ci` from the npm registry, then
-# runs agents.mjs against a freshly started picolm-provider for each model.
+# runs agents.mjs against a freshly started picolm-provider for each model, and the README's agents
+# snippets.
 # Usage: run.sh PROVIDER_BIN WORKDIR MODEL [MODEL...]
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -13,5 +14,5 @@ cd "$workdir"
 export MASTRA_TELEMETRY_DISABLED=1
 for model in "$@"; do
   if [ ! -f "$model" ]; then echo "missing model $model" >&2; exit 1; fi
-  node agents.mjs --provider "$provider" --model "$model"
+  node agents.mjs --provider "$provider" --model "$model" --readme "$here/../../README.md"
 done
