@@ -23,12 +23,10 @@
 // grammar-valid, and the frameworks' own parsers and validators must accept every byte.
 // With --readme README.md it also runs the README's agents snippets as written (host replaced).
 // Usage: node agents.mjs --provider build/bin/picolm-provider --model MODEL.gguf [--readme README.md]
-import { spawnSync } from "node:child_process";
-import { readFileSync, writeFileSync } from "node:fs";
 import assert from "node:assert/strict";
 import { z } from "zod";
 import { parseArgs, startProvider } from "./e2e_common/provider.mjs";
-import { stepRunner, zodChecker } from "./e2e_common/checks.mjs";
+import { runReadmeSnippets, stepRunner, zodChecker } from "./e2e_common/checks.mjs";
 
 // Mastra reports usage to PostHog unless told not to; a test makes no outside connections. Set
 // before @mastra/core is loaded (run.sh exports it too).
@@ -230,21 +228,9 @@ try {
   }
   if (args.readme) {
     await step("README agents snippets run as written", async () => {
-      const readme = readFileSync(args.readme, "utf8");
-      const begin = readme.indexOf("<!-- BEGIN agents snippets");
-      const end = readme.indexOf("<!-- END agents snippets -->");
-      assert.ok(begin >= 0 && end > begin, "the README has no agents snippets");
-      const blocks = [...readme.slice(begin, end).matchAll(/```js\n([\s\S]*?)```/g)].map((m) => m[1]);
-      assert.equal(blocks.length, 2, "one snippet per framework");
-      blocks.forEach((code, i) => {
-        assert.ok(code.includes("http://127.0.0.1:8080/v1"));
-        const file = `readme_agents_snippet_${i}.mjs`;
-        writeFileSync(file, code.replaceAll("http://127.0.0.1:8080/v1", baseURL));
-        const r = spawnSync("node", [file], { encoding: "utf8", timeout: 120000 });
-        assert.equal(r.status, 0, `snippet ${i} failed:\n${code}\n${r.stdout}\n${r.stderr}`);
-        // Each prints the typed result: the framework's parsed object, as node prints it.
-        assert.match(r.stdout, /city: '.*',\s+celsius: -?\d+/, `snippet ${i} printed ${r.stdout}`);
-      });
+      // One snippet per framework; each prints the typed result, the framework's parsed object.
+      const printed = runReadmeSnippets(args.readme, "agents snippets", 2, "http://127.0.0.1:8080/v1", baseURL);
+      for (const out of printed) assert.match(out, /city: '.*',\s+celsius: -?\d+/, `a snippet printed ${out}`);
     });
   }
 } finally {

@@ -8,8 +8,6 @@
 // The model has random weights: the text is gibberish, but the grammar makes every call and object
 // valid, and the clients' own parsers must accept every byte the server sends.
 // Usage: node clients.mjs --provider build/bin/picolm-provider --model qwen2-bpe-q4km.gguf
-import { spawnSync } from "node:child_process";
-import { readFileSync, writeFileSync } from "node:fs";
 import assert from "node:assert/strict";
 import { generateText, streamText, generateObject, tool, stepCountIs, Output } from "ai";
 import { createOpenAI } from "@ai-sdk/openai";
@@ -18,7 +16,7 @@ import OpenAI from "openai";
 import { ChatOpenAI } from "@langchain/openai";
 import { z } from "zod";
 import { parseArgs, startProvider } from "./e2e_common/provider.mjs";
-import { stepRunner, zodChecker } from "./e2e_common/checks.mjs";
+import { runReadmeSnippets, stepRunner, zodChecker } from "./e2e_common/checks.mjs";
 
 const args = parseArgs("node clients.mjs --provider BIN --model MODEL [--readme README.md]");
 
@@ -288,19 +286,8 @@ try {
   // ---------------------------------------------------------------- the README's snippets
   await step("README Clients snippets run as written", async () => {
     assert.ok(args.readme, "--readme README.md is required");
-    const readme = readFileSync(args.readme, "utf8");
-    const begin = readme.indexOf("<!-- BEGIN clients snippets");
-    const end = readme.indexOf("<!-- END clients snippets -->");
-    assert.ok(begin >= 0 && end > begin, "the README has no Clients snippets");
-    const blocks = [...readme.slice(begin, end).matchAll(/```js\n([\s\S]*?)```/g)].map((m) => m[1]);
-    assert.equal(blocks.length, 3, "one snippet per library");
-    blocks.forEach((code, i) => {
-      assert.ok(code.includes("http://127.0.0.1:8080/v1"));
-      const file = `readme_snippet_${i}.mjs`;
-      writeFileSync(file, code.replaceAll("http://127.0.0.1:8080/v1", baseURL));
-      const r = spawnSync("node", [file], { encoding: "utf8", timeout: 120000 });
-      assert.equal(r.status, 0, `snippet ${i} failed:\n${code}\n${r.stdout}\n${r.stderr}`);
-    });
+    // One snippet per library.
+    runReadmeSnippets(args.readme, "clients snippets", 3, "http://127.0.0.1:8080/v1", baseURL);
   });
 
   // ---------------------------------------------------------------- LangChain JS

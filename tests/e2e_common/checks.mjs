@@ -2,6 +2,7 @@
 // independent JSON Schema validator (python3-jsonschema) for what the provider produced. Each
 // run.sh copies this file into its work folder as e2e_common/checks.mjs.
 import { spawnSync } from "node:child_process";
+import { readFileSync, writeFileSync } from "node:fs";
 import assert from "node:assert/strict";
 
 // step(name, fn) runs fn, prints "ok   name (ms)" or "FAIL name: stack", and goes on; `failures`
@@ -40,6 +41,27 @@ export function zodChecker() {
     return r.data;
   }
   return { valid, count: () => passed };
+}
+
+// Runs the README's ```js blocks between "<!-- BEGIN <name>" and "<!-- END <name> -->" as written,
+// with `url` (the address the README uses) replaced by `actual`, each as its own node process in the
+// current folder; asserts there are `count` of them, each names `url`, and each exits 0. Returns
+// what each printed.
+export function runReadmeSnippets(readmePath, name, count, url, actual) {
+  const readme = readFileSync(readmePath, "utf8");
+  const begin = readme.indexOf(`<!-- BEGIN ${name}`);
+  const end = readme.indexOf(`<!-- END ${name} -->`);
+  assert.ok(begin >= 0 && end > begin, `the README has no "${name}"`);
+  const blocks = [...readme.slice(begin, end).matchAll(/```js\n([\s\S]*?)```/g)].map((m) => m[1]);
+  assert.equal(blocks.length, count, `${name}: ${blocks.length} js blocks`);
+  return blocks.map((code, i) => {
+    assert.ok(code.includes(url), `${name} ${i} does not use ${url}`);
+    const file = `readme_${name.replaceAll(" ", "_")}_${i}.mjs`;
+    writeFileSync(file, code.replaceAll(url, actual));
+    const r = spawnSync("node", [file], { encoding: "utf8", timeout: 120000 });
+    assert.equal(r.status, 0, `${name} ${i} failed:\n${code}\n${r.stdout}\n${r.stderr}`);
+    return r.stdout;
+  });
 }
 
 // A chat-completions tool call (OpenAI shape) as a record for validateJsonSchema: its arguments

@@ -8,12 +8,11 @@
 // tools also send tool_choice "required" (the provider's extension to Ollama's request).
 // With --readme README.md it also runs the README's Ollama snippet as written (host replaced).
 // Usage: node ollama.mjs --provider build/bin/picolm-provider --model MODEL.gguf [--readme README.md]
-import { spawnSync } from "node:child_process";
-import { readFileSync, writeFileSync } from "node:fs";
 import assert from "node:assert/strict";
 import { Ollama } from "ollama";
 import { z } from "zod";
 import { parseArgs, startProvider } from "./e2e_common/provider.mjs";
+import { runReadmeSnippets } from "./e2e_common/checks.mjs";
 
 const args = parseArgs("node ollama.mjs --provider BIN --model MODEL [--readme README.md]");
 
@@ -201,16 +200,7 @@ try {
 
   // ---- the README's snippet, as written ----
   if (args.readme) {
-    const readme = readFileSync(args.readme, "utf8");
-    const begin = readme.indexOf("<!-- BEGIN ollama snippet");
-    const end = readme.indexOf("<!-- END ollama snippet -->");
-    assert.ok(begin >= 0 && end > begin, "the README has no Ollama snippet");
-    const blocks = [...readme.slice(begin, end).matchAll(/```js\n([\s\S]*?)```/g)].map((m) => m[1]);
-    assert.equal(blocks.length, 1);
-    assert.ok(blocks[0].includes("http://127.0.0.1:8080"));
-    writeFileSync("readme_ollama_snippet.mjs", blocks[0].replaceAll("http://127.0.0.1:8080", `http://127.0.0.1:${port}`));
-    const r = spawnSync("node", ["readme_ollama_snippet.mjs"], { encoding: "utf8", timeout: 120000 });
-    assert.equal(r.status, 0, `README snippet failed:\n${blocks[0]}\n${r.stdout}\n${r.stderr}`);
+    runReadmeSnippets(args.readme, "ollama snippet", 1, "http://127.0.0.1:8080", `http://127.0.0.1:${port}`);
   }
 
   assert.ok(calls >= 3, `validated ${calls} calls`);
