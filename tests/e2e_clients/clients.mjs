@@ -8,8 +8,6 @@
 // The model has random weights: the text is gibberish, but the grammar makes every call and object
 // valid, and the clients' own parsers must accept every byte the server sends.
 // Usage: node clients.mjs --provider build/bin/picolm-provider --model qwen2-bpe-q4km.gguf
-import { spawn, spawnSync } from "node:child_process";
-import { readFileSync, writeFileSync } from "node:fs";
 import assert from "node:assert/strict";
 import { generateText, streamText, generateObject, tool, stepCountIs, Output } from "ai";
 import { createOpenAI } from "@ai-sdk/openai";
@@ -17,39 +15,10 @@ import { createOpenAICompatible } from "@ai-sdk/openai-compatible";
 import OpenAI from "openai";
 import { ChatOpenAI } from "@langchain/openai";
 import { z } from "zod";
+import { parseArgs, startProvider } from "./e2e_common/provider.mjs";
+import { runReadmeSnippets, stepRunner, zodChecker } from "./e2e_common/checks.mjs";
 
-const args = Object.fromEntries(
-  process.argv.slice(2).reduce((acc, a, i, all) => (a.startsWith("--") ? [...acc, [a.slice(2), all[i + 1]]] : acc), []),
-);
-assert.ok(args.provider && args.model, "usage: node clients.mjs --provider BIN --model MODEL");
-
-function startProvider() {
-  return new Promise((resolve, reject) => {
-    const child = spawn(
-      args.provider,
-      ["-m", args.model, "--host", "127.0.0.1", "--port", "0", "-c", "4096", "-j", "1", "--cache-dir", "none", "--model-id", "picolm-test"],
-      { stdio: ["ignore", "pipe", "inherit"] },
-    );
-    let out = "";
-    child.stdout.on("data", (d) => {
-      out += d.toString();
-      const m = out.match(/listening on ([\d.]+):(\d+)/);
-      if (m) resolve({ child, port: Number(m[2]) });
-    });
-    child.on("exit", (code) => reject(new Error(`provider exited with ${code}`)));
-  });
-}
-
-async function waitHealthy(port) {
-  for (let i = 0; i < 600; i++) {
-    try {
-      const r = await fetch(`http://127.0.0.1:${port}/health`);
-      if (r.status === 200) return;
-    } catch {}
-    await new Promise((r) => setTimeout(r, 100));
-  }
-  throw new Error("provider never became healthy");
-}
+const args = parseArgs("node clients.mjs --provider BIN --model MODEL [--readme README.md]");
 
 // ---- schemas (zod 4): what the clients send as JSON Schema, and what validates the results ----
 const lightInput = z.object({ room: z.enum(["kitchen", "bedroom", "hall"]), on: z.boolean() });
@@ -63,29 +32,12 @@ const order = z.object({
   payment: z.union([z.literal("cash"), z.object({ card: z.string().max(8) })]),
 });
 
-let checks = 0;
-function valid(schema, value, what) {
-  const r = schema.safeParse(value);
-  assert.ok(r.success, `${what}: ${JSON.stringify(value)} does not validate: ${r.success ? "" : r.error.message}`);
-  checks++;
-  return r.data;
-}
+const zod = zodChecker();
+const valid = zod.valid;
 
-const { child, port } = await startProvider();
-const failures = [];
-async function step(name, fn) {
-  const t0 = Date.now();
-  try {
-    await fn();
-    console.log(`ok   ${name} (${Date.now() - t0} ms)`);
-  } catch (e) {
-    console.log(`FAIL ${name}: ${e.stack || e}`);
-    failures.push(name);
-  }
-}
-
+const { step, finish } = stepRunner();
+const { child, port } = await startProvider({ provider: args.provider, model: args.model, ctx: 4096, extra: ["--model-id", "picolm-test"] });
 try {
-  await waitHealthy(port);
   const baseURL = `http://127.0.0.1:${port}/v1`;
   const MODEL = "picolm-test";
 
@@ -334,19 +286,8 @@ try {
   // ---------------------------------------------------------------- the README's snippets
   await step("README Clients snippets run as written", async () => {
     assert.ok(args.readme, "--readme README.md is required");
-    const readme = readFileSync(args.readme, "utf8");
-    const begin = readme.indexOf("<!-- BEGIN clients snippets");
-    const end = readme.indexOf("<!-- END clients snippets -->");
-    assert.ok(begin >= 0 && end > begin, "the README has no Clients snippets");
-    const blocks = [...readme.slice(begin, end).matchAll(/```js\n([\s\S]*?)```/g)].map((m) => m[1]);
-    assert.equal(blocks.length, 3, "one snippet per library");
-    blocks.forEach((code, i) => {
-      assert.ok(code.includes("http://127.0.0.1:8080/v1"));
-      const file = `readme_snippet_${i}.mjs`;
-      writeFileSync(file, code.replaceAll("http://127.0.0.1:8080/v1", baseURL));
-      const r = spawnSync("node", [file], { encoding: "utf8", timeout: 120000 });
-      assert.equal(r.status, 0, `snippet ${i} failed:\n${code}\n${r.stdout}\n${r.stderr}`);
-    });
+    // One snippet per library.
+    runReadmeSnippets(args.readme, "clients snippets", 3, "http://127.0.0.1:8080/v1", baseURL);
   });
 
   // ---------------------------------------------------------------- LangChain JS
@@ -376,8 +317,4 @@ try {
 } finally {
   child.kill("SIGTERM");
 }
-console.log(`${checks} values validated with zod; ${failures.length} failures`);
-if (failures.length) {
-  console.log("failed: " + failures.join("; "));
-  process.exit(1);
-}
+finish(`${zod.count()} values validated with zod`);

@@ -8,16 +8,13 @@
 // tools also send tool_choice "required" (the provider's extension to Ollama's request).
 // With --readme README.md it also runs the README's Ollama snippet as written (host replaced).
 // Usage: node ollama.mjs --provider build/bin/picolm-provider --model MODEL.gguf [--readme README.md]
-import { spawn, spawnSync } from "node:child_process";
-import { readFileSync, writeFileSync } from "node:fs";
 import assert from "node:assert/strict";
 import { Ollama } from "ollama";
 import { z } from "zod";
+import { parseArgs, startProvider } from "./e2e_common/provider.mjs";
+import { runReadmeSnippets } from "./e2e_common/checks.mjs";
 
-const args = Object.fromEntries(
-  process.argv.slice(2).reduce((acc, a, i, all) => (a.startsWith("--") ? [...acc, [a.slice(2), all[i + 1]]] : acc), []),
-);
-assert.ok(args.provider && args.model, "usage: node ollama.mjs --provider BIN --model MODEL");
+const args = parseArgs("node ollama.mjs --provider BIN --model MODEL [--readme README.md]");
 
 // ---- the typed shapes (zod) ----
 const SetLight = z.strictObject({ room: z.enum(["kitchen", "bedroom", "hall"]), on: z.boolean() });
@@ -77,32 +74,6 @@ const ChatPart = z.object({
   message: z.object({ role: z.literal("assistant"), content: z.string(), thinking: z.string().optional(), tool_calls: z.array(ToolCall).optional() }),
 });
 
-function startProvider() {
-  return new Promise((resolve, reject) => {
-    const child = spawn(args.provider, ["-m", args.model, "--port", "0", "-c", "2048", "-j", "1", "--cache-dir", "none"], {
-      stdio: ["ignore", "pipe", "inherit"],
-    });
-    let out = "";
-    child.stdout.on("data", (d) => {
-      out += d.toString();
-      const m = out.match(/listening on ([\d.]+):(\d+)/);
-      if (m) resolve({ child, port: Number(m[2]) });
-    });
-    child.on("exit", (code) => reject(new Error(`provider exited with ${code}`)));
-  });
-}
-
-async function waitHealthy(port) {
-  for (let i = 0; i < 600; i++) {
-    try {
-      const r = await fetch(`http://127.0.0.1:${port}/health`);
-      if (r.status === 200) return;
-    } catch {}
-    await new Promise((r) => setTimeout(r, 100));
-  }
-  throw new Error("provider never became healthy");
-}
-
 let calls = 0;
 function checkCalls(toolCalls) {
   assert.ok(toolCalls && toolCalls.length >= 1, "expected at least one tool call");
@@ -129,9 +100,8 @@ async function expectError(promise, status, words) {
   assert.fail("expected an error");
 }
 
-const { child, port } = await startProvider();
+const { child, port } = await startProvider({ provider: args.provider, model: args.model, ctx: 2048 });
 try {
-  await waitHealthy(port);
   const ollama = new Ollama({ host: `http://127.0.0.1:${port}` });
   const thinking = /qwen3/.test(args.model);
 
@@ -230,16 +200,7 @@ try {
 
   // ---- the README's snippet, as written ----
   if (args.readme) {
-    const readme = readFileSync(args.readme, "utf8");
-    const begin = readme.indexOf("<!-- BEGIN ollama snippet");
-    const end = readme.indexOf("<!-- END ollama snippet -->");
-    assert.ok(begin >= 0 && end > begin, "the README has no Ollama snippet");
-    const blocks = [...readme.slice(begin, end).matchAll(/```js\n([\s\S]*?)```/g)].map((m) => m[1]);
-    assert.equal(blocks.length, 1);
-    assert.ok(blocks[0].includes("http://127.0.0.1:8080"));
-    writeFileSync("readme_ollama_snippet.mjs", blocks[0].replaceAll("http://127.0.0.1:8080", `http://127.0.0.1:${port}`));
-    const r = spawnSync("node", ["readme_ollama_snippet.mjs"], { encoding: "utf8", timeout: 120000 });
-    assert.equal(r.status, 0, `README snippet failed:\n${blocks[0]}\n${r.stdout}\n${r.stderr}`);
+    runReadmeSnippets(args.readme, "ollama snippet", 1, "http://127.0.0.1:8080", `http://127.0.0.1:${port}`);
   }
 
   assert.ok(calls >= 3, `validated ${calls} calls`);

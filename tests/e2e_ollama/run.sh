@@ -6,14 +6,8 @@
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 provider="$(realpath "$1")"; workdir="$2"; shift 2
-mkdir -p "$workdir"
-cp "$here/package.json" "$here/package-lock.json" "$here"/*.mjs "$workdir/"
+bash "$here/../e2e_common/install.sh" "$here" "$workdir"
 cd "$workdir"
-# Reinstall only when the lock file changed since the last install.
-if ! cmp -s package-lock.json node_modules/.picolm-lock 2>/dev/null; then
-  npm ci --no-audit --no-fund --loglevel=error
-  cp package-lock.json node_modules/.picolm-lock
-fi
 for model in "$@"; do
   if [ ! -f "$model" ]; then echo "missing model $model" >&2; exit 1; fi
   node ollama.mjs --provider "$provider" --model "$model" --readme "$here/../../README.md"

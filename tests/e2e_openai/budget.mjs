@@ -5,44 +5,16 @@
 // replies always parse and validate.
 // Usage: node budget.mjs --provider build/bin/picolm-provider --model qwen2-bpe-q4km.gguf
 //        [--tools picoclaw-like-tools.json] (default: ../tool-lists/ next to the model's folder)
-import { spawn, spawnSync } from "node:child_process";
 import { readFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import assert from "node:assert/strict";
 import OpenAI from "openai";
+import { parseArgs, startProvider } from "./e2e_common/provider.mjs";
+import { validateJsonSchema } from "./e2e_common/checks.mjs";
 
-const args = Object.fromEntries(
-  process.argv.slice(2).reduce((acc, a, i, all) => (a.startsWith("--") ? [...acc, [a.slice(2), all[i + 1]]] : acc), []),
-);
-assert.ok(args.provider && args.model, "usage: node budget.mjs --provider BIN --model MODEL");
+const args = parseArgs("node budget.mjs --provider BIN --model MODEL [--tools TOOLS.json]");
 const toolsPath = args.tools ?? join(dirname(args.model), "..", "tool-lists", "picoclaw-like-tools.json");
 const TOOLS = JSON.parse(readFileSync(toolsPath, "utf8"));
-
-function startProvider() {
-  return new Promise((resolve, reject) => {
-    const child = spawn(args.provider, ["-m", args.model, "--port", "0", "-c", "4096", "-j", "1", "--cache-dir", "none"], {
-      stdio: ["ignore", "pipe", "inherit"],
-    });
-    let out = "";
-    child.stdout.on("data", (d) => {
-      out += d.toString();
-      const m = out.match(/listening on ([\d.]+):(\d+)/);
-      if (m) resolve({ child, port: Number(m[2]) });
-    });
-    child.on("exit", (code) => reject(new Error(`provider exited with ${code}`)));
-  });
-}
-
-async function waitHealthy(port) {
-  for (let i = 0; i < 600; i++) {
-    try {
-      const r = await fetch(`http://127.0.0.1:${port}/health`);
-      if (r.status === 200) return;
-    } catch {}
-    await new Promise((r) => setTimeout(r, 100));
-  }
-  throw new Error("provider never became healthy");
-}
 
 // (schema, text, label) records, validated in one python process at the end. The text is parsed
 // there, so a reply that is not JSON counts as invalid too.
@@ -51,26 +23,6 @@ function paramsOf(name) {
   const tool = TOOLS.find((t) => t.function.name === name);
   assert.ok(tool, `unknown tool ${name}`);
   return { additionalProperties: false, ...tool.function.parameters };
-}
-
-function validateAll() {
-  const script = `
-import json, sys
-from jsonschema import Draft202012Validator
-bad = 0
-recs = json.load(sys.stdin)
-for r in recs:
-    try:
-        Draft202012Validator(r["schema"]).validate(json.loads(r["text"]))
-    except Exception as e:
-        bad += 1
-        print("invalid:", r["label"], str(e)[:300], r["text"][:300])
-print("validated", len(recs), "replies,", bad, "invalid")
-sys.exit(1 if bad else 0)
-`;
-  const res = spawnSync("/usr/bin/python3", ["-c", script], { input: JSON.stringify(records), encoding: "utf8" });
-  process.stdout.write(res.stdout + res.stderr);
-  assert.equal(res.status, 0, "replies failed schema validation");
 }
 
 // The minimum the server names when max_tokens is too small.
@@ -121,9 +73,8 @@ const messages = [
 ];
 
 async function main() {
-  const { child, port } = await startProvider();
+  const { child, port } = await startProvider({ provider: args.provider, model: args.model, ctx: 4096 });
   try {
-    await waitHealthy(port);
     const client = new OpenAI({ baseURL: `http://127.0.0.1:${port}/v1`, apiKey: "unused", timeout: 300000, maxRetries: 0 });
     const model = (await client.models.list()).data[0].id;
     let replies = 0;
@@ -174,7 +125,7 @@ async function main() {
       replies++;
     }
 
-    validateAll();
+    assert.equal(validateJsonSchema(records, "replies"), 0, "replies failed schema validation");
     console.log(`e2e budget ok: ${replies} replies, ${records.length} records validated`);
   } finally {
     child.kill("SIGTERM");

@@ -2,14 +2,12 @@
 // framework uses it (chat.completions.create with tools, streaming, models.list). Every tool
 // call's arguments are validated against the tool's parameters by python3-jsonschema.
 // Usage: node e2e.mjs --provider build/bin/picolm-provider --model MODEL.gguf
-import { spawn, spawnSync } from "node:child_process";
 import assert from "node:assert/strict";
 import OpenAI from "openai";
+import { parseArgs, startProvider } from "./e2e_common/provider.mjs";
+import { callRecord, validateJsonSchema } from "./e2e_common/checks.mjs";
 
-const args = Object.fromEntries(
-  process.argv.slice(2).reduce((acc, a, i, all) => (a.startsWith("--") ? [...acc, [a.slice(2), all[i + 1]]] : acc), []),
-);
-assert.ok(args.provider && args.model, "usage: node e2e.mjs --provider BIN --model MODEL");
+const args = parseArgs("node e2e.mjs --provider BIN --model MODEL");
 
 const TOOLS = [
   {
@@ -38,60 +36,8 @@ const TOOLS = [
   },
 ];
 
-function startProvider() {
-  return new Promise((resolve, reject) => {
-    const child = spawn(args.provider, ["-m", args.model, "--port", "0", "-c", "2048", "-j", "1", "--cache-dir", "none"], {
-      stdio: ["ignore", "pipe", "inherit"],
-    });
-    let out = "";
-    child.stdout.on("data", (d) => {
-      out += d.toString();
-      const m = out.match(/listening on ([\d.]+):(\d+)/);
-      if (m) resolve({ child, port: Number(m[2]) });
-    });
-    child.on("exit", (code) => reject(new Error(`provider exited with ${code}`)));
-  });
-}
-
-async function waitHealthy(port) {
-  for (let i = 0; i < 600; i++) {
-    try {
-      const r = await fetch(`http://127.0.0.1:${port}/health`);
-      if (r.status === 200) return;
-    } catch {}
-    await new Promise((r) => setTimeout(r, 100));
-  }
-  throw new Error("provider never became healthy");
-}
-
 const checked = [];
-function recordCall(call) {
-  assert.equal(call.type, "function");
-  assert.match(call.id, /^call_/);
-  assert.equal(typeof call.function.arguments, "string", "arguments must be a JSON string");
-  const tool = TOOLS.find((t) => t.function.name === call.function.name);
-  assert.ok(tool, `unknown tool ${call.function.name}`);
-  checked.push({ schema: { ...tool.function.parameters, additionalProperties: false }, instance: JSON.parse(call.function.arguments) });
-}
-
-function validateAll() {
-  const script = `
-import json, sys
-from jsonschema import Draft202012Validator
-bad = 0
-recs = json.load(sys.stdin)
-for r in recs:
-    errs = list(Draft202012Validator(r["schema"]).iter_errors(r["instance"]))
-    if errs:
-        bad += 1
-        print("invalid:", r["instance"], errs[0].message)
-print("validated", len(recs), "tool calls,", bad, "invalid")
-sys.exit(1 if bad else 0)
-`;
-  const res = spawnSync("/usr/bin/python3", ["-c", script], { input: JSON.stringify(checked), encoding: "utf8" });
-  process.stdout.write(res.stdout + res.stderr);
-  assert.equal(res.status, 0, "tool-call arguments failed schema validation");
-}
+const recordCall = (call) => checked.push(callRecord(TOOLS, call));
 
 const messages = [
   { role: "system", content: "You control a smart home." },
@@ -99,9 +45,8 @@ const messages = [
 ];
 
 async function main() {
-  const { child, port } = await startProvider();
+  const { child, port } = await startProvider({ provider: args.provider, model: args.model, ctx: 2048 });
   try {
-    await waitHealthy(port);
     const client = new OpenAI({ baseURL: `http://127.0.0.1:${port}/v1`, apiKey: "unused", timeout: 120000, maxRetries: 0 });
 
     const models = await client.models.list();
@@ -182,7 +127,7 @@ async function main() {
     for await (const chunk of s2) n += chunk.choices.length;
     assert.ok(n > 0);
 
-    validateAll();
+    assert.equal(validateJsonSchema(checked, "tool calls"), 0, "tool-call arguments failed schema validation");
     console.log(`e2e ok: ${args.model} (${checked.length} tool calls validated)`);
   } finally {
     child.kill("SIGTERM");

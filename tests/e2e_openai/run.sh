@@ -1,19 +1,16 @@
 #!/usr/bin/env bash
-# ctest entry point: installs the openai client into WORKDIR (npm registry), then runs e2e.mjs
-# against a freshly started picolm-provider for each model, and thinking.mjs (reasoning_content,
-# the thinking budget, PicoClaw-like tools) for the thinking models (qwen3*).
+# ctest entry point: installs the pinned openai client (package-lock.json) into WORKDIR with `npm ci`
+# (npm registry), then runs e2e.mjs against a freshly started picolm-provider for each model, and
+# thinking.mjs (reasoning_content, the thinking budget, PicoClaw-like tools) for the thinking models
+# (qwen3*).
 # Usage: run.sh PROVIDER_BIN WORKDIR MODEL [MODEL...]
 # E2E_SCRIPT picks the script (default e2e.mjs; budget.mjs: issue 13's budget guarantees).
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 provider="$(realpath "$1")"; workdir="$2"; shift 2
-mkdir -p "$workdir"
 script="${E2E_SCRIPT:-e2e.mjs}"
-cp "$here/package.json" "$here"/*.mjs "$workdir/"
+bash "$here/../e2e_common/install.sh" "$here" "$workdir"
 cd "$workdir"
-if [ ! -f node_modules/openai/package.json ] || ! grep -q '"version": "4.95.0"' node_modules/openai/package.json; then
-  npm install --no-audit --no-fund --loglevel=error
-fi
 for model in "$@"; do
   if [ ! -f "$model" ]; then echo "missing model $model" >&2; exit 1; fi
   node "$script" --provider "$provider" --model "$model"

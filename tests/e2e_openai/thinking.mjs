@@ -14,15 +14,13 @@
 //      "PENDING" instead of failing. PICOLM_E2E_STRICT=1 fails on it regardless.
 //
 // Usage: node thinking.mjs --provider BIN --model QWEN3.gguf --tools picoclaw-like-tools.json
-import { spawn, spawnSync } from "node:child_process";
 import { readFileSync } from "node:fs";
 import assert from "node:assert/strict";
 import OpenAI from "openai";
+import { parseArgs, startProvider } from "./e2e_common/provider.mjs";
+import { callRecord, validateJsonSchema } from "./e2e_common/checks.mjs";
 
-const args = Object.fromEntries(
-  process.argv.slice(2).reduce((acc, a, i, all) => (a.startsWith("--") ? [...acc, [a.slice(2), all[i + 1]]] : acc), []),
-);
-assert.ok(args.provider && args.model && args.tools, "usage: node thinking.mjs --provider BIN --model MODEL.gguf --tools TOOLS.json");
+const args = parseArgs("node thinking.mjs --provider BIN --model MODEL.gguf --tools TOOLS.json", ["provider", "model", "tools"]);
 const TOOLS = JSON.parse(readFileSync(args.tools, "utf8"));
 assert.ok(Array.isArray(TOOLS) && TOOLS.length > 0, "the tool list must be a non-empty array");
 
@@ -30,62 +28,8 @@ assert.ok(Array.isArray(TOOLS) && TOOLS.length > 0, "the tool list must be a non
 const SHARE = { medium: 0.5, low: 0.25, high: 0.75 };
 const CLOSE_TOKENS = 4;
 
-function startProvider() {
-  return new Promise((resolve, reject) => {
-    // The PicoClaw tool list is ~1.8k prompt tokens: a context of 4096 leaves room for 400 more.
-    const child = spawn(args.provider, ["-m", args.model, "--port", "0", "-c", "4096", "-j", "1", "--cache-dir", "none"], {
-      stdio: ["ignore", "pipe", "inherit"],
-    });
-    let out = "";
-    child.stdout.on("data", (d) => {
-      out += d.toString();
-      const m = out.match(/listening on ([\d.]+):(\d+)/);
-      if (m) resolve({ child, port: Number(m[2]) });
-    });
-    child.on("exit", (code) => reject(new Error(`provider exited with ${code}`)));
-  });
-}
-
-async function waitHealthy(port) {
-  for (let i = 0; i < 600; i++) {
-    try {
-      const r = await fetch(`http://127.0.0.1:${port}/health`);
-      if (r.status === 200) return;
-    } catch {}
-    await new Promise((r) => setTimeout(r, 100));
-  }
-  throw new Error("provider never became healthy");
-}
-
 const checked = [];
-function recordCall(call) {
-  assert.equal(call.type, "function");
-  assert.match(call.id, /^call_/);
-  assert.equal(typeof call.function.arguments, "string", "arguments must be a JSON string");
-  const tool = TOOLS.find((t) => t.function.name === call.function.name);
-  assert.ok(tool, `unknown tool ${call.function.name}`);
-  checked.push({ schema: { ...tool.function.parameters, additionalProperties: false }, instance: JSON.parse(call.function.arguments) });
-}
-
-// Validates the recorded calls; returns the number of invalid ones.
-function validateAll() {
-  const script = `
-import json, sys
-from jsonschema import Draft202012Validator
-bad = 0
-recs = json.load(sys.stdin)
-for r in recs:
-    errs = list(Draft202012Validator(r["schema"]).iter_errors(r["instance"]))
-    if errs:
-        bad += 1
-        print("invalid:", json.dumps(r["instance"])[:200], errs[0].message[:200])
-print("validated", len(recs), "tool calls,", bad, "invalid")
-sys.exit(1 if bad else 0)
-`;
-  const res = spawnSync("/usr/bin/python3", ["-c", script], { input: JSON.stringify(checked), encoding: "utf8" });
-  process.stdout.write(res.stdout + res.stderr);
-  return res.status;
-}
+const recordCall = (call) => checked.push(callRecord(TOOLS, call));
 
 // One request, streamed or not, reduced to the same shape.
 async function ask(client, req, stream) {
@@ -140,10 +84,10 @@ const MODES = [
 ];
 
 async function main() {
-  const { child, port } = await startProvider();
+  // The PicoClaw tool list is ~1.8k prompt tokens: a context of 4096 leaves room for 400 more.
+  const { child, port } = await startProvider({ provider: args.provider, model: args.model, ctx: 4096 });
   let failed = false;
   try {
-    await waitHealthy(port);
     const client = new OpenAI({ baseURL: `http://127.0.0.1:${port}/v1`, apiKey: "unused", timeout: 300000, maxRetries: 0 });
     const model = (await client.models.list()).data[0].id;
 
@@ -238,7 +182,7 @@ async function main() {
         console.log("PENDING: incomplete calls at small max_tokens are issue 13's part (closing mode not merged here)");
       }
     }
-    if (validateAll() !== 0) failed = true;
+    if (validateJsonSchema(checked, "tool calls") !== 0) failed = true;
     console.log(`thinking e2e ${failed ? "FAILED" : "ok"}: ${args.model} (${checked.length} tool calls validated)`);
   } finally {
     child.kill("SIGTERM");
