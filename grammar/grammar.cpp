@@ -492,7 +492,8 @@ namespace {
 std::string options_key(const CompileOptions& o) {
   return std::to_string(o.additional_properties_default) + "," + std::to_string(int(o.whitespace)) + "," +
          std::to_string(o.max_whitespace_run) + "," + std::to_string(o.max_indent) + "," +
-         std::to_string(o.max_grammar_bytes) + "," + std::to_string(o.python_literals);
+         std::to_string(o.max_grammar_bytes) + "," + std::to_string(o.python_literals) + "," +
+         std::to_string(int(o.property_order));
 }
 }  // namespace
 
