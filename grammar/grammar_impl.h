@@ -141,15 +141,17 @@ constexpr uint32_t kPosMask = (1u << kPosBits) - 1;
 
 namespace detail {
 // Unique keys, per recognizer state: the allowed tokens that consume a byte tagged kTagKeyClose,
-// and those that consume a kTagKeyOpen byte and end inside the key it opens (token id, offset of
-// the key's first byte in the token).
+// and those that consume a kTagKeyOpen byte and end inside the key it opens (see `opening`).
 struct KeyTokenLists {
   std::vector<int32_t> closing;
   std::vector<int32_t> closing_more;  // of `closing`: checked one by one (see key_tokens)
   // Of `closing`: tokens that open a key in the innermost object and close it, and nothing more:
   // (key bytes, token id), sorted. They repeat a key exactly when those bytes are a written key.
   std::vector<std::pair<std::string, int32_t>> closing_keyed;
-  std::vector<std::pair<int32_t, uint32_t>> opening;  // sorted by the key's bytes
+  // (index of the token in the matcher's key-token set, offset of the key in it), sorted by the
+  // key's bytes (read from that set's contiguous copy: binary searches without cache misses).
+  std::vector<std::pair<int32_t, uint32_t>> opening;
+  bool from_walk = false;  // being filled by Matcher's compute_mask (which tokens: its walked_done)
 };
 }  // namespace detail
 
