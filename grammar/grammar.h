@@ -229,7 +229,8 @@ class Matcher {
 // the instance is parsed and spellings of the same value are searched (members in any order,
 // numbers as `60`, `60.0`, `1e2` -> `100`, strings and keys re-escaped) for one the recognizer
 // accepts; that spelling is `canonical`. Bounded (see instance_check.cpp); a text that is not
-// one JSON value (Hermes tags, XML parameters, Python calls) is only checked as written.
+// one JSON value (Hermes tags, XML parameters, Python calls) is only checked as written (why:
+// docs/GRAMMAR.md, "Native call formats are checked as written").
 struct InstanceCheck {
   bool accepted = false;
   bool as_written = false;   // accepted byte for byte
