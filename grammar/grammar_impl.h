@@ -77,6 +77,18 @@ struct RuleBuilder {
   size_t budget_bytes = SIZE_MAX;
   size_t used_bytes = 0;
   bool over_budget = false;
+  // Scratch the compiler builds on the way (automata of key and string sets: a DFA state holds a
+  // 1 KB transition row), charged before it is built, bounded by kScratchFactor x budget_bytes:
+  // a schema whose automata alone would pass it is refused before they exist (issue 28: the
+  // extra keys of 150,000 listed names, any string but those, are ~340 MB of transition rows).
+  static constexpr size_t kScratchFactor = 3;
+  size_t scratch_bytes = 0;
+  bool over_scratch = false;
+  bool charge_scratch(size_t bytes) {
+    scratch_bytes += bytes;
+    if (budget_bytes != SIZE_MAX && scratch_bytes > kScratchFactor * budget_bytes) over_budget = over_scratch = true;
+    return !over_budget;
+  }
 
   uint32_t new_rule() {
     used_bytes += kRuleBytes;

@@ -898,6 +898,7 @@ class SchemaCompiler {
   }
 
   uint32_t compile_sub(const Sub& sub) {
+    if (rb_.over_budget) return 0;  // refused for size anyway (new_rule hands out rule 0 too)
     if (sub.conj.empty()) return any_rule();
     if (sub.conj.size() == 1) return compile_schema(sub.conj[0]);
     std::vector<Flat> alts{Flat{}};
@@ -1563,8 +1564,9 @@ class SchemaCompiler {
       return r;
     };
     uint32_t start = get(d.start, 0);
-    std::map<int32_t, int32_t> any_memo, nonascii_memo;
-    for (size_t k = 0; k < work.size(); ++k) {
+    std::map<int32_t, int32_t> any_memo;
+    std::map<std::array<int32_t, 0xF5 - 0xC2>, int32_t> nonascii_memo;
+    for (size_t k = 0; k < work.size() && !rb_.over_budget; ++k) {
       if (work.size() > 200000) {
         error(ptr, "maxLength", "string constraints too large to compile");
         break;
@@ -1592,8 +1594,12 @@ class SchemaCompiler {
       int64_t raw_c2 = -1;
       int32_t raw_t = -1;
       {
-        auto na_it = nonascii_memo.find(q);
-        if (na_it == nonascii_memo.end()) na_it = nonascii_memo.emplace(q, nonascii_target(d, q)).first;
+        // The answer depends only on where the lead bytes go: states that agree there share it
+        // (all states of a key set minus 150,000 names send them to one state).
+        std::array<int32_t, 0xF5 - 0xC2> leads;
+        std::copy(d.next[size_t(q)].begin() + 0xC2, d.next[size_t(q)].begin() + 0xF5, leads.begin());
+        auto na_it = nonascii_memo.find(leads);
+        if (na_it == nonascii_memo.end()) na_it = nonascii_memo.emplace(leads, nonascii_target(d, q)).first;
         raw_t = na_it->second;
         if (raw_t >= 0) {
           for (int b = 0x20; b < 0x80; ++b)
@@ -1747,6 +1753,7 @@ class SchemaCompiler {
       // characters (a subset: no quotes, backslashes or controls).
       if (!acc) acc = regex_cache("[^\"\\\\\\x00-\\x1f]*", true);
       if (!acc) return r;
+      if (!charge_literals(excluded)) return r;
       tmp3 = dfa_minus(*acc, dfa_literals(excluded));
       if (tmp3.next.empty()) { error(f.ptr, "not", "'not' with these strings is too complex"); return r; }
       acc = &tmp3;
@@ -1869,7 +1876,7 @@ class SchemaCompiler {
       }
       if (has_lits) {
         if (lits.empty()) nr.none = true;
-        else narrow(dfa_literals(lits));
+        else if (charge_literals(lits)) narrow(dfa_literals(lits));
       }
       if (const JValue* p = s->get("pattern"); p && p->is_string()) {
         const Dfa* d = regex_cache(p->str, false);
@@ -1881,6 +1888,23 @@ class SchemaCompiler {
         nr.max_len = nr.max_len < 0 ? int64_t(v->number) : std::min(nr.max_len, int64_t(v->number));
     }
     return nr;
+  }
+
+  // Charges the automata that `dfa_minus(X, dfa_literals(words))` builds to the compile's scratch
+  // (RuleBuilder::charge_scratch): the literal trie's nodes (distinct prefixes), once for the
+  // literal automaton and once for the difference; false (and the compile is over budget) when
+  // they would not fit.
+  bool charge_literals(const std::vector<std::string>& words) {
+    std::vector<std::string_view> sorted(words.begin(), words.end());
+    std::sort(sorted.begin(), sorted.end());
+    size_t nodes = 1;
+    for (size_t i = 0; i < sorted.size(); ++i) {
+      size_t lcp = 0;
+      if (i > 0)
+        while (lcp < sorted[i].size() && lcp < sorted[i - 1].size() && sorted[i][lcp] == sorted[i - 1][lcp]) ++lcp;
+      nodes += sorted[i].size() - lcp;
+    }
+    return rb_.charge_scratch(2 * nodes * sizeof(std::array<int32_t, 256>));
   }
 
   static constexpr int64_t kMaxCountedFreeKeys = 64;
@@ -1929,6 +1953,7 @@ class SchemaCompiler {
     std::vector<P> props;
     std::vector<std::string> names;  // listed (or required) names: never written as extra keys
     for (const auto& [name, sub] : f.props) {
+      if (rb_.over_budget) return r;  // refused for size anyway: stop spending time and memory
       bool req = std::find(f.required.begin(), f.required.end(), name) != f.required.end();
       names.push_back(name);
       if (is_forbidden(name)) {
@@ -1976,6 +2001,7 @@ class SchemaCompiler {
       const Dfa* ident = regex_cache("[A-Za-z_][A-Za-z0-9_]*", true);
       std::vector<std::string> lits(names.begin(), names.end());
       lits.insert(lits.end(), forbidden.begin(), forbidden.end());
+      if (!charge_literals(lits)) return r;
       Dfa keys = !ident ? Dfa{} : lits.empty() ? *ident : dfa_minus(*ident, dfa_literals(lits));
       if (nr.dfa && !keys.next.empty()) keys = dfa_intersect(keys, *nr.dfa);
       if (!keys.next.empty() && (nr.min_len > 0 || nr.max_len >= 0)) {
@@ -1997,6 +2023,7 @@ class SchemaCompiler {
         const Dfa* any = regex_cache("[^\"\\\\\\x00-\\x1f]*", true);
         std::vector<std::string> lits(names.begin(), names.end());
         lits.insert(lits.end(), forbidden.begin(), forbidden.end());
+        if (!charge_literals(lits)) return r;
         Dfa keys = lits.empty() ? *any : dfa_minus(*any, dfa_literals(lits));
         if (nr.dfa && !keys.next.empty()) keys = dfa_intersect(keys, *nr.dfa);
         add_key = rb_.new_rule();
@@ -2304,6 +2331,7 @@ class SchemaCompiler {
     for (const auto& fm : f.formats)
       if (!narrow(format_dfa(fm), "format")) return r;
     if (!narrow(regex_cache("[\\s\\S]*", true), "pattern")) return r;  // valid UTF-8 only
+    if (!excluded.empty() && !charge_literals(excluded)) return r;
     Dfa without = excluded.empty() ? acc : dfa_minus(acc, dfa_literals(excluded));
     const Dfa* contains = regex_cache("[\\s\\S]*" + std::string(kXmlClose) + "[\\s\\S]*", true);
     if (without.next.empty() || !contains) {
