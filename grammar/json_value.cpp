@@ -24,6 +24,8 @@ struct Parser {
   size_t i = 0;
   std::string err;
   int depth = 0;
+  bool repeated = false;    // some object repeats a key
+  std::string repeated_key;  // the first one
 
   void ws() {
     while (i < s.size() && (s[i] == ' ' || s[i] == '\t' || s[i] == '\n' || s[i] == '\r')) ++i;
@@ -179,6 +181,10 @@ struct Parser {
               replaced = true;
             }
           }
+          if (replaced && !repeated) {
+            repeated = true;
+            repeated_key = k;
+          }
           if (!replaced) v.obj.emplace_back(std::move(k), std::move(child));
           ws();
           if (i < s.size() && s[i] == ',') { ++i; continue; }
@@ -246,7 +252,7 @@ size_t json_tree_bytes(std::string_view text) {
   return values * 2 * sizeof(std::pair<std::string, JValue>);
 }
 
-bool parse_json(std::string_view text, JValue& out, std::string& err) {
+bool parse_json(std::string_view text, JValue& out, std::string& err, std::string* repeated_key) {
   Parser p;
   p.s = text;
   out = JValue{};
@@ -259,6 +265,7 @@ bool parse_json(std::string_view text, JValue& out, std::string& err) {
     err = "trailing characters at offset " + std::to_string(p.i);
     return false;
   }
+  if (repeated_key && p.repeated) *repeated_key = p.repeated_key.empty() ? std::string("\"\"") : p.repeated_key;
   return true;
 }
 

@@ -133,6 +133,21 @@ TEST_CASE("unique keys: check refuses a repeated key in every syntax", "[grammar
   CHECK_FALSE(accepts(mixed, R"({"id":1,"x":true,"x":false})"));
   CHECK_FALSE(accepts(mixed, R"({"id":1,"id":2})"));
 
+  // check by value (check_instance) too: a parser keeps one of the values of a repeated key, so the
+  // search for another spelling must not turn {"a":1,"c":"x","a":2} into the valid {"a":2,"c":"x"}.
+  const auto listed = compile(
+      R"({"type":"object","properties":{"a":{"type":"integer"},"c":{"type":"string"}},"required":["a","c"],"additionalProperties":false})",
+      Syntax::JsonCompact);
+  const auto by_value = [&](const std::shared_ptr<const grammar::Grammar>& g, const std::string& text) {
+    return grammar::check_instance(g, tools::byte_vocabulary(), text);
+  };
+  CHECK(by_value(listed, R"({"c":"x","a":2})").accepted);  // another order: accepted by value
+  const auto rep = by_value(listed, R"({"a":1,"c":"x","a":2})");
+  CHECK_FALSE(rep.accepted);
+  CHECK(rep.detail.find("repeats the key 'a'") != std::string::npos);
+  CHECK_FALSE(by_value(json, R"({"y":2,"x":1,"x":3})").accepted);
+  CHECK_FALSE(by_value(listed, R"({"c":"x","\u0061":1,"a":2})").accepted);  // escaped spelling of the same key
+
   const auto xml = compile(kFreeInt, Syntax::QwenXml);
   CHECK(accepts(xml, xml_call({{"x", "1"}, {"y", "2"}})));
   CHECK_FALSE(accepts(xml, xml_call({{"x", "1"}, {"x", "2"}})));
