@@ -64,8 +64,14 @@ CompileResult finish(RuleBuilder& rb, uint32_t root, std::vector<CompileError> e
   CompileResult res;
   if (rb.over_budget) {
     // Reported alone: the other errors may be artifacts of the truncated rules.
-    res.errors.push_back({"", "size", "schema is too large: its grammar would take more than " + mb_text(rb.budget_bytes) +
-                                          " (max_grammar_bytes)"});
+    if (rb.over_scratch)
+      res.errors.push_back({"", "size", "schema is too large: compiling it would take more than " +
+                                            mb_text(RuleBuilder::kScratchFactor * rb.budget_bytes) + " (" +
+                                            std::to_string(RuleBuilder::kScratchFactor) + " x max_grammar_bytes " +
+                                            mb_text(rb.budget_bytes) + ")"});
+    else
+      res.errors.push_back({"", "size", "schema is too large: its grammar would take more than " + mb_text(rb.budget_bytes) +
+                                            " (max_grammar_bytes)"});
     return res;
   }
   if (!errors.empty()) {
@@ -120,6 +126,9 @@ uint32_t free_text_rule(RuleBuilder& rb, const std::string& trigger, uint32_t af
 }  // namespace
 
 CompileResult compile_json_schema(std::string_view schema_json, const CompileOptions& opts) {
+  RuleBuilder rb;
+  rb.budget_bytes = opts.max_grammar_bytes;
+  if (!rb.charge_scratch(json_tree_bytes(schema_json))) return finish(rb, 0, {}, "json-schema");
   JValue root;
   std::string perr;
   if (!parse_json(schema_json, root, perr)) {
@@ -127,8 +136,6 @@ CompileResult compile_json_schema(std::string_view schema_json, const CompileOpt
     r.errors.push_back({"", "", "schema is not valid JSON: " + perr});
     return r;
   }
-  RuleBuilder rb;
-  rb.budget_bytes = opts.max_grammar_bytes;
   std::vector<CompileError> errors;
   uint32_t top = compile_schema_into(rb, root, opts, "", errors);
   return finish(rb, top, std::move(errors), "json-schema");
@@ -136,6 +143,12 @@ CompileResult compile_json_schema(std::string_view schema_json, const CompileOpt
 
 CompileResult compile_tool_list(std::string_view tools_json, const ToolListOptions& opts) {
   CompileResult bad;
+  {
+    RuleBuilder probe;
+    probe.budget_bytes = opts.schema.max_grammar_bytes;
+    if (!probe.charge_scratch(json_tree_bytes(tools_json) + json_tree_bytes(opts.answer_schema)))
+      return finish(probe, 0, {}, "tools");
+  }
   JValue tools;
   std::string perr;
   if (!parse_json(tools_json, tools, perr)) {
@@ -156,6 +169,7 @@ CompileResult compile_tool_list(std::string_view tools_json, const ToolListOptio
                                          : ArgumentSyntax::JsonObject;
   RuleBuilder rb;
   rb.budget_bytes = so.max_grammar_bytes;
+  rb.charge_scratch(json_tree_bytes(tools_json) + json_tree_bytes(opts.answer_schema));  // fits: probed above
   std::vector<CompileError> errors;
   JsonSpacing sp(rb, so);
   uint32_t call = rb.new_rule();
@@ -492,7 +506,8 @@ namespace {
 std::string options_key(const CompileOptions& o) {
   return std::to_string(o.additional_properties_default) + "," + std::to_string(int(o.whitespace)) + "," +
          std::to_string(o.max_whitespace_run) + "," + std::to_string(o.max_indent) + "," +
-         std::to_string(o.max_grammar_bytes) + "," + std::to_string(o.python_literals);
+         std::to_string(o.max_grammar_bytes) + "," + std::to_string(o.python_literals) + "," +
+         std::to_string(int(o.property_order));
 }
 }  // namespace
 

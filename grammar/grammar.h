@@ -22,6 +22,17 @@ enum class Whitespace {
   Natural,
 };
 
+// The order in which generation writes an object's listed properties (docs/GRAMMAR.md "Property
+// order"). `check` accepts any order either way.
+enum class PropertyOrder {
+  Schema,  // `properties` order, then required names not listed, then extra keys
+  // Any order, each key at most once, all required ones before the object closes: the grammar
+  // tracks which required keys are written (one rule per subset and count: an object needing
+  // more than 4,096 such rules keeps schema order) and the matcher's key sets refuse a repeated
+  // optional key. Listed keys are then tracked keys, which costs mask time (docs/GRAMMAR.md).
+  Any,
+};
+
 struct CompileOptions {
   // JSON Schema says additionalProperties defaults to true; tool calls want false.
   bool additional_properties_default = true;
@@ -34,6 +45,7 @@ struct CompileOptions {
   // Python literal spelling of JSON values (True, False, None; dicts and lists are written as JSON
   // writes them, which Python reads as the same literals): the values of LFM2's Python-style calls.
   bool python_literals = false;
+  PropertyOrder property_order = PropertyOrder::Schema;
 };
 
 // One problem found while compiling; all problems of a schema are collected and reported together.
@@ -217,7 +229,8 @@ class Matcher {
 // the instance is parsed and spellings of the same value are searched (members in any order,
 // numbers as `60`, `60.0`, `1e2` -> `100`, strings and keys re-escaped) for one the recognizer
 // accepts; that spelling is `canonical`. Bounded (see instance_check.cpp); a text that is not
-// one JSON value (Hermes tags, XML parameters, Python calls) is only checked as written.
+// one JSON value (Hermes tags, XML parameters, Python calls) is only checked as written (why:
+// docs/GRAMMAR.md, "Native call formats are checked as written").
 struct InstanceCheck {
   bool accepted = false;
   bool as_written = false;   // accepted byte for byte

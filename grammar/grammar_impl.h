@@ -77,6 +77,18 @@ struct RuleBuilder {
   size_t budget_bytes = SIZE_MAX;
   size_t used_bytes = 0;
   bool over_budget = false;
+  // Scratch the compiler builds on the way (automata of key and string sets: a DFA state holds a
+  // 1 KB transition row), charged before it is built, bounded by kScratchFactor x budget_bytes:
+  // a schema whose automata alone would pass it is refused before they exist (issue 28: the
+  // extra keys of 150,000 listed names, any string but those, are ~340 MB of transition rows).
+  static constexpr size_t kScratchFactor = 3;
+  size_t scratch_bytes = 0;
+  bool over_scratch = false;
+  bool charge_scratch(size_t bytes) {
+    scratch_bytes += bytes;
+    if (budget_bytes != SIZE_MAX && scratch_bytes > kScratchFactor * budget_bytes) over_budget = over_scratch = true;
+    return !over_budget;
+  }
 
   uint32_t new_rule() {
     used_bytes += kRuleBytes;
@@ -141,15 +153,17 @@ constexpr uint32_t kPosMask = (1u << kPosBits) - 1;
 
 namespace detail {
 // Unique keys, per recognizer state: the allowed tokens that consume a byte tagged kTagKeyClose,
-// and those that consume a kTagKeyOpen byte and end inside the key it opens (token id, offset of
-// the key's first byte in the token).
+// and those that consume a kTagKeyOpen byte and end inside the key it opens (see `opening`).
 struct KeyTokenLists {
   std::vector<int32_t> closing;
   std::vector<int32_t> closing_more;  // of `closing`: checked one by one (see key_tokens)
   // Of `closing`: tokens that open a key in the innermost object and close it, and nothing more:
   // (key bytes, token id), sorted. They repeat a key exactly when those bytes are a written key.
   std::vector<std::pair<std::string, int32_t>> closing_keyed;
-  std::vector<std::pair<int32_t, uint32_t>> opening;  // sorted by the key's bytes
+  // (index of the token in the matcher's key-token set, offset of the key in it), sorted by the
+  // key's bytes (read from that set's contiguous copy: binary searches without cache misses).
+  std::vector<std::pair<int32_t, uint32_t>> opening;
+  bool from_walk = false;  // being filled by Matcher's compute_mask (which tokens: its walked_done)
 };
 }  // namespace detail
 

@@ -218,9 +218,15 @@ InstanceCheck check_instance(std::shared_ptr<const Grammar> grammar, std::shared
     }
   }
   JValue value;
-  std::string err;
-  if (!detail::parse_json(instance, value, err)) {
+  std::string err, repeated;
+  if (!detail::parse_json(instance, value, err, &repeated)) {
     r.detail = "not one JSON value, so no other spelling was tried (" + err + ")";
+    return r;
+  }
+  if (!repeated.empty()) {
+    // Parsers keep one of the values (most the last): the object a client reads is not the one
+    // written, so a repeated key is refused, as generation never writes one (issue 29).
+    r.detail = "an object repeats the key '" + repeated + "'";
     return r;
   }
   if (count_values(value) > kMaxValues) {

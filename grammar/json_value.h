@@ -43,7 +43,12 @@ inline JValue& JValue::operator=(JValue&&) noexcept = default;
 inline JValue::~JValue() = default;
 
 // Parses a whole document (RFC 8259; trailing garbage is an error). Returns false and sets err.
-bool parse_json(std::string_view text, JValue& out, std::string& err);
+// repeated_key (optional): set to the first key an object repeats (the tree keeps the last value).
+bool parse_json(std::string_view text, JValue& out, std::string& err, std::string* repeated_key = nullptr);
+// An upper bound of the bytes parse_json's tree of `text` takes (one pass, nothing allocated): a
+// tree holds ~100-250 bytes per value, so an 8 MB body of `[0,0,...]` would be ~1 GB; the
+// compiler charges this before parsing (RuleBuilder::charge_scratch).
+size_t json_tree_bytes(std::string_view text);
 
 // Compact serialization; strings are re-escaped (only '"', '\\' and controls), numbers keep their
 // source spelling. The result is a valid JSON text for the same value.

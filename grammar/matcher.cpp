@@ -681,20 +681,39 @@ class VocabularyImpl final : public Vocabulary {
   // Unique keys: the tokens that can close a key (holding a byte of `close`, the bytes of the
   // grammar's key-closing terminals). Built on first use per byte set (one pass over the tokens)
   // and kept.
-  std::shared_ptr<const std::vector<int32_t>> key_close_tokens(const ByteSet& close) const {
+  // Their bytes are copied into one buffer: a matcher reads them for every new recognizer state,
+  // and the vocabulary's own strings, scattered over the heap, made that a cache miss per token.
+  struct KeyTokenSet {
+    std::vector<int32_t> ids;    // ascending
+    std::vector<uint32_t> off;   // [ids.size() + 1]: token j is bytes[off[j], off[j + 1])
+    std::string bytes;
+    std::vector<uint16_t> last;  // [j]: index of the token's last byte in the set
+    std::string_view token(size_t j) const { return std::string_view(bytes).substr(off[j], off[j + 1] - off[j]); }
+    // Index of token `id`, or -1.
+    int64_t find(int32_t id) const {
+      auto it = std::lower_bound(ids.begin(), ids.end(), id);
+      return it != ids.end() && *it == id ? it - ids.begin() : -1;
+    }
+  };
+  std::shared_ptr<const KeyTokenSet> key_close_tokens(const ByteSet& close) const {
     {
       std::lock_guard<std::mutex> lock(loop_mu_);
       auto it = key_lists_.find(close);
       if (it != key_lists_.end()) return it->second;
     }
-    auto t = std::make_shared<std::vector<int32_t>>();  // token ids, ascending
+    auto t = std::make_shared<KeyTokenSet>();
+    t->off.push_back(0);
     for (size_t id = 0; id < tokens_.size(); ++id) {
       if (is_eog_[id]) continue;
-      for (unsigned char c : tokens_[id])
-        if (byteset_has(close, c)) {
-          t->push_back(int32_t(id));
-          break;
-        }
+      const std::string& tok = tokens_[id];
+      size_t last = tok.size();
+      while (last-- > 0 && !byteset_has(close, uint8_t(tok[last]))) {
+      }
+      if (last == size_t(-1) || last > UINT16_MAX) continue;
+      t->ids.push_back(int32_t(id));
+      t->bytes += tok;
+      t->off.push_back(uint32_t(t->bytes.size()));
+      t->last.push_back(uint16_t(last));
     }
     std::lock_guard<std::mutex> lock(loop_mu_);
     key_lists_.emplace(close, t);
@@ -732,7 +751,7 @@ class VocabularyImpl final : public Vocabulary {
   uint64_t fingerprint_ = 0;
   mutable std::mutex loop_mu_;
   mutable std::map<ByteSet, std::shared_ptr<const LoopTables>> loop_tables_;
-  mutable std::map<ByteSet, std::shared_ptr<const std::vector<int32_t>>> key_lists_;  // guarded by loop_mu_
+  mutable std::map<ByteSet, std::shared_ptr<const KeyTokenSet>> key_lists_;  // guarded by loop_mu_
 };
 
 // ---- unique keys ----
@@ -985,11 +1004,17 @@ struct Matcher::Impl {
   mutable std::vector<std::vector<uint32_t>> levels;  // [trie depth] recognizer state
   std::vector<uint8_t> same_as_root;                   // [trie depth] levels[d] == levels[0]
   std::vector<std::vector<uint32_t>> root_memo;        // [byte] state after byte from the root
+  std::array<int8_t, 256> root_memo_ok{};              // [byte] -1 not advanced, 0 refused, 1 root_memo holds it
+  std::array<uint8_t, 256> root_memo_tags{};           // [byte] the KeyTag bits of that advance
+  // compute_mask's classification of key tokens (classify_walked): the tags of the byte at each
+  // trie depth, whether a byte up to that depth opened or closed a key, and the tokens classified.
+  std::vector<uint8_t> walk_tags, walk_key_path;
+  std::vector<uint32_t> walked_done;                   // bit per token
   // Unique keys (only for grammars with key tags): the keys written per open object, the
   // overlay of the token being accepted, and which tokens can close a key.
   KeySets keys;
   std::optional<KeyOverlay> pending_keys;
-  std::shared_ptr<const std::vector<int32_t>> key_lists;  // tokens holding a key-opening or -closing byte
+  std::shared_ptr<const VocabularyImpl::KeyTokenSet> key_lists;  // tokens holding a key-opening or -closing byte
   std::vector<uint32_t> sim_a, sim_b, sim_c;
   std::vector<std::vector<uint32_t>> first_state;  // [byte] key_tokens' shared first advances
   std::string key_scratch;
@@ -1151,8 +1176,50 @@ struct Matcher::Impl {
   // few thousand with a 152k vocabulary): the advance by a token's first byte is shared, and a
   // token whose first byte opens a key and whose other bytes can neither open nor close one ends
   // inside that key without further advances (`"abc` at a key position).
-  std::shared_ptr<const KeyTokenLists> key_tokens(const uint32_t* mask) {
-    auto out = std::make_shared<KeyTokenLists>();
+  // compute_mask's part of key_tokens: a token accepted at trie node depth `len`, whose bytes'
+  // tags walk_tags[1..len] the walk has just computed (the same advances key_tokens would make).
+  void classify_walked(int32_t id, size_t len, KeyTokenLists& out) {
+    walked_done[size_t(id) / 32] |= 1u << (id % 32);
+    if (!walk_key_path[len]) return;  // no byte opened or closed a key
+    const int64_t j = key_lists->find(id);
+    if (j < 0) return;  // cannot happen: a byte of the token carries a key tag
+    const std::string_view t = key_lists->token(size_t(j));
+    bool in_key = false, scope_op = false, opened = false;
+    uint32_t key_at = 0;
+    for (size_t k = 0; k < len; ++k) {
+      const uint8_t tags = walk_tags[k + 1];
+      if (tags & kTagKeyClose) {
+        out.closing.push_back(id);
+        bool more = false;
+        for (size_t j = k + 1; j < len && !more; ++j) more = walk_tags[j + 1] & (kTagKeyOpen | kTagKeyClose);
+        if (more || t.find('\\') != std::string_view::npos || scope_op) {
+          out.closing_more.push_back(id);
+        } else if (opened) {
+          size_t from = key_at;
+          while (from < k && is_json_space(uint8_t(t[from]))) ++from;
+          out.closing_keyed.push_back({std::string(t.substr(from, k - from)), id});
+        }
+        return;
+      }
+      if (tags & (kTagObjClose | kTagObjOpen)) scope_op = true;
+      if (tags & kTagObjClose) in_key = false;
+      if (tags & kTagKeyOpen) {
+        opened = true;
+        in_key = true;
+        key_at = uint32_t(k + 1);
+      }
+    }
+    if (!in_key) return;
+    while (key_at < t.size() && is_json_space(uint8_t(t[key_at]))) ++key_at;
+    out.opening.push_back({int32_t(j), key_at});
+  }
+
+  // `walked`: the lists compute_mask made while walking the trie (it classifies the tokens it
+  // reaches one node at a time from the tags of their bytes, see classify_walked); the tokens it
+  // marked in `walked_done` are not walked again here.
+  std::shared_ptr<const KeyTokenLists> key_tokens(const uint32_t* mask, std::shared_ptr<KeyTokenLists> walked = {}) {
+    auto out = walked ? std::move(walked) : std::make_shared<KeyTokenLists>();
+    const bool skip_done = out->from_walk;
     // Advances from the current state, memoized per byte, and whether they come back to it (inside
     // a string, every plain character does): a token's bytes are advanced for real only from its
     // first byte that leaves the state.
@@ -1160,16 +1227,33 @@ struct Matcher::Impl {
     memo_ok.fill(-1);
     std::array<uint8_t, 256> memo_tags{}, memo_stays{};
     if (first_state.size() < 256) first_state.resize(256);
-    auto plain_after = [&](const std::string& t, size_t from) {
-      for (size_t k = from; k < t.size(); ++k)
-        if (byteset_has(g->key_open_bytes, uint8_t(t[k])) || byteset_has(g->key_close_bytes, uint8_t(t[k]))) return false;
-      return true;
-    };
-    for (int32_t id : *key_lists) {
+    std::array<const std::vector<uint32_t>*, 256> first{};  // -> first_state[b] or compute_mask's root_memo[b]
+    for (size_t b = 0; b < 256; ++b) {
+      first[b] = &first_state[b];
+      if (skip_done && root_memo_ok[b] >= 0) {  // the walk advanced this byte from this state already
+        memo_ok[b] = root_memo_ok[b];
+        memo_tags[b] = root_memo_tags[b];
+        first[b] = &root_memo[b];
+        memo_stays[b] = *first[b] == state;
+      }
+    }
+    std::unordered_map<uint32_t, uint32_t> memo_pair;  // (first byte, second byte) -> pair_states index
+    std::deque<std::vector<uint32_t>> pair_states;     // deque: pointers into it stay valid
+    std::vector<uint8_t> pair_tags;                    // 0xFF: the pair is refused
+    const auto& ks = *key_lists;
+    std::vector<std::pair<uint32_t, uint32_t>> opening;  // (index in ks, key_at)
+    for (size_t j = 0; j < ks.ids.size(); ++j) {
+      const int32_t id = ks.ids[j];
       if (!((mask[size_t(id) / 32] >> (id % 32)) & 1)) continue;
-      const std::string& t = v->tokens_[size_t(id)];
+      if (skip_done && ((walked_done[size_t(id) / 32] >> (id % 32)) & 1)) continue;
+      const std::string_view t = ks.token(j);
+      // Only bytes of the key classes carry key tags: past the last one the token can neither open
+      // nor close a key, so it is not walked further (most tokens holding a '"' open or close a
+      // string value, not a key, and would otherwise be advanced byte by byte to their end).
+      const size_t last = ks.last[j];
       bool at_start = true, in_key = false, closes = false, dead = false, scope_op = false, opened = false;
       uint32_t key_at = 0;
+      const std::vector<uint32_t>* now = &state;  // the state after the bytes so far (not copied)
       for (size_t k = 0; k < t.size(); ++k) {
         const uint8_t b = uint8_t(t[k]);
         uint8_t tags;
@@ -1185,15 +1269,32 @@ struct Matcher::Impl {
           }
           tags = memo_tags[b];
           if (!memo_stays[b]) {
-            sim_a = first_state[b];
+            now = first[b];
             at_start = false;
           }
+        } else if (k == 1 && now == first[uint8_t(t[0])]) {
+          // The second byte after a first one that left the state: memoized per byte pair too
+          // (` "` then a letter, `{"`, `",`: the prefixes most of these tokens share).
+          const uint32_t pair = uint32_t(uint8_t(t[0])) << 8 | b;
+          auto [it, fresh] = memo_pair.emplace(pair, uint32_t(pair_states.size()));
+          if (fresh) {
+            pair_states.emplace_back();
+            const bool ok = rec.advance(*now, b, pair_states.back());
+            pair_tags.push_back(ok ? rec.tags() : uint8_t(0xFF));
+          }
+          if (pair_tags[it->second] == 0xFF) {
+            dead = true;
+            break;
+          }
+          now = &pair_states[it->second];
+          tags = pair_tags[it->second];
         } else {
-          if (!rec.advance(sim_a, b, sim_b)) {
+          if (!rec.advance(*now, b, sim_b)) {
             dead = true;
             break;
           }
           sim_a.swap(sim_b);
+          now = &sim_a;
           tags = rec.tags();
         }
         if (tags & kTagKeyClose) {
@@ -1205,19 +1306,19 @@ struct Matcher::Impl {
           // Whether the rest of the token opens or closes another key (a byte that could is not
           // enough: `": "` opens a string value).
           bool more = false;
-          if (!plain_after(t, k + 1)) {
-            sim_c = at_start ? state : sim_a;
+          if (k < last) {
+            sim_c = *now;
             for (size_t j = k + 1; j < t.size() && !more; ++j) {
               more = !rec.advance(sim_c, uint8_t(t[j]), sim_b) || (rec.tags() & (kTagKeyOpen | kTagKeyClose));
               sim_c.swap(sim_b);
             }
           }
-          if (more || t.find('\\') != std::string::npos || scope_op) {
+          if (more || t.find('\\') != std::string_view::npos || scope_op) {
             out->closing_more.push_back(id);
           } else if (opened) {
             size_t from = key_at;
             while (from < k && is_json_space(uint8_t(t[from]))) ++from;
-            out->closing_keyed.push_back({t.substr(from, k - from), id});
+            out->closing_keyed.push_back({std::string(t.substr(from, k - from)), id});
           }
           break;
         }
@@ -1227,19 +1328,21 @@ struct Matcher::Impl {
           opened = true;
           in_key = true;
           key_at = uint32_t(k + 1);
-          if (plain_after(t, k + 1)) break;  // stays inside this key to the token's end
         }
+        if (k >= last) break;  // inside this key to the token's end, or outside any key
       }
       if (closes || dead || !in_key) continue;
       while (key_at < t.size() && is_json_space(uint8_t(t[key_at]))) ++key_at;  // Python's ", " (harmless elsewhere)
-      out->opening.push_back({id, key_at});
+      opening.push_back({uint32_t(j), key_at});
     }
     std::sort(out->closing_keyed.begin(), out->closing_keyed.end());
     // By the key's bytes, so the tokens spelling a given prefix are one binary search away.
-    std::sort(out->opening.begin(), out->opening.end(), [&](const auto& a, const auto& b) {
-      return std::string_view(v->tokens_[size_t(a.first)]).substr(a.second) <
-             std::string_view(v->tokens_[size_t(b.first)]).substr(b.second);
+    for (const auto& [j, key_at] : out->opening) opening.push_back({uint32_t(j), key_at});  // from the walk
+    std::sort(opening.begin(), opening.end(), [&](const auto& a, const auto& b) {
+      return ks.token(a.first).substr(a.second) < ks.token(b.first).substr(b.second);
     });
+    out->opening.clear();
+    for (const auto& [j, key_at] : opening) out->opening.push_back({int32_t(j), key_at});
     return out;
   }
 
@@ -1287,16 +1390,15 @@ struct Matcher::Impl {
     // per written key (of any open object: a token may close one before opening the key) the
     // tokens spelling one of its prefixes.
     if (!lists.opening.empty()) {
-      auto key_of = [&](const std::pair<int32_t, uint32_t>& e) {
-        return std::string_view(v->tokens_[size_t(e.first)]).substr(e.second);
-      };
+      const auto& ks = *key_lists;
+      auto key_of = [&](const std::pair<int32_t, uint32_t>& e) { return ks.token(size_t(e.first)).substr(e.second); };
       for (const auto& scope : keys.scopes)
         for (const std::string& w : scope)
           for (size_t len = 0; len <= w.size(); ++len) {
             const std::string_view p(w.data(), len);
             auto lo = std::lower_bound(lists.opening.begin(), lists.opening.end(), p,
                                        [&](const auto& e, std::string_view x) { return key_of(e) < x; });
-            for (; lo != lists.opening.end() && key_of(*lo) == p; ++lo) clear_if_bad(lo->first);
+            for (; lo != lists.opening.end() && key_of(*lo) == p; ++lo) clear_if_bad(ks.ids[size_t(lo->first)]);
           }
     }
     // From inside a key: tokens that go on spelling a written key (found by walking the trie
@@ -1679,9 +1781,18 @@ struct Matcher::Impl {
   }
   mutable std::vector<std::pair<bool, std::shared_ptr<const VocabularyImpl::LoopTables>>> loop_memo;
 
-  void compute_mask(uint32_t* mask) {
+  // `keyed` (grammars with key tags): also classifies, into it, the tokens whose bytes the walk
+  // advances one by one (classify_walked); key_tokens then finishes the lists.
+  void compute_mask(uint32_t* mask, KeyTokenLists* keyed = nullptr) {
     size_t words = v->words_;
     std::memset(mask, 0, words * sizeof(uint32_t));
+    if (keyed) {
+      keyed->from_walk = true;
+      walked_done.assign(words, 0);
+      if (walk_tags.size() < v->max_depth_ + 1) walk_tags.resize(v->max_depth_ + 1);
+      if (walk_key_path.size() < v->max_depth_ + 1) walk_key_path.resize(v->max_depth_ + 1);
+      walk_key_path[0] = 0;
+    }
     bool skip_safe = false;
     uint32_t chain = 0;  // longest counted string chain at a stack top (characters)
     std::vector<int32_t> loop_classes;
@@ -1726,7 +1837,7 @@ struct Matcher::Impl {
     // the same bytes are then advanced from it over and over: memoize advances from the root.
     if (same_as_root.size() < levels.size()) same_as_root.resize(levels.size());
     same_as_root[0] = 1;
-    std::array<int8_t, 256> memo_ok;
+    std::array<int8_t, 256>& memo_ok = root_memo_ok;
     memo_ok.fill(-1);
     if (root_memo.size() < 256) root_memo.resize(256);
     const auto& nodes = v->nodes_;
@@ -1760,19 +1871,27 @@ struct Matcher::Impl {
       }
       bool alive;
       std::vector<uint32_t>& out = levels[nd.depth];
+      uint8_t tags;
       if (same_as_root[nd.depth - 1]) {
         int8_t& m = memo_ok[nd.byte];
         if (m < 0) {
           m = rec.advance(levels[0], nd.byte, root_memo[nd.byte]) ? 1 : 0;
+          root_memo_tags[nd.byte] = rec.tags();
         }
         alive = m == 1;
         if (alive) out = root_memo[nd.byte];
+        tags = root_memo_tags[nd.byte];
       } else {
         alive = rec.advance(levels[nd.depth - 1], nd.byte, out);
+        tags = rec.tags();
       }
       if (!alive) {
         i = nd.end;
         continue;
+      }
+      if (keyed) {
+        walk_tags[nd.depth] = tags;
+        walk_key_path[nd.depth] = uint8_t(walk_key_path[nd.depth - 1] | (tags & (kTagKeyOpen | kTagKeyClose)));
       }
       same_as_root[nd.depth] = out.size() == levels[0].size() &&
                                std::equal(out.begin(), out.end(), levels[0].begin());
@@ -1789,6 +1908,7 @@ struct Matcher::Impl {
       for (uint32_t k = nd.tok_begin; k < nd.tok_end; ++k) {
         int32_t id = v->node_tokens_[k];
         mask[id / 32] |= 1u << (id % 32);
+        if (keyed) classify_walked(id, nd.depth, *keyed);
       }
       ++i;
     }
@@ -1888,7 +2008,14 @@ void Matcher::fill_mask(uint32_t* mask) const {
     }
   }
   if (!hit) {
-    m.compute_mask(mask);
+    // With key tags, the key-token lists are made with the mask (most of them from the trie walk
+    // itself), also before a key is written: a state first visited without keys is usually
+    // visited again with some, and listing them then, in a walk of their own, cost a first visit
+    // up to twice the mask (issue 29).
+    std::shared_ptr<KeyTokenLists> walked;
+    if (m.key_lists) walked = std::make_shared<KeyTokenLists>();
+    m.compute_mask(mask, walked.get());
+    if (walked) closing = m.key_tokens(mask, std::move(walked));
     auto stored = std::make_shared<const std::vector<uint32_t>>(mask, mask + words);
     std::lock_guard<std::mutex> lock(m.g->cache_mu);
     if (m.g->mask_cache.size() >= Grammar::kMaskCacheMax) {
@@ -1896,6 +2023,7 @@ void Matcher::fill_mask(uint32_t* mask) const {
       m.g->key_token_cache.clear();
     }
     m.g->mask_cache.emplace(key, std::move(stored));
+    if (closing) m.g->key_token_cache.emplace(key, closing);
   }
   if (!keys_on) return;
   if (!closing) {

@@ -12,6 +12,7 @@
 #include "grammar/schema_compiler.h"
 
 #include <algorithm>
+#include <array>
 #include <cctype>
 #include <cmath>
 #include <cstdlib>
@@ -21,6 +22,7 @@
 #include <numeric>
 #include <optional>
 #include <set>
+#include <tuple>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -896,6 +898,7 @@ class SchemaCompiler {
   }
 
   uint32_t compile_sub(const Sub& sub) {
+    if (rb_.over_budget) return 0;  // refused for size anyway (new_rule hands out rule 0 too)
     if (sub.conj.empty()) return any_rule();
     if (sub.conj.size() == 1) return compile_schema(sub.conj[0]);
     std::vector<Flat> alts{Flat{}};
@@ -1561,8 +1564,9 @@ class SchemaCompiler {
       return r;
     };
     uint32_t start = get(d.start, 0);
-    std::map<int32_t, int32_t> any_memo, nonascii_memo;
-    for (size_t k = 0; k < work.size(); ++k) {
+    std::map<int32_t, int32_t> any_memo;
+    std::map<std::array<int32_t, 0xF5 - 0xC2>, int32_t> nonascii_memo;
+    for (size_t k = 0; k < work.size() && !rb_.over_budget; ++k) {
       if (work.size() > 200000) {
         error(ptr, "maxLength", "string constraints too large to compile");
         break;
@@ -1590,8 +1594,12 @@ class SchemaCompiler {
       int64_t raw_c2 = -1;
       int32_t raw_t = -1;
       {
-        auto na_it = nonascii_memo.find(q);
-        if (na_it == nonascii_memo.end()) na_it = nonascii_memo.emplace(q, nonascii_target(d, q)).first;
+        // The answer depends only on where the lead bytes go: states that agree there share it
+        // (all states of a key set minus 150,000 names send them to one state).
+        std::array<int32_t, 0xF5 - 0xC2> leads;
+        std::copy(d.next[size_t(q)].begin() + 0xC2, d.next[size_t(q)].begin() + 0xF5, leads.begin());
+        auto na_it = nonascii_memo.find(leads);
+        if (na_it == nonascii_memo.end()) na_it = nonascii_memo.emplace(leads, nonascii_target(d, q)).first;
         raw_t = na_it->second;
         if (raw_t >= 0) {
           for (int b = 0x20; b < 0x80; ++b)
@@ -1745,6 +1753,7 @@ class SchemaCompiler {
       // characters (a subset: no quotes, backslashes or controls).
       if (!acc) acc = regex_cache("[^\"\\\\\\x00-\\x1f]*", true);
       if (!acc) return r;
+      if (!charge_literals(excluded)) return r;
       tmp3 = dfa_minus(*acc, dfa_literals(excluded));
       if (tmp3.next.empty()) { error(f.ptr, "not", "'not' with these strings is too complex"); return r; }
       acc = &tmp3;
@@ -1867,7 +1876,7 @@ class SchemaCompiler {
       }
       if (has_lits) {
         if (lits.empty()) nr.none = true;
-        else narrow(dfa_literals(lits));
+        else if (charge_literals(lits)) narrow(dfa_literals(lits));
       }
       if (const JValue* p = s->get("pattern"); p && p->is_string()) {
         const Dfa* d = regex_cache(p->str, false);
@@ -1881,7 +1890,26 @@ class SchemaCompiler {
     return nr;
   }
 
+  // Charges the automata that `dfa_minus(X, dfa_literals(words))` builds to the compile's scratch
+  // (RuleBuilder::charge_scratch): the literal trie's nodes (distinct prefixes), once for the
+  // literal automaton and once for the difference; false (and the compile is over budget) when
+  // they would not fit.
+  bool charge_literals(const std::vector<std::string>& words) {
+    std::vector<std::string_view> sorted(words.begin(), words.end());
+    std::sort(sorted.begin(), sorted.end());
+    size_t nodes = 1;
+    for (size_t i = 0; i < sorted.size(); ++i) {
+      size_t lcp = 0;
+      if (i > 0)
+        while (lcp < sorted[i].size() && lcp < sorted[i - 1].size() && sorted[i][lcp] == sorted[i - 1][lcp]) ++lcp;
+      nodes += sorted[i].size() - lcp;
+    }
+    return rb_.charge_scratch(2 * nodes * sizeof(std::array<int32_t, 256>));
+  }
+
   static constexpr int64_t kMaxCountedFreeKeys = 64;
+  // PropertyOrder::Any: the most object states (see object_rule) before an object keeps schema order.
+  static constexpr double kMaxAnyOrderStates = 4096;
   int64_t free_key_cap(const Dfa& keys) {
     const int64_t n = dfa_count(keys, kMaxCountedFreeKeys);
     return n > kMaxCountedFreeKeys ? -1 : n;
@@ -1925,6 +1953,7 @@ class SchemaCompiler {
     std::vector<P> props;
     std::vector<std::string> names;  // listed (or required) names: never written as extra keys
     for (const auto& [name, sub] : f.props) {
+      if (rb_.over_budget) return r;  // refused for size anyway: stop spending time and memory
       bool req = std::find(f.required.begin(), f.required.end(), name) != f.required.end();
       names.push_back(name);
       if (is_forbidden(name)) {
@@ -1972,6 +2001,7 @@ class SchemaCompiler {
       const Dfa* ident = regex_cache("[A-Za-z_][A-Za-z0-9_]*", true);
       std::vector<std::string> lits(names.begin(), names.end());
       lits.insert(lits.end(), forbidden.begin(), forbidden.end());
+      if (!charge_literals(lits)) return r;
       Dfa keys = !ident ? Dfa{} : lits.empty() ? *ident : dfa_minus(*ident, dfa_literals(lits));
       if (nr.dfa && !keys.next.empty()) keys = dfa_intersect(keys, *nr.dfa);
       if (!keys.next.empty() && (nr.min_len > 0 || nr.max_len >= 0)) {
@@ -1993,6 +2023,7 @@ class SchemaCompiler {
         const Dfa* any = regex_cache("[^\"\\\\\\x00-\\x1f]*", true);
         std::vector<std::string> lits(names.begin(), names.end());
         lits.insert(lits.end(), forbidden.begin(), forbidden.end());
+        if (!charge_literals(lits)) return r;
         Dfa keys = lits.empty() ? *any : dfa_minus(*any, dfa_literals(lits));
         if (nr.dfa && !keys.next.empty()) keys = dfa_intersect(keys, *nr.dfa);
         add_key = rb_.new_rule();
@@ -2024,9 +2055,8 @@ class SchemaCompiler {
       return r;
     }
     auto next_c = [&](int64_t c) { return std::min(c + 1, C); };
-    std::vector<std::vector<uint32_t>> rest(n + 1, std::vector<uint32_t>(size_t(C + 1)));
-    for (auto& row : rest)
-      for (auto& x : row) x = rb_.new_rule();
+    // Listed JSON keys are tracked (tagged) only in any order, where nothing else keeps them unique.
+    bool track_listed = false;
     // One member: separator (c > 0), name, value, in the syntax's spelling.
     auto member = [&](std::vector<Elem>& seq, int64_t c, const std::string* name, uint32_t key_rule, uint32_t value) {
       // Key tags (unique keys): a free JSON key is opened and closed by its quotes (key_rule); a
@@ -2040,8 +2070,16 @@ class SchemaCompiler {
         sp_.after_comma(seq);
       }
       if (json) {
-        if (name) rb_.lit(seq, json_quote(*name));
-        else seq.push_back(RuleBuilder::ref(key_rule));
+        if (name) {
+          const size_t open_at = seq.size();
+          rb_.lit(seq, json_quote(*name));
+          if (track_listed) {
+            seq[open_at] = tagged(seq[open_at], kTagKeyOpen | kTagKeyJson);
+            seq.back() = tagged(seq.back(), kTagKeyClose);
+          }
+        } else {
+          seq.push_back(RuleBuilder::ref(key_rule));
+        }
         sp_.after_value(seq);
         seq.push_back(rb_.byte(':'));
         sp_.after_colon(seq);
@@ -2061,6 +2099,97 @@ class SchemaCompiler {
       seq.push_back(RuleBuilder::ref(value));  // XML: the value rule ends with "\n</parameter>"
       if (xml) seq.push_back(rb_.byte('\n'));
     };
+    if (opts_.property_order == PropertyOrder::Any && (n >= 2 || (n == 1 && add_allowed))) {
+      // Any order (docs/GRAMMAR.md "Property order"). A state is (R: the required properties
+      // written, o: optional ones written, c: members written (saturating at C), k: free ones).
+      // Required keys leave the offer once written (so the object closes only with all of them);
+      // an optional listed key or a free key that repeats one is refused by the matcher's key
+      // sets. o is counted only when no unbounded free key can follow a ',', so that a ',' is
+      // offered only while some key is left to write (a dead end otherwise).
+      std::vector<size_t> req_idx, opt_idx;
+      for (size_t i = 0; i < n; ++i) (props[i].required ? req_idx : opt_idx).push_back(i);
+      const bool count_opt = !(add_allowed && max_free < 0);
+      const size_t n_req = req_idx.size(), n_opt = opt_idx.size();
+      const double states = std::ldexp(1.0, int(std::min<size_t>(n_req, 60))) *
+                            double(count_opt ? n_opt + 1 : 1) * double(C + 1) * double(F + 1);
+      if (n_req < 24 && states <= double(kMaxAnyOrderStates)) {
+        track_listed = true;
+        // Shared member rules, with (1) and without (0) the separator before them.
+        auto member_rule = [&](int64_t c, const std::string* name, uint32_t key_rule, uint32_t value) {
+          uint32_t m = rb_.new_rule();
+          std::vector<Elem> seq;
+          member(seq, c, name, key_rule, value);
+          rb_.add_alt(m, std::move(seq));
+          return m;
+        };
+        std::array<uint32_t, 2> m_opt{}, m_free{};
+        std::vector<std::array<uint32_t, 2>> m_req(n_req);
+        for (int64_t c = 0; c < 2; ++c) {
+          if (n_opt > 0) {
+            m_opt[size_t(c)] = rb_.new_rule();
+            for (size_t i : opt_idx) {
+              std::vector<Elem> seq;
+              member(seq, c, &props[i].name, 0, props[i].rule);
+              rb_.add_alt(m_opt[size_t(c)], std::move(seq));
+            }
+          }
+          for (size_t j = 0; j < n_req; ++j)
+            m_req[j][size_t(c)] = member_rule(c, &props[req_idx[j]].name, 0, props[req_idx[j]].rule);
+          if (add_allowed) m_free[size_t(c)] = member_rule(c, nullptr, add_key, add_val);
+        }
+        struct State {
+          uint64_t req;
+          int64_t o, c, k;
+          bool operator<(const State& b) const { return std::tie(req, o, c, k) < std::tie(b.req, b.o, b.c, b.k); }
+        };
+        std::map<State, uint32_t> rule_of;
+        std::vector<State> todo;
+        auto rule_for = [&](State st) {
+          auto [it, fresh] = rule_of.emplace(st, 0);
+          if (fresh) {
+            it->second = rb_.new_rule();
+            todo.push_back(st);
+          }
+          return it->second;
+        };
+        const uint64_t all_req = n_req == 0 ? 0 : (uint64_t(1) << n_req) - 1;
+        std::vector<Elem> open;
+        if (json) {
+          open.push_back(tagged(rb_.byte('{'), kTagObjOpen));
+          sp_.after_open(open);
+        }
+        open.push_back(RuleBuilder::ref(rule_for({0, 0, 0, 0})));
+        rb_.add_alt(r, std::move(open));
+        while (!todo.empty() && !rb_.over_budget) {
+          const State st = todo.back();
+          todo.pop_back();
+          const uint32_t sr = rule_of[st];
+          const size_t sep = st.c > 0 ? 1 : 0;
+          if (st.req == all_req && st.c >= f.min_props) {
+            std::vector<Elem> close;
+            if (json) {
+              if (st.c > 0) sp_.before_close(close);
+              close.push_back(tagged(rb_.byte('}'), kTagObjClose));
+            }
+            rb_.add_alt(sr, std::move(close));
+          }
+          if (maxp >= 0 && st.c >= maxp) continue;
+          const int64_t c2 = next_c(st.c);
+          for (size_t j = 0; j < n_req; ++j) {
+            if (st.req >> j & 1) continue;
+            rb_.add_alt(sr, {RuleBuilder::ref(m_req[j][sep]), RuleBuilder::ref(rule_for({st.req | uint64_t(1) << j, st.o, c2, st.k}))});
+          }
+          if (n_opt > 0 && (!count_opt || st.o < int64_t(n_opt)))
+            rb_.add_alt(sr, {RuleBuilder::ref(m_opt[sep]), RuleBuilder::ref(rule_for({st.req, count_opt ? st.o + 1 : 0, c2, st.k}))});
+          if (add_allowed && (max_free < 0 || st.k < max_free))
+            rb_.add_alt(sr, {RuleBuilder::ref(m_free[sep]), RuleBuilder::ref(rule_for({st.req, st.o, c2, max_free < 0 ? 0 : st.k + 1}))});
+        }
+        return r;
+      }
+    }
+    std::vector<std::vector<uint32_t>> rest(n + 1, std::vector<uint32_t>(size_t(C + 1)));
+    for (auto& row : rest)
+      for (auto& x : row) x = rb_.new_rule();
     // The free members: tails[c][k] after c members, k of them free (k counted when max_free >= 0).
     std::vector<std::vector<uint32_t>> tails(size_t(C + 1));
     for (int64_t c = 0; c <= C; ++c) {
@@ -2202,6 +2331,7 @@ class SchemaCompiler {
     for (const auto& fm : f.formats)
       if (!narrow(format_dfa(fm), "format")) return r;
     if (!narrow(regex_cache("[\\s\\S]*", true), "pattern")) return r;  // valid UTF-8 only
+    if (!excluded.empty() && !charge_literals(excluded)) return r;
     Dfa without = excluded.empty() ? acc : dfa_minus(acc, dfa_literals(excluded));
     const Dfa* contains = regex_cache("[\\s\\S]*" + std::string(kXmlClose) + "[\\s\\S]*", true);
     if (without.next.empty() || !contains) {

@@ -1534,6 +1534,7 @@ std::shared_ptr<Job> Engine::prepare(const ChatRequest& req, ApiError& err) {
   grammar::CompileOptions answer_options;
   answer_options.whitespace = grammar::Whitespace::Natural;
   answer_options.max_indent = 16;
+  answer_options.property_order = s.opts.property_order;
   if (job->mode == OutputMode::Json || answer_beside_tools) {
     // Alone, or first on its own beside tools: its errors are the response_format's.
     compiled = s.grammars.schema(answer_schema, answer_options);
@@ -1550,6 +1551,7 @@ std::shared_ptr<Job> Engine::prepare(const ChatRequest& req, ApiError& err) {
     // whitespace"), on one line: no run is longer than one byte, so it cannot become a loop.
     to.schema.whitespace = grammar::Whitespace::Natural;
     to.schema.max_indent = -1;
+    to.schema.property_order = s.opts.property_order;
     // A named tool_choice asks for that call, once (as OpenAI answers it): the grammar admits one.
     to.parallel = req.parallel_tool_calls && req.tool_choice != ToolChoice::Named;
     if (req.tool_choice == ToolChoice::Named) to.forced_tool = req.tool_choice_name;

@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "chat_template.h"
+#include "grammar/grammar.h"
 #include "model.h"
 #include "openai.h"
 #include "reasoning.h"
@@ -91,6 +92,9 @@ struct EngineOptions {
   // PICOLM_TEST_HOLD_CACHE_WRITE to hold a cache write for a kill -9).
   std::function<void(std::string_view temp_path, uint64_t file_bytes)> cache_inside_write;
   size_t grammar_cache_mb = 64;  // compiled grammars kept (bytes incl. their mask caches)
+  // --property-order: the order generated objects write their listed properties in (schema
+  // order by default: cheaper masks; docs/GRAMMAR.md "Property order").
+  grammar::PropertyOrder property_order = grammar::PropertyOrder::Schema;
   // Grammar compilations running at once on the HTTP threads (the others wait for a turn): bounds
   // the compile scratch that many clients with large schemas hold together (docs/RELIABILITY.md).
   // One: a compile is a CPU burst of up to a second or two, and on the 2-4 core boards this serves

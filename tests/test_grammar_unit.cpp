@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <iterator>
 #include <random>
@@ -1052,6 +1053,63 @@ TEST_CASE("a schema whose grammar would exceed max_grammar_bytes is refused nami
   auto t = compile_tool_list("[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":" + big_schema(10000, 2) + "}}]", to);
   REQUIRE_FALSE(t.ok());
   CHECK(t.errors[0].keyword == "size");
+}
+
+// Issue 28 leftover: the compiler stops at its limits as it goes, whatever the schema. An 8 MB
+// body of 150,000 properties used to parse in quadratic time (a linear duplicate-key scan) and
+// build a 600 MB automaton of the extra keys (any string but the 150,000 names) before the 32 MB
+// grammar limit was noticed: 106 s and 610 MB before the 400.
+TEST_CASE("an 8 MB schema of 150,000 properties is refused for size, naming the limit", "[grammar]") {
+  std::string schema = R"({"type":"object","required":["property_name_000001"],"properties":{)";
+  for (int i = 0; i < 150000; ++i) {
+    char name[32];
+    std::snprintf(name, sizeof name, "%s\"property_name_%06d\":", i ? "," : "", i);
+    schema += name;
+    schema += R"({"type":"string","maxLength":64})";
+  }
+  schema += "}}";
+  REQUIRE(schema.size() > (size_t(7) << 20));
+  const auto t0 = std::chrono::steady_clock::now();
+  auto r = compile_json_schema(schema);
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  std::printf("150,000 properties (%.1f MB): refused in %.0f ms: %s\n", double(schema.size()) / (1 << 20), ms,
+              r.error_text().c_str());
+  REQUIRE_FALSE(r.ok());
+  REQUIRE(r.errors.size() == 1);
+  CHECK(r.errors[0].keyword == "size");
+  CHECK(r.error_text().find("32.0 MB") != std::string::npos);
+  // Tool parameters (additionalProperties false: no key automaton) stop the same way.
+  ToolListOptions to;
+  auto t = compile_tool_list(R"([{"type":"function","function":{"name":"f","parameters":)" + schema + "}}]", to);
+  REQUIRE_FALSE(t.ok());
+  CHECK(t.errors[0].keyword == "size");
+}
+
+TEST_CASE("automata that would pass the compile scratch bound are refused before they are built", "[grammar]") {
+  // 2,000 long names without shared prefixes: their trie (the extra keys are any string but
+  // these) has ~100,000 nodes, ~200 MB of transition rows, while the grammar's rules take ~6 MB.
+  // With max_grammar_bytes 16 MB the scratch bound is 48 MB: refused, naming it.
+  std::string schema = R"({"type":"object","properties":{)";
+  uint64_t x = 29;
+  for (int i = 0; i < 2000; ++i) {
+    std::string name;
+    for (int k = 0; k < 48; ++k) {
+      x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+      name += char('a' + (x >> 59) % 26);
+    }
+    schema += (i ? ",\"" : "\"") + name + R"(":{"type":"integer"})";
+  }
+  schema += "}}";
+  CompileOptions o;
+  o.max_grammar_bytes = size_t(16) << 20;
+  auto r = compile_json_schema(schema, o);
+  REQUIRE_FALSE(r.ok());
+  REQUIRE(r.errors.size() == 1);
+  CHECK(r.errors[0].keyword == "size");
+  CHECK(r.error_text().find("48.0 MB (3 x max_grammar_bytes 16.0 MB)") != std::string::npos);
+  // Without extra keys there is no such automaton, and the rules fit.
+  o.additional_properties_default = false;
+  CHECK(compile_json_schema(schema, o).ok());
 }
 
 // Issue 29: a `$ref` may point anywhere in the document (a root-level name, inside a $defs entry,

@@ -4,7 +4,8 @@
 Reads a JSON-lines file; each record is one generated instance:
   {"id": 3, "syntax": "json" | "qwen-xml" | "python", "schema": {...}, "text_hex": "...",
    "list_open": "<|tool_call_start|>", "list_close": "<|tool_call_end|>"}      # python only
-and prints one JSON line per record: {"id": 3, "ok": true, "keys": N} (N: keys read, all objects)
+and prints one JSON line per record: {"id": 3, "ok": true, "keys": N, "schema_order": true} (N: keys
+read, all objects; schema_order: the listed top-level properties came in the order of "properties")
 or {"id": 3, "ok": false, "error": "..."}.
 
   json:     the text is the instance; Python's json with an object_pairs_hook that reports a
@@ -147,6 +148,7 @@ def check(rec):
     if errors:
         e = errors[0]
         raise Invalid("%s at %s" % (e.message[:300], "/".join(map(str, e.path))))
+    return value
 
 
 def main():
@@ -160,8 +162,13 @@ def main():
             Counter.keys = 0
             out = {"id": rec["id"], "ok": True}
             try:
-                check(rec)
+                value = check(rec)
                 out["keys"] = Counter.keys
+                # Whether the listed top-level properties came in schema order (the property-order
+                # test wants both answers under PropertyOrder::Any, only "yes" under Schema).
+                listed = list(rec["schema"].get("properties", {}))
+                written = [k for k in value if k in listed] if isinstance(value, dict) else []
+                out["schema_order"] = written == sorted(written, key=listed.index)
             except Invalid as e:
                 out = {"id": rec["id"], "ok": False, "error": str(e)}
             except Exception as e:  # a validator crash is a verdict too, never silence

@@ -28,6 +28,7 @@ namespace {
 using picolm::grammar::CompileResult;
 using picolm::grammar::ToolCallFormat;
 using picolm::grammar::Whitespace;
+using picolm::grammar::PropertyOrder;
 namespace tools = picolm::tools;
 using Clock = std::chrono::steady_clock;
 
@@ -47,6 +48,7 @@ constexpr const char* kUsage =
     "  --ws-run N                               flexible: longest whitespace run (default 16)\n"
     "  --indent N                               natural: newline + up to N spaces (default -1: no newlines)\n"
     "  --no-additional-properties               schema: additionalProperties defaults to false\n"
+    "  --property-order schema|any              order of generated properties (default schema)\n"
     "  --instance I.json | --instances I.jsonl  check: one instance per file / per line\n"
     "  --vocab V.gguf                           sample, bench (check: optional, default single bytes)\n"
     "  --seed N  --max-tokens K                 sample, bench\n"
@@ -59,6 +61,7 @@ struct Args {
   std::string schema_path, tools_path, vocab_path, instance_path, instances_path;
   std::string format = "object";
   std::string whitespace = "compact";
+  std::string property_order = "schema";
   int ws_run = -1;  // -1: the library default
   int indent = -1;
   std::string forced_tool;
@@ -108,6 +111,7 @@ Args parse_args(int argc, char** argv) {
     else if (f == "--instances") a.instances_path = value();
     else if (f == "--format") a.format = value();
     else if (f == "--whitespace") a.whitespace = value();
+    else if (f == "--property-order") a.property_order = value();
     else if (f == "--ws-run") a.ws_run = static_cast<int>(parse_int(f, value(), 0, 1 << 10));
     else if (f == "--indent") a.indent = static_cast<int>(parse_int(f, value(), -1, 1 << 10));
     else if (f == "--forced-tool") a.forced_tool = value();
@@ -136,6 +140,8 @@ Args parse_args(int argc, char** argv) {
     usage_error("--format must be object, array, hermes, envelope, qwen-xml or python");
   if (a.whitespace != "compact" && a.whitespace != "flexible" && a.whitespace != "natural")
     usage_error("--whitespace must be compact, flexible or natural");
+  if (a.property_order != "schema" && a.property_order != "any")
+    usage_error("--property-order must be schema or any");
   if (a.command == "check" && a.instance_path.empty() == a.instances_path.empty())
     usage_error("check needs exactly one of --instance and --instances");
   if ((a.command == "sample" || a.command == "bench") && a.vocab_path.empty())
@@ -176,6 +182,7 @@ struct Source {
     d += schema_opts.whitespace == Whitespace::Compact    ? ", whitespace compact"
          : schema_opts.whitespace == Whitespace::Flexible ? ", whitespace flexible (run " + std::to_string(schema_opts.max_whitespace_run) + ")"
                                                           : ", whitespace natural (indent " + std::to_string(schema_opts.max_indent) + ")";
+    if (schema_opts.property_order == PropertyOrder::Any) d += ", any property order";
     if (is_tools) {
       static const char* names[] = {"object", "array", "hermes", "triggered-text", "envelope", "qwen-xml", "python"};
       d += std::string(", format ") + names[static_cast<int>(tool_opts.format)];
@@ -199,6 +206,7 @@ Source make_source(const Args& a) {
   if (a.ws_run >= 0) s.schema_opts.max_whitespace_run = a.ws_run;
   s.schema_opts.max_indent = a.indent;
   s.schema_opts.additional_properties_default = !a.no_additional;
+  s.schema_opts.property_order = a.property_order == "any" ? PropertyOrder::Any : PropertyOrder::Schema;
   s.tool_opts.schema = s.schema_opts;
   s.tool_opts.format = a.format == "array"      ? ToolCallFormat::JsonArray
                        : a.format == "hermes"   ? ToolCallFormat::Hermes

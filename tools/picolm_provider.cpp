@@ -76,6 +76,9 @@ void usage(FILE* out) {
       "  --cache-max-mb N        disk budget of the prompt cache (default 1024)\n"
       "  --cache-ram-mb N        RAM budget of the prompt cache (default 256)\n"
       "  --grammar-cache-mb N    compiled JSON-schema/tool grammars kept in RAM (default 64)\n"
+      "  --property-order schema|any\n"
+      "                          order of generated object properties: the schema's (default; cheaper\n"
+      "                          masks, the order templates show) or any (docs/GRAMMAR.md)\n"
       "  --warm FILE             a chat request (JSON) whose prompt is prefilled at start-up\n"
       "  --model-id NAME         the id /v1/models reports (default: the file name)\n"
       "  --instance-id NAME      this replica's name in log lines, /health, /metrics and the X-Picolm-Instance\n"
@@ -264,6 +267,14 @@ int main(int argc, char** argv) {
     else if (k == "--cache-max-mb") o.engine.cache_max_mb = static_cast<size_t>(num(0, 1 << 24));
     else if (k == "--cache-ram-mb") o.engine.cache_ram_mb = static_cast<size_t>(num(0, 1 << 24));
     else if (k == "--grammar-cache-mb") o.engine.grammar_cache_mb = static_cast<size_t>(num(0, 1 << 20));
+    else if (k == "--property-order") {
+      const std::string v = val();
+      if (v != "schema" && v != "any") {
+        std::fprintf(stderr, "picolm-provider: --property-order takes schema or any, not '%s'\n", v.c_str());
+        return 2;
+      }
+      o.engine.property_order = v == "any" ? grammar::PropertyOrder::Any : grammar::PropertyOrder::Schema;
+    }
     else if (k == "--warm") o.warm_file = val();
     else if (k == "--model-id") o.engine.model_id = val();
     else if (k == "--instance-id") o.instance_id = val();
