@@ -157,8 +157,9 @@ struct OracleAnswer {
   std::string text;  // the render, or the error message
 };
 
-// Runs tests/render_jinja.py once over all cases.
-inline std::vector<OracleAnswer> run_oracle(const std::vector<Case>& cases) {
+// Runs tests/render_jinja.py once over all cases; `fixed_now` >= 0: strftime_now renders that UTC
+// time (seconds since the epoch) instead of the local time now.
+inline std::vector<OracleAnswer> run_oracle(const std::vector<Case>& cases, long long fixed_now = -1) {
   const auto dir = std::filesystem::temp_directory_path();
   const std::string stem = "picolm_chat_template_" + std::to_string(::getpid());
   const std::string in_path = (dir / (stem + ".in.json")).string();
@@ -168,7 +169,8 @@ inline std::vector<OracleAnswer> run_oracle(const std::vector<Case>& cases) {
     in << cases_json(cases);
     REQUIRE(in.good());
   }
-  const std::string cmd = std::string("/usr/bin/python3 ") + PICOLM_SOURCE_DIR + "/tests/render_jinja.py < " + in_path + " > " + out_path;
+  const std::string now_arg = fixed_now >= 0 ? " --now " + std::to_string(fixed_now) : "";
+  const std::string cmd = std::string("/usr/bin/python3 ") + PICOLM_SOURCE_DIR + "/tests/render_jinja.py" + now_arg + " < " + in_path + " > " + out_path;
   const int rc = std::system(cmd.c_str());
   std::string out = read_file(out_path);
   std::filesystem::remove(in_path);

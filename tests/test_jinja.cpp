@@ -1,6 +1,7 @@
 // The Jinja interpreter (provider/jinja): language features against expected strings, limits and
 // errors, and every shared chat template (../shared/templates, the chat templates inside the
-// shared GGUF models, and the inline ones of test_chat_template.cpp) rendered over the
+// shared GGUF models, the inline ones of test_chat_template.cpp, and the published templates of
+// tests/templates, whose origins tests/templates/ORIGIN.md lists) rendered over the
 // chat-template test's conversations and compared byte for byte with python3-jinja2 under
 // Hugging Face's settings (tests/render_jinja.py).
 #include <catch2/catch.hpp>
@@ -198,6 +199,29 @@ std::pair<std::string, std::string> special_tokens(const std::string& file) {
   return {"<s>", "</s>"};
 }
 
+// BOS/EOS of the models behind tests/templates (their tokenizer_config.json); the rest use <s> </s>.
+std::pair<std::string, std::string> published_special_tokens(const std::string& file) {
+  const std::vector<std::pair<std::string, std::pair<std::string, std::string>>> by_prefix = {
+      {"ByteDance-Seed-OSS", {"<seed:bos>", "<seed:eos>"}},
+      {"Cohere2MoE", {"<BOS_TOKEN>", "<|END_OF_TURN_TOKEN|>"}},
+      {"GLM-", {"", "<|endoftext|>"}},
+      {"Kimi-", {"[BOS]", "[EOS]"}},
+      {"moonshotai-Kimi", {"[BOS]", "[EOS]"}},
+      {"LFM2", {"<|startoftext|>", "<|im_end|>"}},
+      {"MiniMax-", {"]~!b[", "[e~["}},
+      {"NVIDIA-", {"<s>", "<|im_end|>"}},
+      {"Qwen", {"", "<|im_end|>"}},
+      {"deepseek-ai", {"<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>"}},
+      {"google-gemma", {"<bos>", "<eos>"}},
+      {"ibm-granite", {"", "<|end_of_text|>"}},
+      {"openai-gpt-oss", {"<|startoftext|>", "<|return|>"}},
+      {"tencent-Hy3", {"<｜hy_begin▁of▁sentence｜>", "<｜hy_place▁holder▁no▁2｜>"}},
+  };
+  for (const auto& [prefix, tokens] : by_prefix)
+    if (file.starts_with(prefix)) return tokens;
+  return {"<s>", "</s>"};
+}
+
 std::string py_literal(const jj::Value& v) {
   if (v.is_none()) return "None";
   if (v.kind() == jj::Value::Kind::Bool) return v.as_bool() ? "True" : "False";
@@ -283,10 +307,14 @@ bool case_context(const Case& c, jj::Value* ctx, std::string* err) {
   return true;
 }
 
-std::string local_strftime(std::string_view fmt) {
-  const std::time_t now = std::time(nullptr);
+// strftime_now at a fixed UTC time, the one run_oracle gives python3-jinja2: a render at the
+// moment the day changes cannot see two dates.
+constexpr long long kFixedNow = 1785157200;  // 2026-07-27 13:00:00 UTC
+
+std::string fixed_strftime(std::string_view fmt) {
+  const std::time_t now = static_cast<std::time_t>(kFixedNow);
   std::tm tm{};
-  localtime_r(&now, &tm);
+  gmtime_r(&now, &tm);
   char buf[256];
   const size_t n = std::strftime(buf, sizeof(buf), std::string(fmt).c_str(), &tm);
   return std::string(buf, n);
@@ -318,6 +346,27 @@ std::vector<Source> all_sources() {
       base = base_case(f, file);
     }
     out.push_back({file, base});
+  }
+  // The published templates stored in the repository (tests/templates/ORIGIN.md names each one's
+  // model and source).
+  const std::string published = std::string(PICOLM_SOURCE_DIR) + "/tests/templates/";
+  const std::string origin = read_file(published + "ORIGIN.md");
+  std::vector<std::string> more;
+  for (const auto& entry : std::filesystem::directory_iterator(published))
+    if (entry.path().extension() == ".jinja") more.push_back(entry.path().filename().string());
+  std::sort(more.begin(), more.end());
+  REQUIRE(more.size() >= 20);
+  for (const auto& file : more) {
+    INFO("tests/templates/" << file << " has no line in ORIGIN.md");
+    CHECK(origin.find("`" + file + "`") != std::string::npos);
+    const auto [bos, eos] = published_special_tokens(file);
+    Case base;
+    base.family = TemplateFamily::Unknown;
+    base.template_file = published + file;
+    base.options.bos_token = bos;
+    base.options.eos_token = eos;
+    base.options.date_string = "02 Jan 2025";
+    out.push_back({"tests/templates/" + file, base});
   }
   // The inline ones and the golden file's.
   for (const auto& f : families)
@@ -379,10 +428,10 @@ void compare_with_python(const std::vector<Source>& sources, int random_per_sour
     add_random_cases(base, sources[s].name, rng, random_per_source, cases);
     source_of.resize(cases.size(), s);
   }
-  const auto answers = run_oracle(cases);
+  const auto answers = run_oracle(cases, kFixedNow);
 
   jj::Options opt;
-  opt.strftime_now = local_strftime;
+  opt.strftime_now = fixed_strftime;
   struct Tally {
     int ok = 0, errors = 0, mismatched = 0;
     std::string first_mismatch;
@@ -504,7 +553,7 @@ TEST_CASE("jinja: mutated templates fail cleanly", "[jinja]") {
   std::string err;
   REQUIRE(case_context(c, &ctx, &err));
   jj::Options opt;
-  opt.strftime_now = local_strftime;
+  opt.strftime_now = fixed_strftime;
   std::mt19937 rng(31);
   int ok = 0, failed = 0;
   for (const std::string& base : texts) {

@@ -25,4 +25,13 @@ std::string py_float(double f);
 std::string py_repr_string(std::string_view s);
 void json_string(std::string_view s, std::string& out);
 
+// Dict keys are strings (Value::Dict). Python also allows ints, floats, booleans and None as keys
+// (ByteDance Seed-OSS maps token budgets by int); such a key is stored as '\0', a type letter and
+// its repr ("\0i512"), and a string key that itself starts with '\0' is stored behind "\0s", so
+// plain string keys stay as they are for Value::find. dict_key throws Error for an unhashable key.
+std::string dict_key(const Value& key);
+Value key_value(const std::string& stored);
+// The key as json.dumps writes it: ints and floats as their text, true/false/null.
+std::string key_json_text(const std::string& stored);
+
 }  // namespace picolm::jinja::detail

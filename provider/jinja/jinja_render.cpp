@@ -127,7 +127,7 @@ std::vector<Value> iterate(const Value& v) {
     case Value::Kind::Dict: {
       if (v.is_namespace()) break;
       std::vector<Value> keys;
-      for (const auto& [k, x] : v.entries()) keys.push_back(Value::string(k));
+      for (const auto& [k, x] : v.entries()) keys.push_back(key_value(k));
       return keys;
     }
     case Value::Kind::String: {
@@ -713,12 +713,11 @@ class Renderer {
     switch (obj.kind()) {
       case Value::Kind::Undefined: fail("subscript of an undefined value");
       case Value::Kind::Dict: {
-        if (key.is_string()) {
-          if (obj.is_namespace()) fail("'Namespace' object is not subscriptable");
-          const Value* v = obj.find(key.as_string());
-          if (v) return *v;
-          if (is_dict_method(key.as_string())) return bound(obj, key.as_string());
-        }
+        if (obj.is_namespace()) fail("'Namespace' object is not subscriptable");
+        // jinja2 answers an unhashable key (a list, a dict) with Undefined, like a missing one.
+        if (key.is_undefined() || key.is_dict() || (key.is_list() && !key.is_tuple())) return Value();
+        if (const Value* v = obj.find(dict_key(key))) return *v;
+        if (key.is_string() && is_dict_method(key.as_string())) return bound(obj, key.as_string());
         return Value();
       }
       case Value::Kind::List:
@@ -885,8 +884,7 @@ class Renderer {
         Value out = Value::dict();
         for (size_t i = 0; i + 1 < e.args.size(); i += 2) {
           Value k = eval(*e.args[i], f);
-          if (!k.is_string()) fail("dict keys must be strings here");
-          out.set(k.as_string(), eval(*e.args[i + 1], f));
+          out.set(dict_key(k), eval(*e.args[i + 1], f));
         }
         return out;
       }
@@ -920,7 +918,7 @@ class Renderer {
             break;
           }
       } else if (r.is_dict() && !r.is_namespace()) {
-        found = l.is_string() && r.find(l.as_string()) != nullptr;
+        found = !l.is_undefined() && r.find(dict_key(l)) != nullptr;
       } else if (!r.is_undefined()) {
         fail(std::string("argument of type '") + type_name(r) + "' is not iterable");
       }
@@ -1042,12 +1040,12 @@ class Renderer {
     if (self.is_dict()) {
       if (name == "items") {
         Value out = Value::list();
-        for (const auto& [k, v] : self.entries()) out.items().push_back(Value::list({Value::string(k), v}, true));
+        for (const auto& [k, v] : self.entries()) out.items().push_back(Value::list({key_value(k), v}, true));
         return out;
       }
       if (name == "keys") {
         Value out = Value::list();
-        for (const auto& [k, v] : self.entries()) out.items().push_back(Value::string(k));
+        for (const auto& [k, v] : self.entries()) out.items().push_back(key_value(k));
         return out;
       }
       if (name == "values") {
@@ -1057,7 +1055,7 @@ class Renderer {
       }
       if (name == "get") {
         if (a.empty()) fail("get expected at least 1 argument");
-        const Value* v = a[0].is_string() ? self.find(a[0].as_string()) : nullptr;
+        const Value* v = a[0].is_undefined() ? nullptr : self.find(dict_key(a[0]));
         if (v) return *v;
         return a.size() > 1 ? a[1] : Value::none();
       }
@@ -1165,7 +1163,71 @@ class Renderer {
       if (name == "islower" || name == "isupper") ok = ok && cased;
       return Value::boolean(ok);
     }
+    if (name == "format") return Value::string(py_format(s, a, kw));
     fail("string method '" + name + "' is not supported");
+  }
+
+  // str.format with the fields templates use: "{}", "{0}", "{name}", "{{", "}}", an optional
+  // "!s" / "!r" conversion, and no format spec (a spec fails the render rather than being ignored).
+  std::string py_format(const std::string& s, const Args& a, const Kwargs& kw) {
+    std::string out;
+    size_t next_auto = 0;
+    bool used_auto = false, used_manual = false;
+    for (size_t i = 0; i < s.size(); ++i) {
+      const char c = s[i];
+      if (c == '}') {
+        if (i + 1 < s.size() && s[i + 1] == '}') {
+          out += '}';
+          ++i;
+          continue;
+        }
+        fail("Single '}' encountered in format string");
+      }
+      if (c != '{') {
+        out += c;
+        continue;
+      }
+      if (i + 1 < s.size() && s[i + 1] == '{') {
+        out += '{';
+        ++i;
+        continue;
+      }
+      const size_t end = s.find('}', i + 1);
+      if (end == std::string::npos) fail("Single '{' encountered in format string");
+      std::string field = s.substr(i + 1, end - i - 1);
+      i = end;
+      char conversion = 's';
+      if (const size_t bang = field.find('!'); bang != std::string::npos) {
+        if (bang + 2 != field.size() || (field[bang + 1] != 's' && field[bang + 1] != 'r')) fail("unsupported conversion in format string");
+        conversion = field[bang + 1];
+        field.resize(bang);
+      }
+      if (field.find_first_of(":.[") != std::string::npos) fail("format specs and field attributes are not supported in str.format");
+      const Value* v = nullptr;
+      if (field.empty() || std::all_of(field.begin(), field.end(), [](char d) { return d >= '0' && d <= '9'; })) {
+        size_t index;
+        if (field.empty()) {
+          if (used_manual) fail("cannot switch from manual field specification to automatic field numbering");
+          used_auto = true;
+          index = next_auto++;
+        } else {
+          if (used_auto) fail("cannot switch from automatic field numbering to manual field specification");
+          used_manual = true;
+          index = field.size() > 9 ? a.size() : std::stoul(field);
+        }
+        if (index >= a.size()) fail("Replacement index " + std::to_string(index) + " out of range for positional args tuple");
+        v = &a[index];
+      } else {
+        for (const auto& [k, x] : kw)
+          if (k == field) v = &x;
+        if (!v) fail("KeyError: '" + field + "'");
+      }
+      if (v->is_undefined()) {
+        continue;  // jinja2's Undefined formats as ""
+      }
+      out += conversion == 'r' && v->is_string() ? py_repr_string(v->as_string()) : str(*v);
+    }
+    return out;
   }
 
   // --- filters -----------------------------------------------------------------------------
@@ -1456,7 +1518,7 @@ class Renderer {
       const bool by_value = by && by->is_string() && by->as_string() == "value";
       const bool rev = kw_bool(kw, a, 2, "reverse", false);
       std::vector<Value> pairs;
-      for (const auto& [k, v] : in.entries()) pairs.push_back(Value::list({Value::string(k), v}, true));
+      for (const auto& [k, v] : in.entries()) pairs.push_back(Value::list({key_value(k), v}, true));
       return Value::list(sorted(std::move(pairs), rev, cs, by_value ? "1" : "0"));
     }
     if (name == "min" || name == "max") {

@@ -172,6 +172,57 @@ std::string py_repr_string(std::string_view s) {
   return out;
 }
 
+std::string dict_key(const Value& key) {
+  switch (key.kind()) {
+    case Value::Kind::String: return key.as_string().starts_with('\0') ? std::string("\0s", 2) + key.as_string() : key.as_string();
+    case Value::Kind::Int: return std::string("\0i", 2) + (key.is_big_integer() ? key.as_string() : std::to_string(key.as_int()));
+    case Value::Kind::Float: return std::string("\0f", 2) + py_float(key.as_float());
+    case Value::Kind::Bool: return std::string("\0b", 2) + (key.as_bool() ? "1" : "0");
+    case Value::Kind::None: return std::string("\0n", 2);
+    case Value::Kind::List:
+      if (key.is_tuple()) break;
+      throw Error("unhashable type: 'list'");
+    case Value::Kind::Dict: throw Error("unhashable type: 'dict'");
+    default: break;
+  }
+  throw Error("unsupported dict key");
+}
+
+Value key_value(const std::string& stored) {
+  if (stored.empty() || stored[0] != '\0') return Value::string(stored);
+  const char type = stored.size() > 1 ? stored[1] : 's';
+  const std::string text = stored.substr(2);
+  switch (type) {
+    case 'i': {
+      int64_t i = 0;
+      const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), i);
+      if (ec != std::errc() || end != text.data() + text.size()) return Value::big_integer(text);
+      return Value::integer(i);
+    }
+    case 'f': return Value::number(std::strtod(text.c_str(), nullptr));
+    case 'b': return Value::boolean(text == "1");
+    case 'n': return Value::none();
+    default: return Value::string(text);
+  }
+}
+
+std::string key_json_text(const std::string& stored) {
+  if (stored.empty() || stored[0] != '\0') return stored;
+  const Value k = key_value(stored);
+  switch (k.kind()) {
+    case Value::Kind::Bool: return k.as_bool() ? "true" : "false";
+    case Value::Kind::None: return "null";
+    case Value::Kind::Float: {
+      const double f = k.as_float();
+      if (std::isnan(f)) return "NaN";
+      if (std::isinf(f)) return f > 0 ? "Infinity" : "-Infinity";
+      return py_float(f);
+    }
+    case Value::Kind::Int: return k.is_big_integer() ? k.as_string() : std::to_string(k.as_int());
+    default: return k.as_string();
+  }
+}
+
 static void py_repr(const Value& v, std::string& out, int depth);
 
 static void py_repr_item(const Value& v, std::string& out, int depth) {
@@ -216,7 +267,7 @@ static void py_repr(const Value& v, std::string& out, int depth) {
       for (const auto& [k, x] : v.entries()) {
         if (!first) out += ", ";
         first = false;
-        out += py_repr_string(k);
+        py_repr_item(key_value(k), out, depth + 1);
         out += ": ";
         py_repr_item(x, out, depth + 1);
       }
@@ -298,7 +349,7 @@ static void to_json_rec(const Value& v, std::string& out, int indent, int level,
       for (size_t i = 0; i < entries.size(); ++i) {
         if (i) out += item_sep;
         if (indent >= 0) newline(level + 1);
-        json_string(entries[i].first, out);
+        json_string(key_json_text(entries[i].first), out);
         out += key_sep;
         to_json_rec(entries[i].second, out, indent, level + 1, item_sep, key_sep);
       }
@@ -416,7 +467,7 @@ struct JsonReader {
         ++pos;
         Value v;
         if (!value(v, depth + 1)) return false;
-        out.set(std::move(key), std::move(v));
+        out.set(detail::dict_key(Value::string(std::move(key))), std::move(v));
         ws();
         if (pos < s.size() && s[pos] == ',') {
           ++pos;
