@@ -206,6 +206,37 @@ Value key_value(const std::string& stored) {
   }
 }
 
+static std::string canonical_key(const std::string& stored) {
+  if (stored.size() < 2 || stored[0] != '\0') return stored;
+  if (stored[1] == 'b') return std::string("\0i", 2) + stored.substr(2);
+  if (stored[1] == 'f') {
+    const double f = std::strtod(stored.c_str() + 2, nullptr);
+    if (std::isfinite(f) && f == std::trunc(f) && std::fabs(f) < 9.2e18) return std::string("\0i", 2) + std::to_string(static_cast<int64_t>(f));
+  }
+  return stored;
+}
+
+const Value* find_key(const Value& dict, const Value& key) {
+  const std::string want = dict_key(key);
+  if (const Value* v = dict.find(want)) return v;
+  if (want.empty() || want[0] != '\0') return nullptr;
+  const std::string canon = canonical_key(want);
+  for (const auto& [k, v] : dict.entries())
+    if (!k.empty() && k[0] == '\0' && canonical_key(k) == canon) return &v;
+  return nullptr;
+}
+
+void set_key(Value& dict, const Value& key, Value value) {
+  const std::string stored = dict_key(key);
+  const std::string canon = canonical_key(stored);
+  for (auto& [k, v] : dict.entries())
+    if (k == stored || canonical_key(k) == canon) {
+      v = std::move(value);
+      return;
+    }
+  dict.entries().emplace_back(stored, std::move(value));
+}
+
 std::string key_json_text(const std::string& stored) {
   if (stored.empty() || stored[0] != '\0') return stored;
   const Value k = key_value(stored);
@@ -253,13 +284,14 @@ static void py_repr(const Value& v, std::string& out, int depth) {
     }
     case Value::Kind::Dict: {
       if (v.is_namespace()) {
-        out += "<Namespace ";
+        // jinja2 >= 3.1 prints a namespace as <Namespace {'key': value, ...}>.
+        out += "<Namespace {";
         for (size_t i = 0; i < v.entries().size(); ++i) {
           if (i) out += ", ";
-          out += v.entries()[i].first + "=";
+          out += py_repr_string(v.entries()[i].first) + ": ";
           py_repr_item(v.entries()[i].second, out, depth + 1);
         }
-        out += ">";
+        out += "}>";
         break;
       }
       out += "{";
