@@ -719,10 +719,10 @@ class Renderer {
         if (is_str_method(name)) return bound(obj, name);
         return Value();
       case Value::Kind::List:
-        // The immutable sandbox answers the mutating methods with an undefined value.
-        if (is_list_method(name) && name != "append" && name != "extend" && name != "insert" && name != "pop" && name != "remove" &&
-            name != "reverse" && name != "sort" && name != "clear")
-          return bound(obj, name);
+        // jinja2 3.1's immutable sandbox answers these with an undefined value (pop and clear it
+        // lets through; calling them fails here, see call_method).
+        if (name == "append" || name == "reverse" || name == "insert" || name == "sort" || name == "extend" || name == "remove") return Value();
+        if (is_list_method(name)) return bound(obj, name);
         return Value();
       default: return Value();
     }
@@ -1099,7 +1099,9 @@ class Renderer {
         return Value::integer(n);
       }
       if (name == "copy") return Value::list(self.items());
-      fail("access to attribute '" + name + "' of 'list' object is unsafe");
+      // pop and clear: jinja2 3.1 runs them, changing the list in place; lists here are shared
+      // with the caller's context, which a render must not change, so they fail the render.
+      fail("list." + name + "() changes the list in place, which this interpreter does not do");
     }
     const std::string& s = self.as_string();
     if (name == "strip" || name == "lstrip" || name == "rstrip")
