@@ -704,9 +704,11 @@ TEST_CASE("jinja: mutated templates fail cleanly", "[jinja]") {
                                            "{% endfor %}", "{% for x in messages %}", "|tojson", ".", "~", " is ", " not ", "[::-1]",
                                            "{% macro m() %}{{ m() }}{% endmacro %}{{ m() }}", "{% break %}", "loop.", "ns.", "**", "//"};
   std::vector<std::string> texts;
-  for (const auto& entry : std::filesystem::directory_iterator(kTemplates))
-    if (entry.path().extension() == ".jinja") texts.push_back(read_file(entry.path().string()));
-  REQUIRE(texts.size() >= 25);
+  for (const std::string& dir : {kTemplates, std::string(PICOLM_SOURCE_DIR) + "/tests/templates/"})
+    for (const auto& entry : std::filesystem::directory_iterator(dir))
+      if (entry.path().extension() == ".jinja") texts.push_back(read_file(entry.path().string()));
+  std::sort(texts.begin(), texts.end());  // directory order varies; the mutations must not
+  REQUIRE(texts.size() >= 55);
   Case c;
   c.messages = {msg("system", "sys"), msg("user", "What's the weather?"), call_msg("", {{"call00001", "get_weather", kArgsParis}}),
                 tool_msg("call00001", "20 C"), msg("assistant", "Warm.")};
@@ -721,7 +723,7 @@ TEST_CASE("jinja: mutated templates fail cleanly", "[jinja]") {
   std::mt19937 rng(31);
   int ok = 0, failed = 0;
   for (const std::string& base : texts) {
-    for (int n = 0; n < 120; ++n) {
+    for (int n = 0; n < 80; ++n) {
       std::string t = base;
       const int edits = 1 + static_cast<int>(rng() % 3);
       for (int e = 0; e < edits && !t.empty(); ++e) {

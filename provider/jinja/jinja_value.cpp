@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "../json_writer.h"  // header-only: the JSON escapes, shared with the provider's writer
 #include "jinja.h"
 #include "jinja_internal.h"
 
@@ -311,24 +312,14 @@ static void py_repr(const Value& v, std::string& out, int depth) {
 }
 
 void json_string(std::string_view s, std::string& out) {
+  // Bytes from 0x80 up are copied as they are (json_writer.h's append_json_string would replace
+  // ill-formed UTF-8, but a lone surrogate from "\\ud800" must come out as python3-jinja2 writes
+  // it, in the bytes the interpreter holds).
   out += '"';
   for (char ch : s) {
     const unsigned char c = static_cast<unsigned char>(ch);
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      case '\b': out += "\\b"; break;
-      case '\f': out += "\\f"; break;
-      default:
-        if (c < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof(buf), "\\u%04x", c);
-          out += buf;
-        } else out += ch;
-    }
+    if (c < 0x80) json::append_json_ascii(out, c);
+    else out += ch;
   }
   out += '"';
 }
