@@ -487,6 +487,77 @@ TEST_CASE("jinja: every shared chat template renders byte-identical to python3-j
   compare_with_python(all_sources(), 150, {"fireworks-ai-llama-3-firefunction-v2.jinja"});
 }
 
+// Message shapes the conversation generator does not make, as OpenAI clients send them: content
+// as a list of parts (text, image), null content without calls, a tool result as parts with a
+// name, reasoning_content beside empty content, a call without an id. Every template renders
+// them (or fails) exactly as python3-jinja2 does.
+TEST_CASE("jinja: content parts and other message shapes match python3-jinja2", "[jinja]") {
+  const std::vector<std::string> shapes = {
+      R"([{"role": "system", "content": [{"type": "text", "text": "Sys part."}]}, {"role": "user", "content": [{"type": "text", "text": "Look: "}, {"type": "image"}, {"type": "text", "text": " what is it?"}]}, {"role": "assistant", "content": [{"type": "text", "text": "A cat."}]}, {"role": "user", "content": [{"type": "text", "text": "Thanks"}]}])",
+      R"([{"role": "user", "content": [{"type": "text", "text": "Hi"}, {"type": "text", "text": "there"}]}])",
+      R"([{"role": "user", "content": "Weather?"}, {"role": "assistant", "content": null, "tool_calls": [{"id": "call00001", "type": "function", "function": {"name": "get_weather", "arguments": "{\"location\": \"Paris\", \"days\": 2}"}}]}, {"role": "tool", "tool_call_id": "call00001", "name": "get_weather", "content": [{"type": "text", "text": "20 C"}]}])",
+      R"([{"role": "user", "content": "Q"}, {"role": "assistant", "content": "", "reasoning_content": "think"}, {"role": "user", "content": "Q2"}])",
+      R"([{"role": "user", "content": "Q"}, {"role": "assistant", "content": null}, {"role": "user", "content": "again"}])",
+      R"([{"role": "user", "content": "x"}, {"role": "assistant", "content": "", "tool_calls": [{"type": "function", "function": {"name": "get_time", "arguments": "{}"}}]}, {"role": "tool", "content": "noon"}])",
+  };
+  const auto sources = all_sources();
+  std::string oracle_in = "[";
+  std::vector<std::string> contexts;  // the same case for the interpreter (chat_context_from_json)
+  std::vector<std::string> texts;
+  std::vector<bool> args_as_string;
+  std::vector<size_t> source_of;
+  for (size_t si = 0; si < sources.size(); ++si) {
+    const Case& b = sources[si].base;
+    const std::string text = b.template_file.empty() ? b.template_text : read_file(b.template_file);
+    for (const auto& shape : shapes)
+      for (int tools = 0; tools < 2; ++tools)
+        for (int gen = 0; gen < 2; ++gen) {
+          std::string common = "\"messages\": " + shape + ", \"add_generation_prompt\": " + (gen ? "true" : "false") + ", \"bos_token\": ";
+          json_string(b.options.bos_token, common);
+          common += ", \"eos_token\": ";
+          json_string(b.options.eos_token, common);
+          common += ", \"date_string\": \"02 Jan 2025\"";
+          std::string ctx = "{" + common + (tools ? std::string(", \"tools\": ") + kTools : "") + "}";
+          const bool as_string = b.family == TemplateFamily::DeepSeekR1;
+          std::string c = "{\"template\": ";
+          json_string(text, c);
+          c += ", " + common + ", \"tools\": " + (tools ? std::string(kTools) : "null") + ", \"arguments_as_string\": " + (as_string ? "true" : "false") + "}";
+          oracle_in += (contexts.empty() ? "" : ",\n") + c;
+          contexts.push_back(std::move(ctx));
+          texts.push_back(text);
+          args_as_string.push_back(as_string);
+          source_of.push_back(si);
+        }
+  }
+  oracle_in += "]";
+  const auto answers = run_oracle_json(oracle_in, contexts.size(), kFixedNow);
+  jj::Options opt;
+  opt.strftime_now = fixed_strftime;
+  std::vector<int> ok(sources.size()), mismatched(sources.size());
+  int total_ok = 0, total_err = 0;
+  for (size_t i = 0; i < contexts.size(); ++i) {
+    jj::Value ctx;
+    std::string err;
+    REQUIRE(jj::chat_context_from_json(contexts[i], &ctx, &err, !args_as_string[i]));
+    const jj::RenderResult got = jj::render(texts[i], ctx, opt);
+    const bool same = got.ok == answers[i].ok && (!got.ok || got.text == answers[i].text);
+    if (!same && mismatched[source_of[i]]++ == 0) {
+      INFO("template " << sources[source_of[i]].name << ", shape " << (i / 4) % shapes.size() << "\n  python3-jinja2 "
+                       << (answers[i].ok ? "text: " : "error: ") << answers[i].text.substr(0, 400) << "\n  ours "
+                       << (got.ok ? "text: " : "error: ") << (got.ok ? got.text : got.error).substr(0, 400));
+      CHECK(same);
+    }
+    if (got.ok) ++total_ok, ++ok[source_of[i]];
+    else ++total_err;
+  }
+  int all_match = 0;
+  for (size_t si = 0; si < sources.size(); ++si) all_match += mismatched[si] == 0;
+  CHECK(all_match == static_cast<int>(sources.size()));
+  CHECK(total_ok > total_err);
+  std::printf("jinja vs python3-jinja2, message shapes: %d of %zu templates identical over %zu cases (%d render, %d fail in both)\n",
+              all_match, sources.size(), contexts.size(), total_ok, total_err);
+}
+
 // Language features over the same data (awkward strings, numbers Python re-spells, nested tools),
 // with python3-jinja2 as the oracle instead of hand-written expectations.
 TEST_CASE("jinja: filters and methods over the conversations match python3-jinja2", "[jinja]") {
