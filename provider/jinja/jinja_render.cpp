@@ -1758,7 +1758,7 @@ class Renderer {
       const std::u32string head = u.substr(0, static_cast<size_t>(length - end_len));
       if (kill && truthy(*kill)) return Value::string(from_u32(head) + end);
       const size_t sp = head.rfind(U' ');
-      std::u32string kept = sp == std::u32string::npos ? std::u32string() : head.substr(0, sp);
+      const std::u32string kept = sp == std::u32string::npos ? head : head.substr(0, sp);  // head.rsplit(" ", 1)[0]
       return Value::string(from_u32(kept) + end);
     }
     if (name == "slice") {
@@ -1775,7 +1775,7 @@ class Renderer {
         if (k < extra) ++offset;
         const int64_t stop = offset + (k + 1) * per;
         Value part = Value::list(std::vector<Value>(seq.begin() + start, seq.begin() + stop));
-        if (fill && k >= extra) part.items().push_back(*fill);
+        if (fill && !fill->is_none() && k >= extra) part.items().push_back(*fill);
         out.items().push_back(std::move(part));
       }
       return Value::generator(std::move(out.items()));
@@ -1799,8 +1799,9 @@ class Renderer {
         Value group = Value::list();
         size_t j = i;
         while (j < items.size() && equal(fold(key_of(items[j])), fold(key))) group.items().push_back(items[j++]);
-        // jinja2's _GroupTuple: a (grouper, list) tuple; printed as a plain tuple.
-        out.items().push_back(Value::list({cs ? key : fold(key), group}, true));
+        // jinja2's _GroupTuple: a (grouper, list) tuple, printed as a plain tuple; the grouper is the
+        // first item's own key, also when grouping ignored case.
+        out.items().push_back(Value::list({key, group}, true));
         i = j;
       }
       return out;
