@@ -781,7 +781,9 @@ line2)J",
 TEST_CASE("jinja: mutated templates fail cleanly", "[jinja]") {
   const std::vector<std::string> pieces = {"{%", "%}", "{{", "}}", "{#", "(", ")", "[", "]", "{", "}", "|", "-", "'", "\"", "endif",
                                            "{% endfor %}", "{% for x in messages %}", "|tojson", ".", "~", " is ", " not ", "[::-1]",
-                                           "{% macro m() %}{{ m() }}{% endmacro %}{{ m() }}", "{% break %}", "loop.", "ns.", "**", "//"};
+                                           "{% macro m() %}{{ m() }}{% endmacro %}{{ m() }}", "{% break %}", "loop.", "ns.", "**", "//",
+                                           "{% raw %}", "{% endraw %}", "{% with a = 1 %}", "{% endwith %}", " % (1, 'a')", "'%5.2f' % ",
+                                           ".format(1, x=2)", "'{:>{}}'", "{0: 1, none: 2}", "0x_1f", "|groupby('role')", "|truncate(3)"};
   std::vector<std::string> texts;
   for (const std::string& dir : {kTemplates, std::string(PICOLM_SOURCE_DIR) + "/tests/templates/"})
     for (const auto& entry : std::filesystem::directory_iterator(dir))
