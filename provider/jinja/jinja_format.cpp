@@ -334,6 +334,13 @@ std::string py_percent_format(std::string_view fmt, const Value& args) {
       case 'X':
       case 'o':
       case 'c': {
+        if (type == 'c' && v->is_string()) {
+          if (cp_count(v->as_string()) != 1) throw Error("%c requires an int or a unicode character, not a string of length " + std::to_string(cp_count(v->as_string())));
+          Spec plain = spec;
+          plain.zero = false;
+          out += pad("", v->as_string(), plain, '>');
+          break;
+        }
         Value n = *v;
         if (n.kind() == Value::Kind::Float) {
           if (type == 'x' || type == 'X' || type == 'o' || type == 'c') throw Error(std::string("%") + type + " format: an integer is required, not float");

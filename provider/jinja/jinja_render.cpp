@@ -944,6 +944,8 @@ class Renderer {
       return Value::boolean(op == "in" ? found : !found);
     }
     if (op == "~") return Value::string(str(l) + str(r));
+    // str % args formats an undefined argument as "" (Python's str.__mod__ runs first).
+    if (op == "%" && l.is_string()) return Value::string(py_percent_format(l.as_string(), r));
     if (l.is_undefined() || r.is_undefined()) fail("operator '" + op + "' on an undefined value");
     if (op == "<") return Value::boolean(compare(l, r, "<") < 0);
     if (op == ">") return Value::boolean(compare(l, r, ">") > 0);
@@ -1031,10 +1033,6 @@ class Renderer {
           for (const auto& x : seq->items()) out.items().push_back(x);
         return out;
       }
-    }
-    if (op == "%" && l.is_string()) {
-      if (r.is_undefined()) fail("operator '%' on an undefined value");
-      return Value::string(py_percent_format(l.as_string(), r));
     }
     fail("unsupported operand type(s) for " + op + ": '" + type_name(l) + "' and '" + type_name(r) + "'");
   }
