@@ -12,6 +12,29 @@
 
 namespace picolm::json {
 
+// Appends the ASCII byte c (< 0x80) as it appears inside a JSON string: the escapes Python's
+// json.dumps writes (\" \\ \n \r \t \b \f, \u00XX for the other control characters), else c
+// itself. Shared with the Jinja interpreter's tojson (provider/jinja/jinja_value.cpp).
+inline void append_json_ascii(std::string& out, unsigned char c) {
+  switch (c) {
+    case '"': out += "\\\""; break;
+    case '\\': out += "\\\\"; break;
+    case '\n': out += "\\n"; break;
+    case '\r': out += "\\r"; break;
+    case '\t': out += "\\t"; break;
+    case '\b': out += "\\b"; break;
+    case '\f': out += "\\f"; break;
+    default:
+      if (c < 0x20) {
+        char buf[8];
+        std::snprintf(buf, sizeof buf, "\\u%04x", c);
+        out += buf;
+      } else {
+        out.push_back(static_cast<char>(c));
+      }
+  }
+}
+
 // Appends s as a quoted JSON string.
 inline void append_json_string(std::string& out, std::string_view s) {
   out.push_back('"');
@@ -21,23 +44,7 @@ inline void append_json_string(std::string& out, std::string_view s) {
   while (i < n) {
     unsigned char c = p[i];
     if (c < 0x80) {
-      switch (c) {
-        case '"': out += "\\\""; break;
-        case '\\': out += "\\\\"; break;
-        case '\n': out += "\\n"; break;
-        case '\r': out += "\\r"; break;
-        case '\t': out += "\\t"; break;
-        case '\b': out += "\\b"; break;
-        case '\f': out += "\\f"; break;
-        default:
-          if (c < 0x20) {
-            char buf[8];
-            std::snprintf(buf, sizeof buf, "\\u%04x", c);
-            out += buf;
-          } else {
-            out.push_back(static_cast<char>(c));
-          }
-      }
+      append_json_ascii(out, c);
       ++i;
       continue;
     }

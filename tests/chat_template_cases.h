@@ -157,18 +157,21 @@ struct OracleAnswer {
   std::string text;  // the render, or the error message
 };
 
-// Runs tests/render_jinja.py once over all cases.
-inline std::vector<OracleAnswer> run_oracle(const std::vector<Case>& cases) {
+// Runs tests/render_jinja.py once over a JSON list of `count` cases (its input format);
+// `fixed_now` >= 0: strftime_now renders that UTC time (seconds since the epoch) instead of the
+// local time now.
+inline std::vector<OracleAnswer> run_oracle_json(const std::string& cases_json_text, size_t count, long long fixed_now = -1) {
   const auto dir = std::filesystem::temp_directory_path();
   const std::string stem = "picolm_chat_template_" + std::to_string(::getpid());
   const std::string in_path = (dir / (stem + ".in.json")).string();
   const std::string out_path = (dir / (stem + ".out")).string();
   {
     std::ofstream in(in_path, std::ios::binary);
-    in << cases_json(cases);
+    in << cases_json_text;
     REQUIRE(in.good());
   }
-  const std::string cmd = std::string("/usr/bin/python3 ") + PICOLM_SOURCE_DIR + "/tests/render_jinja.py < " + in_path + " > " + out_path;
+  const std::string now_arg = fixed_now >= 0 ? " --now " + std::to_string(fixed_now) : "";
+  const std::string cmd = std::string("/usr/bin/python3 ") + PICOLM_SOURCE_DIR + "/tests/render_jinja.py" + now_arg + " < " + in_path + " > " + out_path;
   const int rc = std::system(cmd.c_str());
   std::string out = read_file(out_path);
   std::filesystem::remove(in_path);
@@ -189,8 +192,13 @@ inline std::vector<OracleAnswer> run_oracle(const std::vector<Case>& cases) {
     pos = nl + 1 + n + 1;
     answers.push_back(std::move(a));
   }
-  REQUIRE(answers.size() == cases.size());
+  REQUIRE(answers.size() == count);
   return answers;
+}
+
+// Runs tests/render_jinja.py once over all cases (see run_oracle_json).
+inline std::vector<OracleAnswer> run_oracle(const std::vector<Case>& cases, long long fixed_now = -1) {
+  return run_oracle_json(cases_json(cases), cases.size(), fixed_now);
 }
 
 // ---------------------------------------------------------------------------------------------

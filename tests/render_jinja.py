@@ -4,11 +4,14 @@
 Renders each case with python3-jinja2 configured the way Hugging Face transformers renders
 `tokenizer.chat_template` (transformers/utils/chat_template_utils.py), because that is how the
 prompts the models were trained and evaluated on were produced:
-  - ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True) + loopcontrols;
+  - ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True) + loopcontrols and
+    transformers' AssistantTracker extension (the `{% generation %}` tag, rendered as its body);
   - `tojson` replaced by json.dumps(ensure_ascii=False, sort_keys=False): jinja2's own tojson sorts
     keys and HTML-escapes <, >, &, ' (as \\u003c ...), which no chat runtime does (HF overrides
     it; llama.cpp's minja keeps key order and escapes nothing);
   - globals raise_exception(msg) and strftime_now(fmt); bos_token / eos_token as plain strings.
+
+Usage: render_jinja.py [--now SECONDS] < cases.json   (--now: strftime_now renders that UTC time)
 
 Input (stdin): a JSON list of cases
   {"template_file": path | "template": text,
@@ -46,16 +49,36 @@ def tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False)
                       sort_keys=sort_keys)
 
 
-def strftime_now(fmt):
-    return datetime.datetime.now().strftime(fmt)
+def make_strftime_now(fixed_now):
+    """strftime_now(fmt) at the local time now, or at the UTC time `fixed_now` (seconds since the
+    epoch) when given, so that a test's two renderers cannot see different days."""
+    def strftime_now(fmt):
+        if fixed_now is None:
+            return datetime.datetime.now().strftime(fmt)
+        return datetime.datetime.fromtimestamp(fixed_now, tz=datetime.timezone.utc).strftime(fmt)
+    return strftime_now
 
 
-def make_env():
+class AssistantTracker(jinja2.ext.Extension):
+    """transformers' `{% generation %}...{% endgeneration %}` tag (it marks the assistant's tokens
+    for return_assistant_tokens_mask); rendering it outputs the body unchanged."""
+    tags = {"generation"}
+
+    def parse(self, parser):
+        lineno = next(parser.stream).lineno
+        body = parser.parse_statements(["name:endgeneration"], drop_needle=True)
+        return jinja2.nodes.CallBlock(self.call_method("_generation_support"), [], [], body).set_lineno(lineno)
+
+    def _generation_support(self, caller):
+        return caller()
+
+
+def make_env(fixed_now=None):
     env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
-                                        extensions=[jinja2.ext.loopcontrols])
+                                        extensions=[AssistantTracker, jinja2.ext.loopcontrols])
     env.filters["tojson"] = tojson
     env.globals["raise_exception"] = raise_exception
-    env.globals["strftime_now"] = strftime_now
+    env.globals["strftime_now"] = make_strftime_now(fixed_now)
     return env
 
 
@@ -133,8 +156,13 @@ def render(env, case, compiled):
 
 
 def main():
+    fixed_now = None
+    if len(sys.argv) == 3 and sys.argv[1] == "--now":
+        fixed_now = int(sys.argv[2])
+    elif len(sys.argv) != 1:
+        sys.exit("usage: render_jinja.py [--now SECONDS_SINCE_EPOCH] < cases.json")
     cases = json.loads(sys.stdin.buffer.read().decode("utf-8"))
-    env = make_env()
+    env = make_env(fixed_now)
     out = sys.stdout.buffer
     compiled = {}  # template text -> compiled template
     for case in cases:

@@ -25,4 +25,23 @@ std::string py_float(double f);
 std::string py_repr_string(std::string_view s);
 void json_string(std::string_view s, std::string& out);
 
+// Python's format(value, spec) (a str.format field's spec: fill, align, sign, '#', '0', width,
+// grouping, precision, types s d n x X o b c f F e E g G %) and printf-style `fmt % args` (args a
+// tuple, a mapping for "%(key)s", or one value). Both throw Error as Python raises.
+std::string py_format_spec(const Value& v, std::string_view spec);
+std::string py_percent_format(std::string_view fmt, const Value& args);
+
+// Dict keys are strings (Value::Dict). Python also allows ints, floats, booleans and None as keys
+// (ByteDance Seed-OSS maps token budgets by int); such a key is stored as '\0', a type letter and
+// its repr ("\0i512"), and a string key that itself starts with '\0' is stored behind "\0s", so
+// plain string keys stay as they are for Value::find. dict_key throws Error for an unhashable key.
+std::string dict_key(const Value& key);
+Value key_value(const std::string& stored);
+// Dict lookup and insertion with Python's key equality (True == 1, 2.0 == 2): the stored key
+// keeps the type it was first given with, as in Python.
+const Value* find_key(const Value& dict, const Value& key);
+void set_key(Value& dict, const Value& key, Value value);
+// The key as json.dumps writes it: ints and floats as their text, true/false/null.
+std::string key_json_text(const std::string& stored);
+
 }  // namespace picolm::jinja::detail

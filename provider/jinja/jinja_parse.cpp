@@ -5,7 +5,9 @@
 //     removed (not for `{%+`, not for `{{`); "start of a line" also holds right after a tag
 //     that ended with a newline, and at the start of the template;
 //   - keep_trailing_newline off: one trailing newline of the template is dropped.
+#include <cctype>
 #include <charconv>
+#include <cstdint>
 #include <cstring>
 
 #include "jinja_internal.h"
@@ -107,6 +109,10 @@ class Lexer {
         line_starting = src_[pos_ - 1] == '\n';
         continue;
       }
+      if (kind == '%' && lex_raw(strip_next, tag_line)) {
+        line_starting = src_[pos_ - 1] == '\n';
+        continue;
+      }
       out_.push_back({kind == '{' ? Token::VarBegin : Token::BlockBegin, "", tag_line});
       const char close = kind == '{' ? '}' : '%';
       const char sign_out = lex_inside(close);
@@ -123,6 +129,69 @@ class Lexer {
   }
 
  private:
+  static bool ident_char(char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; }
+
+  // At pos_ just inside a `{%`: if the tag is `raw`, emits everything up to the matching
+  // `{% endraw %}` as text (with the same whitespace control as other tags) and returns true.
+  bool lex_raw(bool& strip_next, int tag_line) {
+    size_t q = pos_;
+    while (q < src_.size() && is_space(src_[q])) ++q;
+    if (src_.compare(q, 3, "raw") != 0 || q + 3 >= src_.size() || ident_char(src_[q + 3])) return false;
+    q += 3;
+    while (q < src_.size() && is_space(src_[q])) ++q;
+    // jinja2's lexer knows `raw -%}` and `raw %}` only, and applies no trim_blocks after it.
+    char open_sign = 0;
+    if (q < src_.size() && src_[q] == '-') open_sign = src_[q++];
+    if (src_.compare(q, 2, "%}") != 0) return false;
+    for (size_t k = pos_; k < q; ++k)
+      if (src_[k] == '\n') ++line_;
+    pos_ = q + 2;
+    // The closing tag: {%[-+]? endraw [-+]?%}
+    size_t start = pos_, tag = 0, after = 0;
+    char close_in = 0, close_out = 0;
+    for (size_t search = pos_;; search = tag + 2) {
+      tag = src_.find("{%", search);
+      if (tag == std::string::npos) throw Error("missing '{% endraw %}'", tag_line);
+      size_t k = tag + 2;
+      close_in = 0;
+      if (k < src_.size() && (src_[k] == '-' || src_[k] == '+')) close_in = src_[k++];
+      while (k < src_.size() && is_space(src_[k])) ++k;
+      if (src_.compare(k, 6, "endraw") != 0 || (k + 6 < src_.size() && ident_char(src_[k + 6]))) continue;
+      k += 6;
+      while (k < src_.size() && is_space(src_[k])) ++k;
+      close_out = 0;
+      if (k < src_.size() && (src_[k] == '-' || src_[k] == '+')) close_out = src_[k++];
+      if (src_.compare(k, 2, "%}") != 0) continue;
+      after = k + 2;
+      break;
+    }
+    std::string text = src_.substr(start, tag - start);
+    if (open_sign == '-') {
+      size_t k = 0;
+      while (k < text.size() && is_space(text[k])) ++k;
+      text.erase(0, k);
+    }
+    if (close_in == '-') {
+      size_t e = text.size();
+      while (e > 0 && is_space(text[e - 1])) --e;
+      text.resize(e);
+    } else if (close_in != '+') {  // lstrip_blocks before the closing tag
+      const size_t nl = text.rfind('\n');
+      if (nl != std::string::npos && text.find_first_not_of(" \t", nl + 1) == std::string::npos) text.resize(nl + 1);
+    }
+    const int text_line = line_;
+    for (size_t k = start; k < after; ++k)
+      if (src_[k] == '\n') ++line_;
+    if (!text.empty()) out_.push_back({Token::Text, std::move(text), text_line});
+    pos_ = after;
+    strip_next = close_out == '-';
+    if (close_out == 0 && pos_ < src_.size() && src_[pos_] == '\n') {
+      ++pos_;
+      ++line_;
+    }
+    return true;
+  }
+
   // Lexes expression tokens up to the closing `%}` / `}}` (outside brackets); returns the sign
   // before it ('-', '+' or '\0').
   char lex_inside(char close) {
@@ -148,6 +217,23 @@ class Lexer {
         size_t e = pos_;
         while (e < src_.size() && (std::isalnum(static_cast<unsigned char>(src_[e])) || src_[e] == '_')) ++e;
         out_.push_back({Token::Name, src_.substr(pos_, e - pos_), line_});
+        pos_ = e;
+      } else if (c == '0' && pos_ + 2 < src_.size() && std::strchr("xXoObB", src_[pos_ + 1]) && (std::isxdigit(static_cast<unsigned char>(src_[pos_ + 2])) || src_[pos_ + 2] == '_')) {
+        // 0x1F, 0o17, 0b101 (underscores allowed between digits), as jinja2's lexer reads them.
+        const char b = static_cast<char>(std::tolower(static_cast<unsigned char>(src_[pos_ + 1])));
+        const int base = b == 'x' ? 16 : b == 'o' ? 8 : 2;
+        size_t e = pos_ + 2;
+        uint64_t v = 0;
+        for (; e < src_.size(); ++e) {
+          const char d = src_[e];
+          if (d == '_') continue;
+          const int dv = std::isdigit(static_cast<unsigned char>(d)) ? d - '0' : std::isxdigit(static_cast<unsigned char>(d)) ? std::tolower(d) - 'a' + 10 : 99;
+          if (dv >= base) break;
+          if (v > (UINT64_MAX >> 4) || v * static_cast<uint64_t>(base) + static_cast<uint64_t>(dv) > static_cast<uint64_t>(INT64_MAX))
+            throw Error("integer literal too large", line_);
+          v = v * static_cast<uint64_t>(base) + static_cast<uint64_t>(dv);
+        }
+        out_.push_back({Token::Int, std::to_string(v), line_});
         pos_ = e;
       } else if (std::isdigit(static_cast<unsigned char>(c))) {
         size_t e = pos_;
@@ -379,8 +465,10 @@ class Parser {
       }
     } else if (k == "for") {
       s->type = Stmt::Type::For;
+      const bool parens = accept_op("(");  // {% for (k, v) in ... %}
       s->names.push_back(expect_name());
       while (accept_op(",")) s->names.push_back(expect_name());
+      if (parens) expect_op(")");
       if (!accept_name("in")) throw Error("expected 'in' in for", peek().line);
       s->expr = parse_tuple_or_expr(/*no_cond=*/true);
       if (accept_name("if")) s->cond = parse_expression();
@@ -441,6 +529,19 @@ class Parser {
       s->expr = parse_filter_chain(nullptr);
       expect_block_end();
       s->body = parse_until({"endfilter"});
+      take_keyword();
+      expect_block_end();
+    } else if (k == "with") {
+      // {% with a = 1, b = x %}: names visible in the body only, values evaluated outside it.
+      s->type = Stmt::Type::With;
+      while (peek().kind != Token::BlockEnd && peek().kind != Token::Eof) {
+        if (!s->names.empty()) expect_op(",");
+        s->names.push_back(expect_name());
+        expect_op("=");
+        s->defaults.push_back(parse_expression());
+      }
+      expect_block_end();
+      s->body = parse_until({"endwith"});
       take_keyword();
       expect_block_end();
     } else if (k == "generation") {

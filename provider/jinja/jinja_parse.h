@@ -31,17 +31,17 @@ struct Stmt;
 using Body = std::vector<std::unique_ptr<Stmt>>;
 
 struct Stmt {
-  enum class Type : uint8_t { Text, Output, If, For, Set, SetBlock, Macro, CallBlock, FilterBlock, Break, Continue };
+  enum class Type : uint8_t { Text, Output, If, For, Set, SetBlock, Macro, CallBlock, FilterBlock, With, Break, Continue };
   Type type;
   int line = 0;
   std::string text;                        // Text; Set/SetBlock/Macro: the name
   std::string attr;                        // Set: ns.attr
-  std::vector<std::string> names;          // For / Set: targets (several = unpacking); Macro/CallBlock: params
-  std::vector<ExprPtr> defaults;           // Macro/CallBlock: default of each param (null = none)
+  std::vector<std::string> names;          // For / Set: targets (several = unpacking); Macro/CallBlock: params; With: names
+  std::vector<ExprPtr> defaults;           // Macro/CallBlock: default of each param (null = none); With: values
   ExprPtr expr;                            // Output, Set, For: the iterable, CallBlock: the call, FilterBlock: filter chain
   ExprPtr cond;                            // For: the `if` filter
   std::vector<std::pair<ExprPtr, Body>> branches;  // If: condition and body (elif ...)
-  Body body;                               // For, SetBlock, Macro, CallBlock, FilterBlock
+  Body body;                               // For, SetBlock, Macro, CallBlock, FilterBlock, With
   Body else_body;                          // If, For
 };
 

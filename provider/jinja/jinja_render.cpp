@@ -127,7 +127,7 @@ std::vector<Value> iterate(const Value& v) {
     case Value::Kind::Dict: {
       if (v.is_namespace()) break;
       std::vector<Value> keys;
-      for (const auto& [k, x] : v.entries()) keys.push_back(Value::string(k));
+      for (const auto& [k, x] : v.entries()) keys.push_back(key_value(k));
       return keys;
     }
     case Value::Kind::String: {
@@ -485,6 +485,12 @@ class Renderer {
         emit(s.expr ? str(apply_filter_chain(*s.expr, std::move(v), f)) : v.as_string());  // no filter: {% generation %}
         return Flow::Normal;
       }
+      case Stmt::Type::With: {
+        Frame inner;
+        inner.parent = &f;
+        for (size_t i = 0; i < s.names.size(); ++i) inner.set(s.names[i], eval(*s.defaults[i], f));
+        return exec_body(s.body, inner);
+      }
       case Stmt::Type::Break: return Flow::Break;
       case Stmt::Type::Continue: return Flow::Continue;
     }
@@ -534,6 +540,8 @@ class Renderer {
     }
     if (items.empty()) return exec_body(s.else_body, f);
     const int64_t n = static_cast<int64_t>(items.size());
+    // loop.changed(*values): the values of its last call in this loop (undefined before the first).
+    auto last_changed = std::make_shared<Value>();
     for (int64_t i = 0; i < n; ++i) {
       step();
       Frame iter;
@@ -553,6 +561,12 @@ class Renderer {
       loop.set("cycle", make_fn("cycle", [i](Args& args, Kwargs&) {
                  if (args.empty()) throw Error("no items for cycling given");
                  return args[static_cast<size_t>(i) % args.size()];
+               }));
+      loop.set("changed", make_fn("changed", [last_changed](Args& args, Kwargs&) {
+                 Value now = Value::list(args, true);
+                 if (!last_changed->is_undefined() && equal(*last_changed, now)) return Value::boolean(false);
+                 *last_changed = std::move(now);
+                 return Value::boolean(true);
                }));
       iter.set("loop", std::move(loop));
       assign(s.names, items[i], iter);
@@ -670,7 +684,9 @@ class Renderer {
   static bool is_str_method(const std::string& n) {
     static const char* const m[] = {"strip", "lstrip", "rstrip", "split", "rsplit", "startswith", "endswith", "replace", "find", "rfind",
                                     "count", "upper", "lower", "title", "capitalize", "join", "splitlines", "isdigit", "isalpha",
-                                    "isspace", "isalnum", "islower", "isupper", "index", "format", nullptr};
+                                    "isspace", "isalnum", "islower", "isupper", "index", "format", "partition", "rpartition",
+                                    "removeprefix", "removesuffix", "ljust", "rjust", "center", "zfill", "casefold", "swapcase",
+                                    "isnumeric", "isdecimal", "istitle", "expandtabs", "rindex", nullptr};
     for (const char* const* p = m; *p; ++p)
       if (n == *p) return true;
     return false;
@@ -703,6 +719,9 @@ class Renderer {
         if (is_str_method(name)) return bound(obj, name);
         return Value();
       case Value::Kind::List:
+        // jinja2 3.1's immutable sandbox answers these with an undefined value (pop and clear it
+        // lets through; calling them fails here, see call_method).
+        if (name == "append" || name == "reverse" || name == "insert" || name == "sort" || name == "extend" || name == "remove") return Value();
         if (is_list_method(name)) return bound(obj, name);
         return Value();
       default: return Value();
@@ -713,12 +732,11 @@ class Renderer {
     switch (obj.kind()) {
       case Value::Kind::Undefined: fail("subscript of an undefined value");
       case Value::Kind::Dict: {
-        if (key.is_string()) {
-          if (obj.is_namespace()) fail("'Namespace' object is not subscriptable");
-          const Value* v = obj.find(key.as_string());
-          if (v) return *v;
-          if (is_dict_method(key.as_string())) return bound(obj, key.as_string());
-        }
+        if (obj.is_namespace()) fail("'Namespace' object is not subscriptable");
+        // jinja2 answers an unhashable key (a list, a dict) with Undefined, like a missing one.
+        if (key.is_undefined() || key.is_dict() || (key.is_list() && !key.is_tuple())) return Value();
+        if (const Value* v = find_key(obj, key)) return *v;
+        if (key.is_string() && is_dict_method(key.as_string())) return bound(obj, key.as_string());
         return Value();
       }
       case Value::Kind::List:
@@ -885,8 +903,7 @@ class Renderer {
         Value out = Value::dict();
         for (size_t i = 0; i + 1 < e.args.size(); i += 2) {
           Value k = eval(*e.args[i], f);
-          if (!k.is_string()) fail("dict keys must be strings here");
-          out.set(k.as_string(), eval(*e.args[i + 1], f));
+          set_key(out, k, eval(*e.args[i + 1], f));
         }
         return out;
       }
@@ -920,13 +937,15 @@ class Renderer {
             break;
           }
       } else if (r.is_dict() && !r.is_namespace()) {
-        found = l.is_string() && r.find(l.as_string()) != nullptr;
+        found = !l.is_undefined() && find_key(r, l) != nullptr;
       } else if (!r.is_undefined()) {
         fail(std::string("argument of type '") + type_name(r) + "' is not iterable");
       }
       return Value::boolean(op == "in" ? found : !found);
     }
     if (op == "~") return Value::string(str(l) + str(r));
+    // str % args formats an undefined argument as "" (Python's str.__mod__ runs first).
+    if (op == "%" && l.is_string()) return Value::string(py_percent_format(l.as_string(), r));
     if (l.is_undefined() || r.is_undefined()) fail("operator '" + op + "' on an undefined value");
     if (op == "<") return Value::boolean(compare(l, r, "<") < 0);
     if (op == ">") return Value::boolean(compare(l, r, ">") > 0);
@@ -1042,12 +1061,12 @@ class Renderer {
     if (self.is_dict()) {
       if (name == "items") {
         Value out = Value::list();
-        for (const auto& [k, v] : self.entries()) out.items().push_back(Value::list({Value::string(k), v}, true));
+        for (const auto& [k, v] : self.entries()) out.items().push_back(Value::list({key_value(k), v}, true));
         return out;
       }
       if (name == "keys") {
         Value out = Value::list();
-        for (const auto& [k, v] : self.entries()) out.items().push_back(Value::string(k));
+        for (const auto& [k, v] : self.entries()) out.items().push_back(key_value(k));
         return out;
       }
       if (name == "values") {
@@ -1057,7 +1076,7 @@ class Renderer {
       }
       if (name == "get") {
         if (a.empty()) fail("get expected at least 1 argument");
-        const Value* v = a[0].is_string() ? self.find(a[0].as_string()) : nullptr;
+        const Value* v = a[0].is_undefined() ? nullptr : find_key(self, a[0]);
         if (v) return *v;
         return a.size() > 1 ? a[1] : Value::none();
       }
@@ -1078,7 +1097,9 @@ class Renderer {
         return Value::integer(n);
       }
       if (name == "copy") return Value::list(self.items());
-      fail("access to attribute '" + name + "' of 'list' object is unsafe");
+      // pop and clear: jinja2 3.1 runs them, changing the list in place; lists here are shared
+      // with the caller's context, which a render must not change, so they fail the render.
+      fail("list." + name + "() changes the list in place, which this interpreter does not do");
     }
     const std::string& s = self.as_string();
     if (name == "strip" || name == "lstrip" || name == "rstrip")
@@ -1165,7 +1186,171 @@ class Renderer {
       if (name == "islower" || name == "isupper") ok = ok && cased;
       return Value::boolean(ok);
     }
+    if (name == "format") return Value::string(py_format(s, a, kw));
+    if (name == "partition" || name == "rpartition") {
+      const std::string sep = str_arg(a, kw, 0, "sep", name.c_str());
+      if (sep.empty()) fail("empty separator");
+      const size_t p = name == "partition" ? s.find(sep) : s.rfind(sep);
+      if (p == std::string::npos)
+        return name == "partition" ? Value::list({Value::string(s), Value::string(""), Value::string("")}, true)
+                                   : Value::list({Value::string(""), Value::string(""), Value::string(s)}, true);
+      return Value::list({Value::string(s.substr(0, p)), Value::string(sep), Value::string(s.substr(p + sep.size()))}, true);
+    }
+    if (name == "removeprefix" || name == "removesuffix") {
+      const std::string x = str_arg(a, kw, 0, name == "removeprefix" ? "prefix" : "suffix", name.c_str());
+      if (name == "removeprefix") return Value::string(s.starts_with(x) ? s.substr(x.size()) : s);
+      return Value::string(!x.empty() && s.ends_with(x) ? s.substr(0, s.size() - x.size()) : s);
+    }
+    if (name == "ljust" || name == "rjust" || name == "center" || name == "zfill") {
+      const int64_t width = int_arg(a, kw, 0, "width", -1);
+      if (width < 0 && !arg(a, kw, 0, "width")) fail(name + " expected at least 1 argument");
+      if (width > static_cast<int64_t>(opt_.max_output_bytes)) fail(name + ": width too large");
+      std::string fill = " ";
+      if (name != "zfill") {
+        if (const Value* fc = arg(a, kw, 1, "fillchar")) {
+          if (!fc->is_string() || cp_count(fc->as_string()) != 1) fail("The fill character must be exactly one character long");
+          fill = fc->as_string();
+        }
+      }
+      const int64_t len = static_cast<int64_t>(cp_count(s));
+      if (width <= len) return Value::string(s);
+      const int64_t n = width - len;
+      auto fills = [&](int64_t k, const std::string& c) {
+        std::string out;
+        for (int64_t j = 0; j < k; ++j) out += c;
+        return out;
+      };
+      if (name == "ljust") return Value::string(s + fills(n, fill));
+      if (name == "rjust") return Value::string(fills(n, fill) + s);
+      if (name == "zfill") {
+        if (!s.empty() && (s[0] == '+' || s[0] == '-')) return Value::string(s.substr(0, 1) + fills(n, "0") + s.substr(1));
+        return Value::string(fills(n, "0") + s);
+      }
+      // str.center puts the odd extra fill on the left when the width is odd (CPython's pad()).
+      const int64_t left = n / 2 + (n & width & 1);
+      return Value::string(fills(left, fill) + s + fills(n - left, fill));
+    }
+    if (name == "casefold") return Value::string(map_cps(s, lower_cp));
+    if (name == "swapcase")
+      return Value::string(map_cps(s, [](char32_t c) {
+        const char32_t u = upper_cp(c);
+        return u != c ? u : lower_cp(c);
+      }));
+    if (name == "isnumeric" || name == "isdecimal") {
+      const std::u32string u = to_u32(s);
+      return Value::boolean(!u.empty() && std::all_of(u.begin(), u.end(), [](char32_t c) { return c >= '0' && c <= '9'; }));
+    }
+    if (name == "istitle") {
+      bool cased = false, prev_cased = false, ok = true;
+      for (char32_t c : to_u32(s)) {
+        const bool is_upper = lower_cp(c) != c, is_lower = upper_cp(c) != c;
+        if (is_upper) {
+          if (prev_cased) ok = false;
+          prev_cased = cased = true;
+        } else if (is_lower) {
+          if (!prev_cased) ok = false;
+          prev_cased = cased = true;
+        } else prev_cased = false;
+      }
+      return Value::boolean(ok && cased);
+    }
+    if (name == "expandtabs") {
+      const int64_t size = int_arg(a, kw, 0, "tabsize", 8);
+      std::string out;
+      int64_t col = 0;
+      for (char32_t c : to_u32(s)) {
+        if (c == '\t') {
+          if (size > 0) {
+            const int64_t k = size - col % size;
+            out.append(static_cast<size_t>(k), ' ');
+            col += k;
+          }
+        } else {
+          append_utf8(out, c);
+          col = c == '\n' || c == '\r' ? 0 : col + 1;
+        }
+      }
+      return Value::string(out);
+    }
+    if (name == "rindex") {
+      const std::string sub = str_arg(a, kw, 0, "sub", "rindex");
+      const size_t p = s.rfind(sub);
+      if (p == std::string::npos) fail("substring not found");
+      return Value::integer(static_cast<int64_t>(cp_count(s.substr(0, p))));
+    }
     fail("string method '" + name + "' is not supported");
+  }
+
+  // str.format with the fields templates use: "{}", "{0}", "{name}", "{{", "}}", an optional
+  // "!s" / "!r" conversion, and no format spec (a spec fails the render rather than being ignored).
+  std::string py_format(const std::string& s, const Args& a, const Kwargs& kw) {
+    std::string out;
+    size_t next_auto = 0;
+    bool used_auto = false, used_manual = false;
+    for (size_t i = 0; i < s.size(); ++i) {
+      const char c = s[i];
+      if (c == '}') {
+        if (i + 1 < s.size() && s[i + 1] == '}') {
+          out += '}';
+          ++i;
+          continue;
+        }
+        fail("Single '}' encountered in format string");
+      }
+      if (c != '{') {
+        out += c;
+        continue;
+      }
+      if (i + 1 < s.size() && s[i + 1] == '{') {
+        out += '{';
+        ++i;
+        continue;
+      }
+      const size_t end = s.find('}', i + 1);
+      if (end == std::string::npos) fail("Single '{' encountered in format string");
+      std::string field = s.substr(i + 1, end - i - 1);
+      i = end;
+      std::string spec;
+      if (const size_t colon = field.find(':'); colon != std::string::npos) {
+        spec = field.substr(colon + 1);
+        field.resize(colon);
+        if (spec.find_first_of("{}") != std::string::npos) fail("nested replacement fields are not supported in str.format");
+      }
+      char conversion = 0;
+      if (const size_t bang = field.find('!'); bang != std::string::npos) {
+        if (bang + 2 != field.size() || (field[bang + 1] != 's' && field[bang + 1] != 'r')) fail("unsupported conversion in format string");
+        conversion = field[bang + 1];
+        field.resize(bang);
+      }
+      if (field.find_first_of(".[") != std::string::npos) fail("field attributes and indexes are not supported in str.format");
+      const Value* v = nullptr;
+      if (field.empty() || std::all_of(field.begin(), field.end(), [](char d) { return d >= '0' && d <= '9'; })) {
+        size_t index;
+        if (field.empty()) {
+          if (used_manual) fail("cannot switch from manual field specification to automatic field numbering");
+          used_auto = true;
+          index = next_auto++;
+        } else {
+          if (used_auto) fail("cannot switch from automatic field numbering to manual field specification");
+          used_manual = true;
+          index = field.size() > 9 ? a.size() : std::stoul(field);
+        }
+        if (index >= a.size()) fail("Replacement index " + std::to_string(index) + " out of range for positional args tuple");
+        v = &a[index];
+      } else {
+        for (const auto& [k, x] : kw)
+          if (k == field) v = &x;
+        if (!v) fail("KeyError: '" + field + "'");
+      }
+      if (v->is_undefined()) {
+        if (!spec.empty()) fail("unsupported format string passed to Undefined.__format__");
+        continue;  // jinja2's Undefined formats as ""
+      }
+      if (conversion == 'r') out += py_format_spec(Value::string(v->is_string() ? py_repr_string(v->as_string()) : str(*v)), spec);
+      else if (conversion == 's') out += py_format_spec(Value::string(str(*v)), spec);
+      else out += py_format_spec(*v, spec);
+    }
+    return out;
   }
 
   // --- filters -----------------------------------------------------------------------------
@@ -1305,6 +1490,27 @@ class Renderer {
     }
     if (name == "int") {
       const int64_t dflt = int_arg(a, kw, 0, "default", 0);
+      const int64_t base = int_arg(a, kw, 1, "base", 10);
+      if (base != 10 && in.is_string()) {
+        // int(s, base) after stripping; a 0x / 0o / 0b prefix is allowed for its base (or base 0).
+        std::string t = py_strip(in.as_string(), true, true, nullptr);
+        std::erase(t, '_');
+        bool neg = false;
+        if (!t.empty() && (t[0] == '-' || t[0] == '+')) {
+          neg = t[0] == '-';
+          t.erase(0, 1);
+        }
+        int b = static_cast<int>(base);
+        auto prefixed = [&](char p) { return t.size() > 2 && t[0] == '0' && (t[1] == p || t[1] == p - 32); };
+        if ((b == 16 || b == 0) && prefixed('x')) b = 16, t.erase(0, 2);
+        else if ((b == 8 || b == 0) && prefixed('o')) b = 8, t.erase(0, 2);
+        else if ((b == 2 || b == 0) && prefixed('b')) b = 2, t.erase(0, 2);
+        if (b < 2 || b > 36) return Value::integer(dflt);
+        int64_t v = 0;
+        auto r = std::from_chars(t.data(), t.data() + t.size(), v, b);
+        if (r.ec == std::errc() && r.ptr == t.data() + t.size() && !t.empty()) return Value::integer(neg ? -v : v);
+        return Value::integer(dflt);
+      }
       if (is_intlike(in)) return Value::integer(int_of(in));
       if (in.kind() == Value::Kind::Float) {
         if (!std::isfinite(in.as_float())) return Value::integer(dflt);
@@ -1456,7 +1662,7 @@ class Renderer {
       const bool by_value = by && by->is_string() && by->as_string() == "value";
       const bool rev = kw_bool(kw, a, 2, "reverse", false);
       std::vector<Value> pairs;
-      for (const auto& [k, v] : in.entries()) pairs.push_back(Value::list({Value::string(k), v}, true));
+      for (const auto& [k, v] : in.entries()) pairs.push_back(Value::list({key_value(k), v}, true));
       return Value::list(sorted(std::move(pairs), rev, cs, by_value ? "1" : "0"));
     }
     if (name == "min" || name == "max") {
@@ -1515,6 +1721,88 @@ class Renderer {
         in_word = w;
       }
       return Value::integer(n);
+    }
+    if (name == "format") {
+      const std::string fmt = soft_str(in);
+      if (!a.empty() && !kw.empty()) fail("can't handle positional and keyword arguments at the same time");
+      Value args;
+      if (!kw.empty()) {
+        args = Value::dict();
+        for (auto& [k, v] : kw) args.set(k, v);
+      } else {
+        args = Value::list(a, true);
+      }
+      return Value::string(py_percent_format(fmt, args));
+    }
+    if (name == "center") {
+      const int64_t width = int_arg(a, kw, 0, "width", 80);
+      Args ca{Value::integer(width)};
+      Kwargs none;
+      return call_method(Value::string(soft_str(in)), "center", ca, none);
+    }
+    if (name == "truncate") {
+      // jinja2's do_truncate: length 255, killwords False, end '...', leeway 5.
+      const std::string text = soft_str(in);
+      const int64_t length = int_arg(a, kw, 0, "length", 255);
+      const Value* kill = arg(a, kw, 1, "killwords");
+      const Value* endv = arg(a, kw, 2, "end");
+      const int64_t leeway = int_arg(a, kw, 3, "leeway", 5);
+      const std::string end = endv && endv->is_string() ? endv->as_string() : "...";
+      const std::u32string u = to_u32(text);
+      const int64_t end_len = static_cast<int64_t>(cp_count(end));
+      if (length < end_len) fail("expected length >= " + std::to_string(end_len) + ", got " + std::to_string(length));
+      if (leeway < 0) fail("expected leeway >= 0, got " + std::to_string(leeway));
+      if (static_cast<int64_t>(u.size()) <= length + leeway) return Value::string(text);
+      const std::u32string head = u.substr(0, static_cast<size_t>(length - end_len));
+      if (kill && truthy(*kill)) return Value::string(from_u32(head) + end);
+      const size_t sp = head.rfind(U' ');
+      const std::u32string kept = sp == std::u32string::npos ? head : head.substr(0, sp);  // head.rsplit(" ", 1)[0]
+      return Value::string(from_u32(kept) + end);
+    }
+    if (name == "slice") {
+      const int64_t slices = int_arg(a, kw, 0, "slices", 1);
+      if (slices <= 0) fail("slice count must be positive");
+      const Value* fill = arg(a, kw, 1, "fill_with");
+      const std::vector<Value> seq = iterate(in);
+      const int64_t length = static_cast<int64_t>(seq.size());
+      const int64_t per = length / slices, extra = length % slices;
+      int64_t offset = 0;
+      Value out = Value::list();
+      for (int64_t k = 0; k < slices; ++k) {
+        const int64_t start = offset + k * per;
+        if (k < extra) ++offset;
+        const int64_t stop = offset + (k + 1) * per;
+        Value part = Value::list(std::vector<Value>(seq.begin() + start, seq.begin() + stop));
+        if (fill && !fill->is_none() && k >= extra) part.items().push_back(*fill);
+        out.items().push_back(std::move(part));
+      }
+      return Value::generator(std::move(out.items()));
+    }
+    if (name == "groupby") {
+      const Value* attr = arg(a, kw, 0, "attribute");
+      if (!attr || !(attr->is_string() || is_intlike(*attr))) fail("groupby needs an attribute");
+      const Value* dflt = arg(a, kw, 1, "default");
+      const bool cs = kw_bool(kw, a, 2, "case_sensitive", false);
+      const std::string path = attr->is_string() ? attr->as_string() : std::to_string(int_of(*attr));
+      auto key_of = [&](const Value& x) {
+        Value k = attribute_of(x, path);
+        if (k.is_undefined() && dflt) k = *dflt;
+        return k;
+      };
+      std::vector<Value> items = sorted(iterate(in), false, cs, path);
+      Value out = Value::list();
+      for (size_t i = 0; i < items.size();) {
+        const Value key = key_of(items[i]);
+        auto fold = [&](const Value& k) { return !cs && k.is_string() ? Value::string(map_cps(k.as_string(), lower_cp)) : k; };
+        Value group = Value::list();
+        size_t j = i;
+        while (j < items.size() && equal(fold(key_of(items[j])), fold(key))) group.items().push_back(items[j++]);
+        // jinja2's _GroupTuple: a (grouper, list) tuple, printed as a plain tuple; the grouper is the
+        // first item's own key, also when grouping ignored case.
+        out.items().push_back(Value::list({key, group}, true));
+        i = j;
+      }
+      return out;
     }
     fail("unknown filter '" + name + "'");
   }
@@ -1587,7 +1875,7 @@ class Renderer {
     if (name == "boolean") return v.kind() == Value::Kind::Bool;
     if (name == "true") return v.kind() == Value::Kind::Bool && v.as_bool();
     if (name == "false") return v.kind() == Value::Kind::Bool && !v.as_bool();
-    if (name == "callable") return v.kind() == Value::Kind::Callable;
+    if (name == "callable") return v.kind() == Value::Kind::Callable || v.is_undefined();  // jinja2's Undefined has __call__
     if (name == "escaped") return false;
     if (name == "equalto" || name == "eq" || name == "==") return need(1), equal(v, a[0]);
     if (name == "ne" || name == "!=") return need(1), !equal(v, a[0]);

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "../json_writer.h"  // header-only: the JSON escapes, shared with the provider's writer
 #include "jinja.h"
 #include "jinja_internal.h"
 
@@ -172,6 +173,88 @@ std::string py_repr_string(std::string_view s) {
   return out;
 }
 
+std::string dict_key(const Value& key) {
+  switch (key.kind()) {
+    case Value::Kind::String: return key.as_string().starts_with('\0') ? std::string("\0s", 2) + key.as_string() : key.as_string();
+    case Value::Kind::Int: return std::string("\0i", 2) + (key.is_big_integer() ? key.as_string() : std::to_string(key.as_int()));
+    case Value::Kind::Float: return std::string("\0f", 2) + py_float(key.as_float());
+    case Value::Kind::Bool: return std::string("\0b", 2) + (key.as_bool() ? "1" : "0");
+    case Value::Kind::None: return std::string("\0n", 2);
+    case Value::Kind::List:
+      if (key.is_tuple()) break;
+      throw Error("unhashable type: 'list'");
+    case Value::Kind::Dict: throw Error("unhashable type: 'dict'");
+    default: break;
+  }
+  throw Error("unsupported dict key");
+}
+
+Value key_value(const std::string& stored) {
+  if (stored.empty() || stored[0] != '\0') return Value::string(stored);
+  const char type = stored.size() > 1 ? stored[1] : 's';
+  const std::string text = stored.substr(2);
+  switch (type) {
+    case 'i': {
+      int64_t i = 0;
+      const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), i);
+      if (ec != std::errc() || end != text.data() + text.size()) return Value::big_integer(text);
+      return Value::integer(i);
+    }
+    case 'f': return Value::number(std::strtod(text.c_str(), nullptr));
+    case 'b': return Value::boolean(text == "1");
+    case 'n': return Value::none();
+    default: return Value::string(text);
+  }
+}
+
+static std::string canonical_key(const std::string& stored) {
+  if (stored.size() < 2 || stored[0] != '\0') return stored;
+  if (stored[1] == 'b') return std::string("\0i", 2) + stored.substr(2);
+  if (stored[1] == 'f') {
+    const double f = std::strtod(stored.c_str() + 2, nullptr);
+    if (std::isfinite(f) && f == std::trunc(f) && std::fabs(f) < 9.2e18) return std::string("\0i", 2) + std::to_string(static_cast<int64_t>(f));
+  }
+  return stored;
+}
+
+const Value* find_key(const Value& dict, const Value& key) {
+  const std::string want = dict_key(key);
+  if (const Value* v = dict.find(want)) return v;
+  if (want.empty() || want[0] != '\0') return nullptr;
+  const std::string canon = canonical_key(want);
+  for (const auto& [k, v] : dict.entries())
+    if (!k.empty() && k[0] == '\0' && canonical_key(k) == canon) return &v;
+  return nullptr;
+}
+
+void set_key(Value& dict, const Value& key, Value value) {
+  const std::string stored = dict_key(key);
+  const std::string canon = canonical_key(stored);
+  for (auto& [k, v] : dict.entries())
+    if (k == stored || canonical_key(k) == canon) {
+      v = std::move(value);
+      return;
+    }
+  dict.entries().emplace_back(stored, std::move(value));
+}
+
+std::string key_json_text(const std::string& stored) {
+  if (stored.empty() || stored[0] != '\0') return stored;
+  const Value k = key_value(stored);
+  switch (k.kind()) {
+    case Value::Kind::Bool: return k.as_bool() ? "true" : "false";
+    case Value::Kind::None: return "null";
+    case Value::Kind::Float: {
+      const double f = k.as_float();
+      if (std::isnan(f)) return "NaN";
+      if (std::isinf(f)) return f > 0 ? "Infinity" : "-Infinity";
+      return py_float(f);
+    }
+    case Value::Kind::Int: return k.is_big_integer() ? k.as_string() : std::to_string(k.as_int());
+    default: return k.as_string();
+  }
+}
+
 static void py_repr(const Value& v, std::string& out, int depth);
 
 static void py_repr_item(const Value& v, std::string& out, int depth) {
@@ -202,13 +285,14 @@ static void py_repr(const Value& v, std::string& out, int depth) {
     }
     case Value::Kind::Dict: {
       if (v.is_namespace()) {
-        out += "<Namespace ";
+        // jinja2 >= 3.1 prints a namespace as <Namespace {'key': value, ...}>.
+        out += "<Namespace {";
         for (size_t i = 0; i < v.entries().size(); ++i) {
           if (i) out += ", ";
-          out += v.entries()[i].first + "=";
+          out += py_repr_string(v.entries()[i].first) + ": ";
           py_repr_item(v.entries()[i].second, out, depth + 1);
         }
-        out += ">";
+        out += "}>";
         break;
       }
       out += "{";
@@ -216,7 +300,7 @@ static void py_repr(const Value& v, std::string& out, int depth) {
       for (const auto& [k, x] : v.entries()) {
         if (!first) out += ", ";
         first = false;
-        out += py_repr_string(k);
+        py_repr_item(key_value(k), out, depth + 1);
         out += ": ";
         py_repr_item(x, out, depth + 1);
       }
@@ -228,24 +312,14 @@ static void py_repr(const Value& v, std::string& out, int depth) {
 }
 
 void json_string(std::string_view s, std::string& out) {
+  // Bytes from 0x80 up are copied as they are (json_writer.h's append_json_string would replace
+  // ill-formed UTF-8, but a lone surrogate from "\\ud800" must come out as python3-jinja2 writes
+  // it, in the bytes the interpreter holds).
   out += '"';
   for (char ch : s) {
     const unsigned char c = static_cast<unsigned char>(ch);
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      case '\b': out += "\\b"; break;
-      case '\f': out += "\\f"; break;
-      default:
-        if (c < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof(buf), "\\u%04x", c);
-          out += buf;
-        } else out += ch;
-    }
+    if (c < 0x80) json::append_json_ascii(out, c);
+    else out += ch;
   }
   out += '"';
 }
@@ -298,7 +372,7 @@ static void to_json_rec(const Value& v, std::string& out, int indent, int level,
       for (size_t i = 0; i < entries.size(); ++i) {
         if (i) out += item_sep;
         if (indent >= 0) newline(level + 1);
-        json_string(entries[i].first, out);
+        json_string(key_json_text(entries[i].first), out);
         out += key_sep;
         to_json_rec(entries[i].second, out, indent, level + 1, item_sep, key_sep);
       }
@@ -416,7 +490,7 @@ struct JsonReader {
         ++pos;
         Value v;
         if (!value(v, depth + 1)) return false;
-        out.set(std::move(key), std::move(v));
+        out.set(detail::dict_key(Value::string(std::move(key))), std::move(v));
         ws();
         if (pos < s.size() && s[pos] == ',') {
           ++pos;
