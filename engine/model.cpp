@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 
 #include <sys/mman.h>
@@ -218,9 +219,13 @@ std::string Model::description() const {
   if (hp.n_expert > 0) {
     // The experts stay in the file's pages: only the chosen ones become resident as they are read.
     const size_t ex = expert_bytes(*impl_), per_tok = expert_bytes_per_token(*impl_);
-    d += ", " + std::to_string(hp.n_expert_used) + " of " + std::to_string(hp.n_expert) + " experts per token (" +
-         std::to_string(ex >> 20) + " MiB of experts mapped, not repacked, " + std::to_string(per_tok >> 20) +
-         " MiB read per token; " + std::to_string((bytes - std::min(bytes, ex)) >> 20) + " MiB dense)";
+    char buf[160];
+    std::snprintf(buf, sizeof buf,
+                  ", %d of %d experts per token (%.1f MiB of experts mapped, not repacked: %.1f MiB read per token; "
+                  "%.1f MiB dense)",
+                  hp.n_expert_used, hp.n_expert, double(ex) / 1048576.0, double(per_tok) / 1048576.0,
+                  double(bytes - std::min(bytes, ex)) / 1048576.0);
+    d += buf;
   }
   return d;
 }

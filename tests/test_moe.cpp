@@ -262,3 +262,116 @@ void golden_arch(const std::string& arch) {
 TEST_CASE("golden: qwen3moe-tiny (f16, q4km)", "[golden][moe]") { golden_arch("qwen3moe"); }
 TEST_CASE("golden: lfm2moe-tiny (f16, q4km)", "[golden][moe][hybrid]") { golden_arch("lfm2moe"); }
 TEST_CASE("golden: qwen35moe-tiny (f16, q4km)", "[golden][moe][hybrid]") { golden_arch("qwen35moe"); }
+
+// Sparse reading: a decode step reads the weights of the chosen experts only. The block counts the
+// expert bytes it reads (MoeCounters); a step of one row must read exactly n_expert_used experts'
+// gate, up and down per MoE layer (n_expert_used / n_expert of the layer's expert bytes), and a
+// step of several rows (parallel slots) or a prefill micro-batch each distinct chosen expert once.
+TEST_CASE("moe: a decode step reads only the chosen experts' weights", "[moe]") {
+  ThreadPool pool(2);
+  for (const char* file : {"qwen3moe-tiny-q4km.gguf", "lfm2moe-tiny-q4km.gguf", "qwen35moe-tiny-f16.gguf"}) {
+    INFO(file);
+    auto loaded = Model::load(repo(std::string("models/") + file));
+    REQUIRE(loaded.ok());
+    std::shared_ptr<const Model> m = loaded.value();
+    const HParams& hp = m->hparams();
+    const Model::Impl& I = m->impl();
+    size_t layer_expert_bytes = 0, router = 0, shared = 0, one_row = 0;
+    std::vector<size_t> per_expert(size_t(hp.n_layer), 0);  // one expert's gate + up + down (types vary by layer)
+    int n_moe = 0;
+    for (int l = 0; l < hp.n_layer; ++l) {
+      if (!hp.layers[size_t(l)].moe) continue;
+      const MoeWeights& w = I.layers[size_t(l)].moe;
+      ++n_moe;
+      per_expert[size_t(l)] = w.gate.expert_bytes() + w.up.expert_bytes() + w.down.expert_bytes();
+      layer_expert_bytes += size_t(hp.n_expert) * per_expert[size_t(l)];
+      one_row += size_t(hp.n_expert_used) * per_expert[size_t(l)];
+      router += size_t(w.router.rows) * row_bytes(w.router.type, w.router.cols);
+      if (w.shared.gate.data)
+        for (const WeightView* v : {&w.shared.gate, &w.shared.up, &w.shared.down})
+          shared += size_t(v->rows) * row_bytes(v->type, v->cols);
+      shared += w.shared_gate.size() * sizeof(float);
+    }
+    REQUIRE(n_moe > 0);
+    CHECK(layer_expert_bytes == expert_bytes(I));
+
+    SessionOptions so{128, 32};
+    so.workspace = make_eval_workspace();
+    Session a(m, pool, so), b(m, pool, so);
+    const std::vector<int32_t> pa = {1, 45, 120, 7, 300, 22, 9, 87, 411, 5, 63, 200};
+    const std::vector<int32_t> pb = {1, 99, 3, 250, 17, 480, 61};
+    REQUIRE(a.eval(pa).ok());
+    REQUIRE(b.eval(pb).ok());
+    MoeCounters& C = so.workspace->moe.counters;
+    const MoeScratch& S = so.workspace->moe;
+
+    // One decode row.
+    C = {};
+    const int32_t t1[1] = {42};
+    REQUIRE(a.eval(t1).ok());
+    std::printf("moe bytes %-24s one decode row: experts %llu B of %zu B (%.1f%%), router %llu B, shared %llu B\n",
+                file, (unsigned long long)C.expert_bytes, layer_expert_bytes,
+                100.0 * double(C.expert_bytes) / double(layer_expert_bytes), (unsigned long long)C.router_bytes,
+                (unsigned long long)C.shared_bytes);
+    CHECK(C.expert_bytes == one_row);
+    CHECK(C.expert_bytes * size_t(hp.n_expert) == layer_expert_bytes * size_t(hp.n_expert_used));
+    CHECK(C.router_bytes == router);
+    CHECK(C.shared_bytes == shared);
+
+    // Two decode rows in one step: each distinct expert of their choices once per layer.
+    // Distinct experts chosen per layer by the last pass's rows: their count and their bytes.
+    auto distinct = [&](int64_t rows, size_t* bytes) {
+      size_t n = 0;
+      *bytes = 0;
+      for (int l = 0; l < hp.n_layer; ++l) {
+        if (!hp.layers[size_t(l)].moe) continue;
+        uint64_t set = 0;
+        for (int64_t t = 0; t < rows; ++t)
+          for (int j = 0; j < hp.n_expert_used; ++j)
+            set |= uint64_t(1) << S.choice[size_t((l * rows + t) * hp.n_expert_used + j)];
+        n += size_t(__builtin_popcountll(set));
+        *bytes += size_t(__builtin_popcountll(set)) * per_expert[size_t(l)];
+      }
+      return n;
+    };
+    C = {};
+    const int32_t t2[1] = {77};
+    std::vector<SeqBatch> items = {{&a, std::span(t2, 1), false}, {&b, std::span(t1, 1), false}};
+    REQUIRE(eval_batch(items).ok());
+    REQUIRE(S.margin_rows == 2);
+    size_t b2 = 0;
+    const size_t d2 = distinct(2, &b2);
+    CHECK(C.expert_uses == d2);
+    CHECK(C.expert_bytes == b2);
+    CHECK(d2 <= size_t(n_moe) * 2 * size_t(hp.n_expert_used));
+
+    // A prefill micro-batch of 20 rows: still each chosen expert once per layer.
+    Session c(m, pool, so);
+    C = {};
+    std::vector<int32_t> pc(20);
+    for (size_t i = 0; i < pc.size(); ++i) pc[i] = int32_t(1 + (i * 37) % 500);
+    REQUIRE(c.eval(pc).ok());
+    REQUIRE(S.margin_rows == 20);
+    size_t b20 = 0;
+    CHECK(C.expert_uses == distinct(20, &b20));
+    CHECK(C.expert_bytes == b20);
+    CHECK(C.expert_bytes <= layer_expert_bytes);
+  }
+}
+
+// The start-up description says how the experts are held.
+TEST_CASE("moe: description and loader errors", "[moe]") {
+  auto m = Model::load(repo("models/qwen3moe-tiny-q4km.gguf"));
+  REQUIRE(m.ok());
+  const std::string d = m.value()->description();
+  INFO(d);
+  CHECK(d.find("2 of 8 experts per token") != std::string::npos);
+  CHECK(d.find("mapped, not repacked") != std::string::npos);
+  CHECK(m.value()->hparams().arch == Arch::Qwen3Moe);
+  CHECK(m.value()->hparams().expert_gating == ExpertGating::Softmax);
+  auto l = Model::load(repo("models/lfm2moe-tiny-q4km.gguf"));
+  REQUIRE(l.ok());
+  CHECK(l.value()->hparams().expert_gating == ExpertGating::Sigmoid);
+  CHECK(!l.value()->hparams().layers[0].moe);
+  CHECK(l.value()->hparams().layers[1].moe);
+}
