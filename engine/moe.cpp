@@ -261,7 +261,7 @@ void load_moe(WeightLoader& L, const HParams& hp, int layer, const MoeTensors& o
     w.shared.gate = L.matrix(p + "ffn_gate_shexp.weight", SF, E);
     w.shared.up = L.matrix(p + "ffn_up_shexp.weight", SF, E);
     w.shared.down = L.matrix(p + "ffn_down_shexp.weight", E, SF);
-    w.shared_gate = L.vec(p + "ffn_gate_inp_shexp.weight", E);
+    if (opt.shared_expert_gate) w.shared_gate = L.vec(p + "ffn_gate_inp_shexp.weight", E);
   }
 }
 

@@ -35,8 +35,9 @@ void routed_ffn(Forward& f, int layer);
 Status read_moe_hparams(const GgufFile& f, HParams& hp);
 
 struct MoeTensors {
-  bool select_bias = false;    // blk.N.exp_probs_b.bias (lfm2moe)
-  bool shared_expert = false;  // blk.N.ffn_{gate,up,down}_shexp + ffn_gate_inp_shexp (qwen35moe)
+  bool select_bias = false;        // blk.N.exp_probs_b.bias (lfm2moe)
+  bool shared_expert = false;      // blk.N.ffn_{gate,up,down}_shexp (qwen35moe; granite's MoE layers)
+  bool shared_expert_gate = true;  // with it, blk.N.ffn_gate_inp_shexp (qwen35moe; granite has none)
 };
 // blk.<layer>.ffn_gate_inp, ffn_gate_exps + ffn_up_exps (or the merged ffn_gate_up_exps),
 // ffn_down_exps, and the parts asked for, with the shapes of hp.

@@ -375,3 +375,51 @@ TEST_CASE("moe: description and loader errors", "[moe]") {
   CHECK(!l.value()->hparams().layers[0].moe);
   CHECK(l.value()->hparams().layers[1].moe);
 }
+
+namespace {
+// The tiny qwen3moe file with one metadata key renamed in place (same length: the file stays valid).
+Result<std::shared_ptr<Model>> load_renamed(std::vector<uint8_t>& bytes, const std::string& from, const std::string& to) {
+  REQUIRE(from.size() == to.size());
+  const auto it = std::search(bytes.begin(), bytes.end(), from.begin(), from.end());
+  REQUIRE(it != bytes.end());
+  std::copy(to.begin(), to.end(), it);
+  auto f = GgufFile::parse(bytes.data(), bytes.size(), "renamed");
+  REQUIRE(f.ok());
+  return Model::from_gguf(std::move(f.value()));
+}
+
+std::vector<uint8_t> read_bytes(const std::string& path) {
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  REQUIRE(f != nullptr);
+  std::vector<uint8_t> b;
+  uint8_t buf[65536];
+  for (size_t n; (n = std::fread(buf, 1, sizeof buf, f)) > 0;) b.insert(b.end(), buf, buf + n);
+  std::fclose(f);
+  return b;
+}
+}  // namespace
+
+// Real MoE files may lack the dense feed_forward_length (every layer routed): the expert width
+// stands in. A file without expert_count is refused, naming the key.
+TEST_CASE("moe: hyper-parameter keys", "[moe]") {
+  const std::string path = repo("models/qwen3moe-tiny-q4km.gguf");
+  {
+    std::vector<uint8_t> b = read_bytes(path);
+    auto m = load_renamed(b, "qwen3moe.feed_forward_length", "qwen3moe.feed_forward_lengtX");
+    REQUIRE(m.ok());
+    CHECK(m.value()->hparams().layers[0].n_ff == 128);
+    CHECK(m.value()->hparams().n_ff_exp == 128);
+  }
+  {
+    std::vector<uint8_t> b = read_bytes(path);
+    auto m = load_renamed(b, "qwen3moe.expert_count", "qwen3moe.expert_counX");
+    REQUIRE(!m.ok());
+    CHECK(m.error().find("qwen3moe.expert_count") != std::string::npos);
+  }
+  {
+    std::vector<uint8_t> b = read_bytes(path);
+    auto m = load_renamed(b, "blk.1.ffn_down_exps.weight", "blk.1.ffn_down_expX.weight");
+    REQUIRE(!m.ok());
+    CHECK(m.error().find("missing tensor 'blk.1.ffn_down_exps.weight'") != std::string::npos);
+  }
+}

@@ -84,8 +84,11 @@ Status read_common_hparams(const GgufFile& f, HParams& hp) {
   if (!problems.empty()) return Error{"implausible hyper-parameters: " + problems.front()};
   if (hp.n_layer < 1 || hp.n_layer > 1024) return Error{"implausible hyper-parameters (block_count)"};
   std::vector<int32_t> n_ff, n_kv;
-  if (!per_layer(f, a + "feed_forward_length", hp.n_layer, n_ff, problems) && problems.empty())
-    missing.push_back(a + "feed_forward_length");
+  if (!per_layer(f, a + "feed_forward_length", hp.n_layer, n_ff, problems) && problems.empty()) {
+    // Mixture-of-experts files need not state a dense width (every layer routed): the experts' then.
+    if (!per_layer(f, a + "expert_feed_forward_length", hp.n_layer, n_ff, problems) && problems.empty())
+      missing.push_back(a + "feed_forward_length");
+  }
   if (!per_layer(f, a + "attention.head_count_kv", hp.n_layer, n_kv, problems)) n_kv.assign(size_t(hp.n_layer), hp.n_head);
   if (!missing.empty()) {
     std::string m = "missing metadata:";
