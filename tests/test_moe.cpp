@@ -211,7 +211,9 @@ void golden_moe(const std::string& stem, int* excluded, int* positions) {
         ++st.greedy_total;
         const int next = argmax(s.logits());
         if (runs[pi].greedy_margin[step] <= 2 * t) break;
-        if (step > 0 && row_margins(*ws, hp.n_layer)[0] < thr) break;
+        // The row that gave these logits (the prompt's last, then each decoded token) routed on a
+        // near-tie by our router's margin (the goldens hold no router logits for greedy steps).
+        if (row_margins(*ws, hp.n_layer).back() < thr) break;
         CHECK(next == runs[pi].greedy_tokens[step]);
         if (next != runs[pi].greedy_tokens[step]) break;
         ++st.greedy_compared;
