@@ -113,6 +113,7 @@ class WeightLoader {
   // A 1-D vector (norm weights, biases), dequantized to F32; empty when optional and absent.
   std::vector<float> vec(const std::string& name, int64_t n, bool optional = false);
   const GgufFile& file() const { return f_; }
+  const KernelTable& kernels() const { return k_; }
 
  private:
   const GgufFile& f_;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 
 #include <sys/mman.h>
@@ -14,6 +15,7 @@
 #include "kernels/vec_ops.h"
 #include "layers.h"
 #include "model_impl.h"
+#include "moe.h"
 #include "session_impl.h"
 
 namespace picolm {
@@ -154,12 +156,17 @@ Result<std::shared_ptr<Model>> Model::from_gguf(std::unique_ptr<GgufFile> file, 
   h.str(hp.arch_name);
   for (int32_t v : {hp.n_vocab, hp.n_embd, hp.n_layer, hp.n_head, hp.n_head_kv, hp.head_dim, hp.n_ff}) h.pod(v);
   for (int32_t v : {hp.n_rot, hp.dn_k_heads, hp.dn_v_heads, hp.dn_head_dim, hp.dn_conv, hp.sc_taps}) h.pod(v);
+  for (int32_t v : {hp.n_expert, hp.n_expert_used, hp.n_ff_exp, hp.n_ff_shexp}) h.pod(v);
+  h.pod(hp.expert_gating);
+  h.pod(hp.expert_weights_norm);
+  h.pod(hp.expert_weights_scale);
   h.pod(hp.rms_eps);
   h.pod(hp.rope_base);
   h.pod(hp.attn_scale);
   for (float b : hp.rope_bases) h.pod(b);
   for (const LayerHParams& lp : hp.layers) {
     h.pod(lp.kind);
+    h.pod(lp.moe);
     for (int32_t v : {lp.n_head_kv, lp.n_ff, lp.window, lp.rope}) h.pod(v);
   }
   for (const GgufTensor& t : file->tensors()) {
@@ -206,9 +213,21 @@ bool batch_invariant(const Model& m) { return m.impl().batch_invariant; }
 std::string Model::description() const {
   const HParams& hp = impl_->hp;
   size_t bytes = impl_->file->bytes().size();
-  return hp.arch_name + " " + std::to_string(hp.n_layer) + "L " + std::to_string(hp.n_embd) + "d " +
-         std::to_string(hp.n_head) + "/" + std::to_string(hp.n_head_kv) + "h vocab " + std::to_string(hp.n_vocab) +
-         ", " + std::to_string(bytes / (1024 * 1024)) + " MiB";
+  std::string d = hp.arch_name + " " + std::to_string(hp.n_layer) + "L " + std::to_string(hp.n_embd) + "d " +
+                  std::to_string(hp.n_head) + "/" + std::to_string(hp.n_head_kv) + "h vocab " + std::to_string(hp.n_vocab) +
+                  ", " + std::to_string(bytes / (1024 * 1024)) + " MiB";
+  if (hp.n_expert > 0) {
+    // The experts stay in the file's pages: only the chosen ones become resident as they are read.
+    const size_t ex = expert_bytes(*impl_), per_tok = expert_bytes_per_token(*impl_);
+    char buf[160];
+    std::snprintf(buf, sizeof buf,
+                  ", %d of %d experts per token (%.1f MiB of experts mapped, not repacked: %.1f MiB read per token; "
+                  "%.1f MiB dense)",
+                  hp.n_expert_used, hp.n_expert, double(ex) / 1048576.0, double(per_tok) / 1048576.0,
+                  double(bytes - std::min(bytes, ex)) / 1048576.0);
+    d += buf;
+  }
+  return d;
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -298,7 +317,7 @@ void EvalWorkspace::ensure(const HParams& hp, int n_workers, int64_t T) {
 
 size_t EvalWorkspace::bytes() const {
   auto b = [](const auto& v) { return v.capacity() * sizeof(v[0]); };
-  return b(x) + b(xn) + b(q) + b(k) + b(v) + b(gate) + b(toks) + b(row_seg) + b(logits) + b(attn_work) + rec.bytes();
+  return b(x) + b(xn) + b(q) + b(k) + b(v) + b(gate) + b(toks) + b(row_seg) + b(logits) + b(attn_work) + rec.bytes() + moe.bytes();
 }
 
 namespace {

@@ -21,7 +21,11 @@ namespace picolm {
 
 class ThreadPool;
 
-enum class Arch { Llama, Qwen2, Qwen3, Gemma3, Smollm3, Qwen35, Lfm2 };
+enum class Arch { Llama, Qwen2, Qwen3, Gemma3, Smollm3, Qwen35, Lfm2, Qwen3Moe, Lfm2Moe, Qwen35Moe };
+
+// How a mixture-of-experts layer turns its router logits into expert probabilities (llama.cpp's
+// expert_gating_func: 1 softmax, 2 sigmoid, 3 softmax over the chosen experts' logits only).
+enum class ExpertGating { Softmax, Sigmoid, SoftmaxWeight };
 
 // What a layer computes besides its FFN. Attention layers keep K/V rows in the session's cache; the
 // recurrent mixers of the hybrid architectures keep a fixed-size state per sequence instead
@@ -36,6 +40,7 @@ struct LayerHParams {
   int32_t n_ff = 0;
   int32_t window = 0;  // sliding-window attention: a query sees the last `window` positions; 0: all
   int32_t rope = 0;    // index into HParams::rope_bases; -1: no rotary embedding (NoPE layer)
+  bool moe = false;    // the FFN is the routed mixture of experts (engine/moe.h), n_ff unused
 };
 
 struct HParams {
@@ -62,6 +67,14 @@ struct HParams {
   // the K heads), one head dim for K and V (state_size), taps of the causal conv (conv_kernel).
   int32_t dn_k_heads = 0, dn_v_heads = 0, dn_head_dim = 0, dn_conv = 0;
   int32_t sc_taps = 0;  // short convolution (lfm2 shortconv.l_cache): taps including the current token
+  // Mixture of experts (the layers with LayerHParams::moe; zero when there are none): n_expert
+  // SwiGLU experts of n_ff_exp, n_expert_used chosen per token by the router; a shared expert of
+  // n_ff_shexp (0: none) beside them. The chosen experts' probabilities are renormalised to sum 1
+  // (expert_weights_norm) and scaled (expert_weights_scale) before their outputs are summed.
+  int32_t n_expert = 0, n_expert_used = 0, n_ff_exp = 0, n_ff_shexp = 0;
+  ExpertGating expert_gating = ExpertGating::Softmax;
+  bool expert_weights_norm = false;
+  float expert_weights_scale = 1.0f;
 };
 
 // Whether the weight matrices are repacked at load into the interleaved panels of

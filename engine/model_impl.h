@@ -70,6 +70,26 @@ struct ShortConvWeights {
   std::vector<float> conv;   // [taps][n_embd] (transposed from the file's [n_embd][taps])
 };
 
+// One GGUF tensor of stacked experts, ne {cols, rows, n_expert}: expert e's [rows][cols] matrix
+// starts `stride` bytes after expert e - 1's, in the mapped file (never copied or repacked).
+struct ExpertStack {
+  const uint8_t* data = nullptr;
+  GgmlType type = GgmlType::F32;
+  int64_t rows = 0, cols = 0;
+  size_t stride = 0;
+  WeightView expert(int e) const { return {data + size_t(e) * stride, type, rows, cols}; }
+  size_t expert_bytes() const { return data ? size_t(rows) * row_bytes(type, cols) : 0; }
+};
+
+// Routed FFN (engine/moe.h): router, stacked experts, optional shared expert.
+struct MoeWeights {
+  WeightView router;               // ffn_gate_inp [n_expert][n_embd]
+  std::vector<float> select_bias;  // exp_probs_b [n_expert]: added to the probabilities for choosing only; empty: none
+  ExpertStack gate, up, down;      // [n_expert][n_ff_exp][n_embd] x2, [n_expert][n_embd][n_ff_exp]
+  FfnWeights shared;               // shared expert (SwiGLU); gate.data null when absent
+  std::vector<float> shared_gate;  // ffn_gate_inp_shexp [n_embd]: its output times sigmoid(shared_gate . x); empty: 1
+};
+
 struct LayerWeights {
   std::vector<float> attn_norm, ffn_norm;             // [n_embd], dequantized at load (tiny)
   std::vector<float> attn_post_norm, ffn_post_norm;   // gemma3: sublayer outputs normed before the residual add
@@ -77,13 +97,16 @@ struct LayerWeights {
   FfnWeights ffn;
   DeltaNetWeights dn;  // LayerKind::DeltaNet only
   ShortConvWeights sc; // LayerKind::ShortConv only
+  MoeWeights moe;      // LayerHParams::moe only (ffn unused)
 };
 
-// Every matrix of a layer (repacking, accounting): new weight kinds must be listed here.
+// Every matrix of a layer (repacking, accounting): new weight kinds must be listed here. The stacked
+// experts (MoeWeights::gate/up/down) are not: they stay in the file's pages (engine/moe.h).
 template <class Fn>
 void for_each_matrix(LayerWeights& w, const Fn& fn) {
   for (WeightView* v : {&w.attn.wq, &w.attn.wk, &w.attn.wv, &w.attn.wo, &w.ffn.gate, &w.ffn.up, &w.ffn.down,
-                        &w.dn.qkv, &w.dn.z, &w.dn.beta, &w.dn.alpha, &w.dn.out, &w.sc.in_proj, &w.sc.out_proj})
+                        &w.dn.qkv, &w.dn.z, &w.dn.beta, &w.dn.alpha, &w.dn.out, &w.sc.in_proj, &w.sc.out_proj,
+                        &w.moe.router, &w.moe.shared.gate, &w.moe.shared.up, &w.moe.shared.down})
     if (v->data) fn(*v);
 }
 

@@ -10,6 +10,7 @@
 #include "kernels/thread_pool.h"
 #include "model.h"
 #include "model_impl.h"
+#include "moe_state.h"
 #include "recurrent_state.h"
 
 namespace picolm {
@@ -40,6 +41,7 @@ struct EvalWorkspace {
   size_t attn_work_stride = 0;
   int attn_tile_tokens = 1;
   RecurrentScratch rec;                     // hybrid models: the recurrent blocks' scratch
+  MoeScratch moe;                           // mixture-of-experts models: the routed FFN's scratch
 
   // Sizes every buffer for T rows of a model of shape hp run on n_workers workers.
   void ensure(const HParams& hp, int n_workers, int64_t T);

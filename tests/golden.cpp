@@ -95,6 +95,13 @@ File load(const std::string& path) {
       }
       r.greedy_tokens = ints(p["greedy"]["tokens"].get_array());
       for (auto x : p["greedy"]["margin_to_second"].get_array()) r.greedy_margin.push_back(num(x));
+      simdjson::dom::element rl;
+      if (!p["router_logits"].get(rl)) {  // mixture-of-experts models only
+        r.n_expert = int32_t(int64_t(rl["n_expert"]));
+        r.router_layers = ints(rl["layers"].get_array());
+        for (auto s : rl["logits_b64"].get_array()) r.router_logits.push_back(floats_b64(std::string_view(s)));
+        if (r.router_layers.size() != r.router_logits.size()) throw std::runtime_error("malformed router_logits in " + path);
+      }
       rs.push_back(std::move(r));
     }
     f.runs.emplace_back(std::string(name), std::move(rs));

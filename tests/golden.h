@@ -19,6 +19,11 @@ struct PromptRun {
   std::vector<TopProbe> prefill_tp, sequential_tp;
   std::vector<int32_t> greedy_tokens;
   std::vector<float> greedy_margin;
+  // Mixture-of-experts models: the prefill's router logits, one entry per MoE layer
+  // (router_layers[i]), [position][n_expert] (make_golden's "router_logits"); empty otherwise.
+  int32_t n_expert = 0;
+  std::vector<int32_t> router_layers;
+  std::vector<std::vector<float>> router_logits;
 };
 
 struct Prompt {

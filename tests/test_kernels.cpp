@@ -1204,3 +1204,36 @@ TEST_CASE("zoo models: every type dequantizes close to the F16 master, and dots 
     CHECK(checked >= 15);  // 2 layers x 7 + token_embd + output
   }
 }
+
+// MatmulTarget::dots_only (the routed experts of MoE models, issue 32): however many rows a call
+// has, each row's result is the same bits as that row multiplied alone, on every table (the
+// many-row GEMM, whose float order differs, is never taken).
+TEST_CASE("matmul: dots_only rows equal the rows alone, bit for bit", "[kernels][moe]") {
+  const KernelTable* tables[8];
+  const int n_tables = available_kernels(tables, 8);
+  std::mt19937 rng(32);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  const int64_t rows = 64, cols = 512, n_tok = 13;
+  ThreadPool pool(2);
+  for (GgmlType t : {GgmlType::Q4_K, GgmlType::Q8_0, GgmlType::F16, GgmlType::Q5_0}) {
+    std::vector<float> wf(size_t(rows * cols)), x(size_t(n_tok * cols));
+    for (float& v : wf) v = nd(rng);
+    for (float& v : x) v = nd(rng);
+    std::vector<uint8_t> w(size_t(rows) * row_bytes(t, cols));
+    for (int64_t r = 0; r < rows; ++r)
+      quantize_row_weights_ref(t, &wf[size_t(r * cols)], w.data() + size_t(r) * row_bytes(t, cols), cols);
+    for (int ti = 0; ti < n_tables; ++ti) {
+      const KernelTable& k = *tables[ti];
+      if (!k.vec_dot[static_cast<int>(t)]) continue;
+      INFO(k.name << " type " << ggml_type_traits(t)->name);
+      std::vector<float> many(static_cast<size_t>(n_tok * rows)), alone(static_cast<size_t>(rows));
+      MatmulTarget tg{t, w.data(), rows, many.data()};
+      tg.dots_only = true;
+      matmul_multi(k, pool, ActivationMode::Quantized, &tg, 1, cols, x.data(), n_tok);
+      for (int64_t i = 0; i < n_tok; ++i) {
+        matmul(k, pool, ActivationMode::Quantized, t, w.data(), rows, cols, &x[size_t(i * cols)], 1, alone.data());
+        CHECK(std::memcmp(alone.data(), &many[size_t(i * rows)], size_t(rows) * sizeof(float)) == 0);
+      }
+    }
+  }
+}

@@ -463,7 +463,8 @@ TEST_CASE("a conversation longer than the context drops its oldest whole turns",
 // that diverges from what it holds goes back to a state snapshot (the stable prefix's, which the
 // prefill keeps) or to 0. Oracle: the same request's reply on the fresh server (cached 0). Without
 // a prompt cache the reuse comes from the slot's own snapshots; with one, also from the store.
-// Two hybrid sequences evaluated together give what each gives alone.
+// Two hybrid sequences evaluated together give what each gives alone. The same for the
+// mixture-of-experts models.
 TEST_CASE("hybrid models: slot reuse goes back to a state snapshot, replies unchanged", "[server][slots]") {
   signal(SIGPIPE, SIG_IGN);
   const std::string sys = "You control the lights of a big house by the sea with many rooms and a garden.";
@@ -484,10 +485,15 @@ TEST_CASE("hybrid models: slot reuse goes back to a state snapshot, replies unch
     return Reply{str(j.root["choices"].at(0)["message"]["content"]),
                  int64_t(j.root["usage"]["prompt_tokens_details"]["cached_tokens"])};
   };
-  for (const char* file : {"qwen35-tiny-q8_0.gguf", "lfm2-tiny-q8_0.gguf"}) {
+  // Issue 32's mixture-of-experts models too (tiny models of tests/models): qwen3moe reuses K/V only,
+  // lfm2moe and qwen35moe are hybrids as well.
+  const std::string moe_dir = std::string(PICOLM_SOURCE_DIR) + "/tests/models/";
+  for (const std::string& path : {kShared + "/models/qwen35-tiny-q8_0.gguf", kShared + "/models/lfm2-tiny-q8_0.gguf",
+                                  moe_dir + "qwen3moe-tiny-q4km.gguf", moe_dir + "lfm2moe-tiny-q4km.gguf",
+                                  moe_dir + "qwen35moe-tiny-q4km.gguf"}) {
     for (size_t ram_mb : {size_t(0), size_t(64)}) {
-      INFO(file << ", prompt cache RAM " << ram_mb << " MiB");
-      Started s = start_server(kShared + "/models/" + file, 1024, 2, ContextOverflow::DropOldest, ram_mb);
+      INFO(path << ", prompt cache RAM " << ram_mb << " MiB");
+      Started s = start_server(path, 1024, 2, ContextOverflow::DropOldest, ram_mb);
       const Reply a1 = post(s.port, body("Tell me a story about a dog"));
       CHECK(a1.cached == 0);
       CHECK(!a1.content.empty());

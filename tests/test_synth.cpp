@@ -554,3 +554,41 @@ TEST_CASE("synth: hybrid shapes (qwen3.5, lfm2.5) load, run, and prefill equals 
     else CHECK(r.max_diff <= 0.1f);
   }
 }
+
+// Issue 32: the MoE shapes write what the engine's qwen3moe / lfm2moe loaders read (stacked experts,
+// the router kept F32, lfm2moe's dense leading layers and selection bias).
+TEST_CASE("synth: MoE shapes (qwen3-30b-a3b, lfm2-8b-a1b) load, run, and prefill equals one token at a time", "[synth][moe]") {
+  TempDir dir;
+  SECTION("qwen3-30b-a3b (128 experts of 768, 8 per token), 1 layer") {
+    const std::string out = dir.file("qwen3moe.gguf");
+    REQUIRE(run(bin("picolm-synth") + " --shape qwen3-30b-a3b --type q4_k_m --layers 1 --vocab 2048 -o " + out) == 0);
+    auto m = Model::load(out);
+    REQUIRE(m.ok());
+    const HParams& hp = m.value()->hparams();
+    CHECK(hp.arch == Arch::Qwen3Moe);
+    CHECK((hp.n_expert == 128 && hp.n_expert_used == 8 && hp.n_ff_exp == 768 && hp.head_dim == 128));
+    CHECK(type_of(m.value()->gguf(), "blk.0.ffn_gate_inp.weight") == "F32");
+    CHECK(type_of(m.value()->gguf(), "blk.0.ffn_up_exps.weight") == "Q4_K");
+    check_runs(m.value());
+    auto r = prefill_vs_sequential(m.value(), some_tokens(40, hp.n_vocab));
+    if (m.value()->packed_bytes() > 0) CHECK(r.max_diff == 0.0f);
+    else CHECK(r.max_diff <= 0.1f);
+  }
+  SECTION("lfm2-8b-a1b (2 dense layers, then 32 experts of 1792, 4 per token, sigmoid + bias), 4 layers") {
+    const std::string out = dir.file("lfm2moe.gguf");
+    REQUIRE(run(bin("picolm-synth") + " --shape lfm2-8b-a1b --type q4_k_m --layers 4 --vocab 2048 -o " + out) == 0);
+    auto m = Model::load(out);
+    REQUIRE(m.ok());
+    const HParams& hp = m.value()->hparams();
+    CHECK(hp.arch == Arch::Lfm2Moe);
+    CHECK((hp.n_expert == 32 && hp.n_expert_used == 4 && hp.n_ff_exp == 1792 && hp.expert_gating == ExpertGating::Sigmoid));
+    for (int l = 0; l < 4; ++l) {
+      CHECK(hp.layers[size_t(l)].moe == (l >= 2));
+      CHECK(hp.layers[size_t(l)].kind == (l == 2 ? LayerKind::Attention : LayerKind::ShortConv));
+    }
+    check_runs(m.value());
+    auto r = prefill_vs_sequential(m.value(), some_tokens(40, hp.n_vocab));
+    if (m.value()->packed_bytes() > 0) CHECK(r.max_diff == 0.0f);
+    else CHECK(r.max_diff <= 0.1f);
+  }
+}

@@ -270,6 +270,9 @@ int main(int argc, char** argv) {
   for (const GgufTensor& t : model->gguf().tensors()) {
     model_bytes += t.n_bytes;
     if (t.name == "token_embd.weight") weight_bytes_per_token += t.row_bytes() + (hp.tied_output ? matrix_bytes(t) : 0);
+    // Stacked experts (MoE): a token reads n_expert_used of the n_expert slices.
+    else if (t.ne.size() == 3 && hp.n_expert > 0 && t.ne[2] == uint64_t(hp.n_expert))
+      weight_bytes_per_token += t.n_bytes / uint64_t(hp.n_expert) * uint64_t(hp.n_expert_used);
     else weight_bytes_per_token += matrix_bytes(t);
   }
 

@@ -46,6 +46,11 @@ struct Shape {
   // lfm2: bit l set = layer l is attention, the others gated short convolutions of sc_taps taps.
   uint64_t attn_layers = 0;
   int sc_taps = 0;
+  // Mixture of experts (qwen3moe, lfm2moe): n_expert experts of n_ff_exp, n_expert_used per token, in
+  // every layer from n_dense_lead on (the first n_dense_lead keep a dense FFN of n_ff); sigmoid
+  // gating with a selection bias (lfm2moe) or softmax (qwen3moe).
+  int n_expert = 0, n_expert_used = 0, n_ff_exp = 0, n_dense_lead = 0;
+  bool sigmoid_gating = false;
 };
 
 // Hyper-parameters as published in each model's config.json. n_vocab 0: the demo's vocabulary size.
@@ -72,6 +77,14 @@ constexpr Shape kShapes[] = {
     // block_ff_dim 12288 auto-adjusted to 2/3 (llama.cpp's converter; its loader knows 8192 as 1.2B).
     {"lfm2.5-1.2b", "lfm2", 16, 2048, 32, 8, 8192, 65536, 128000, 1000000.0f, 1e-5f, true, false, 64, true,
      false, 0, 0, 0, 0, 0, 0, 0, (1u << 2) | (1u << 5) | (1u << 8) | (1u << 10) | (1u << 12) | (1u << 14), 3},
+    // Qwen3-30B-A3B: 48 layers, 128 experts of 768, 8 per token (feed_forward_length 6144 is unused).
+    {"qwen3-30b-a3b", "qwen3moe", 48, 2048, 32, 4, 6144, 151936, 40960, 1000000.0f, 1e-6f, false, false, 128, true,
+     false, 0, 0, 0, 0, 0, 0, 0, 0, 0, 128, 8, 768, 0, false},
+    // LFM2-8B-A1B: 24 layers, attention at 2, 6, 10, 14, 18, 21; the first two layers dense (7168), then
+    // 32 experts of 1792, 4 per token, sigmoid router with a selection bias.
+    {"lfm2-8b-a1b", "lfm2moe", 24, 2048, 32, 8, 7168, 65536, 128000, 1000000.0f, 1e-5f, true, false, 64, true,
+     false, 0, 0, 0, 0, 0, 0, 0, (1u << 2) | (1u << 6) | (1u << 10) | (1u << 14) | (1u << 18) | (1u << 21), 3,
+     32, 4, 1792, 2, true},
 };
 
 // ---- type mixes (llama.cpp's llama_tensor_get_type rules for these recipes) -------------------
@@ -484,7 +497,7 @@ void usage(FILE* out) {
                "usage: picolm-synth --shape NAME --type MIX -o OUT.gguf [options]\n"
                "  --shape NAME        tinyllama-1.1b | qwen2.5-0.5b | qwen2.5-1.5b | smollm2-360m | llama-3.2-1b |\n"
                "                      qwen3-0.6b | qwen3-1.7b | gemma3-270m | gemma3-1b | smollm3-3b | qwen3.5-0.8b |\n"
-               "                      qwen3.5-2b | lfm2.5-1.2b | demo\n"
+               "                      qwen3.5-2b | lfm2.5-1.2b | qwen3-30b-a3b | lfm2-8b-a1b | demo\n"
                "  --type MIX          q4_k_m | q8_0 | q4_0 | f16 | f32 (llama.cpp's per-tensor rules)\n"
                "  -o, --output FILE   output GGUF (written to FILE.tmp, then renamed)\n"
                "  --vocab-from FILE   copy all tokenizer.* keys from another GGUF (n_vocab must be >= its vocabulary)\n"
@@ -569,6 +582,15 @@ int run(const Args& a) {
     const std::vector<int32_t> sections = {t, h, pairs - t - h, 0};
     w.set_i32_array(arch + ".rope.dimension_sections", sections);
   }
+  if (shape->n_expert > 0) {
+    w.set_u32(arch + ".expert_count", static_cast<uint32_t>(shape->n_expert));
+    w.set_u32(arch + ".expert_used_count", static_cast<uint32_t>(shape->n_expert_used));
+    w.set_u32(arch + ".expert_feed_forward_length", static_cast<uint32_t>(shape->n_ff_exp));
+    if (lfm2) {
+      w.set_u32(arch + ".leading_dense_block_count", static_cast<uint32_t>(shape->n_dense_lead));
+      w.set_u32(arch + ".expert_gating_func", shape->sigmoid_gating ? 2u : 1u);
+    }
+  }
   w.set_f32(arch + ".attention.layer_norm_rms_epsilon", shape->rms_eps);
   w.set_f32(arch + ".rope.freq_base", shape->rope_base);
   w.set_u32(arch + ".rope.dimension_count", static_cast<uint32_t>(shape->n_rot > 0 ? shape->n_rot : head_dim));
@@ -629,6 +651,7 @@ int run(const Args& a) {
     GgmlType type;
     int64_t cols, rows;  // rows == 0: a 1-D F32 vector of cols
     float mean, sigma;
+    int64_t n_mat = 0;   // > 0: n_mat stacked rows x cols matrices (experts), ne {cols, rows, n_mat}
   };
   std::vector<Plan> plan;
   const float inv_e = 1.0f / std::sqrt(static_cast<float>(E));
@@ -640,6 +663,25 @@ int run(const Args& a) {
   };
   // Scales keep activations sane: N(0, 1/fan_in) projections; a tied embedding doubles as the
   // output head, where 2/sqrt(E) gives logits of standard deviation ~2.
+  // A layer's FFN: dense, or the router and the stacked experts (types by llama.cpp's rules for
+  // ffn_{gate,up,down}; the router ffn_gate_inp stays F32, as llama-quantize keeps it).
+  auto ffn = [&](const std::string& p, int l) {
+    if (shape->n_expert == 0 || l < shape->n_dense_lead) {
+      mat(p + "ffn_gate.weight", Kind::FfnGate, l, n_ff, E, inv_e);
+      mat(p + "ffn_up.weight", Kind::FfnUp, l, n_ff, E, inv_e);
+      mat(p + "ffn_down.weight", Kind::FfnDown, l, E, n_ff, 1.0f / std::sqrt(static_cast<float>(n_ff)));
+      return;
+    }
+    const int NE = shape->n_expert, FE = shape->n_ff_exp;
+    plan.push_back({p + "ffn_gate_inp.weight", GgmlType::F32, E, NE, 0.0f, inv_e});
+    auto experts = [&](std::string name, Kind kind, int64_t rows, int64_t cols, float sigma) {
+      plan.push_back({std::move(name), pick_type(mix, kind, l, n_layer, cols, shape->tied), cols, rows, 0.0f, sigma, NE});
+    };
+    experts(p + "ffn_gate_exps.weight", Kind::FfnGate, FE, E, inv_e);
+    experts(p + "ffn_up_exps.weight", Kind::FfnUp, FE, E, inv_e);
+    experts(p + "ffn_down_exps.weight", Kind::FfnDown, E, FE, 1.0f / std::sqrt(static_cast<float>(FE)));
+    if (shape->sigmoid_gating) vec(p + "exp_probs_b.bias", NE, 0.0f, 0.05f);
+  };
   mat("token_embd.weight", Kind::TokEmbd, 0, n_vocab, E, shape->tied ? 2.0f * inv_e : 1.0f);
   for (int l = 0; l < n_layer; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";
@@ -670,9 +712,7 @@ int run(const Args& a) {
         mat(p + "shortconv.out_proj.weight", Kind::AttnO, l, E, E, inv_e);
       }
       vec(p + (qwen35 ? "post_attention_norm.weight" : "ffn_norm.weight"), E, 1.0f, 0.05f);
-      mat(p + "ffn_gate.weight", Kind::FfnGate, l, n_ff, E, inv_e);
-      mat(p + "ffn_up.weight", Kind::FfnUp, l, n_ff, E, inv_e);
-      mat(p + "ffn_down.weight", Kind::FfnDown, l, E, n_ff, 1.0f / std::sqrt(static_cast<float>(n_ff)));
+      ffn(p, l);
       continue;
     }
     mat(p + "attn_q.weight", Kind::AttnQ, l, q_dim, E, 1.4f * inv_e);
@@ -690,9 +730,7 @@ int run(const Args& a) {
     mat(p + "attn_output.weight", Kind::AttnO, l, E, q_dim, 1.0f / std::sqrt(static_cast<float>(q_dim)));
     if (shape->post_norms) vec(p + "post_attention_norm.weight", E, 1.0f, 0.05f);
     vec(p + "ffn_norm.weight", E, 1.0f, 0.05f);
-    mat(p + "ffn_gate.weight", Kind::FfnGate, l, n_ff, E, inv_e);
-    mat(p + "ffn_up.weight", Kind::FfnUp, l, n_ff, E, inv_e);
-    mat(p + "ffn_down.weight", Kind::FfnDown, l, E, n_ff, 1.0f / std::sqrt(static_cast<float>(n_ff)));
+    ffn(p, l);
     if (shape->post_norms) vec(p + "post_ffw_norm.weight", E, 1.0f, 0.05f);
   }
   vec(lfm2 ? "token_embd_norm.weight" : "output_norm.weight", E, 1.0f, 0.05f);  // lfm2's final norm's name
@@ -701,6 +739,7 @@ int run(const Args& a) {
   for (const Plan& t : plan) {
     std::vector<uint64_t> ne = {static_cast<uint64_t>(t.cols)};
     if (t.rows) ne.push_back(static_cast<uint64_t>(t.rows));
+    if (t.n_mat) ne.push_back(static_cast<uint64_t>(t.n_mat));
     if (auto r = w.add_tensor(t.name, t.type, ne); !r) {
       std::fprintf(stderr, "picolm-synth: %s\n", r.error().c_str());
       return 1;
@@ -713,7 +752,8 @@ int run(const Args& a) {
   std::map<std::string, int> type_count;
   for (const Plan& t : plan) {
     Rng rng(a.seed * 0x9e3779b97f4a7c15ull ^ hash_name(t.name));
-    Status s = t.rows ? write_matrix(w, t.type, t.rows, t.cols, t.sigma, rng) : write_vector(w, t.cols, t.mean, t.sigma, rng);
+    const int64_t rows = t.rows * std::max<int64_t>(t.n_mat, 1);  // stacked experts are contiguous rows
+    Status s = t.rows ? write_matrix(w, t.type, rows, t.cols, t.sigma, rng) : write_vector(w, t.cols, t.mean, t.sigma, rng);
     if (!s) {
       std::fprintf(stderr, "picolm-synth: %s\n", s.error().c_str());
       return 1;

@@ -9,8 +9,8 @@
 namespace picolm {
 namespace {
 
-const Architecture* const kAll[] = {&kArchLlama, &kArchQwen2, &kArchQwen3, &kArchGemma3, &kArchSmollm3, &kArchQwen35,
-                                     &kArchLfm2};
+const Architecture* const kAll[] = {&kArchLlama, &kArchQwen2,   &kArchQwen3,   &kArchGemma3,   &kArchSmollm3,
+                                     &kArchQwen35, &kArchLfm2,    &kArchQwen3Moe, &kArchLfm2Moe,  &kArchQwen35Moe};
 
 // Integers are checked in 64 bits before they are narrowed: a uint64 of 2^32 + 64 must not pass as
 // 64 (issue 15 item 10). Values outside int32 are refused here; plausibility is validate_hparams'.
@@ -84,8 +84,11 @@ Status read_common_hparams(const GgufFile& f, HParams& hp) {
   if (!problems.empty()) return Error{"implausible hyper-parameters: " + problems.front()};
   if (hp.n_layer < 1 || hp.n_layer > 1024) return Error{"implausible hyper-parameters (block_count)"};
   std::vector<int32_t> n_ff, n_kv;
-  if (!per_layer(f, a + "feed_forward_length", hp.n_layer, n_ff, problems) && problems.empty())
-    missing.push_back(a + "feed_forward_length");
+  if (!per_layer(f, a + "feed_forward_length", hp.n_layer, n_ff, problems) && problems.empty()) {
+    // Mixture-of-experts files need not state a dense width (every layer routed): the experts' then.
+    if (!per_layer(f, a + "expert_feed_forward_length", hp.n_layer, n_ff, problems) && problems.empty())
+      missing.push_back(a + "feed_forward_length");
+  }
   if (!per_layer(f, a + "attention.head_count_kv", hp.n_layer, n_kv, problems)) n_kv.assign(size_t(hp.n_layer), hp.n_head);
   if (!missing.empty()) {
     std::string m = "missing metadata:";
@@ -131,7 +134,11 @@ Status validate_hparams(HParams& hp) {
   for (int l = 0; l < hp.n_layer; ++l) {
     const LayerHParams& lp = hp.layers[size_t(l)];
     const std::string at = " (layer " + std::to_string(l) + ")";
-    if (bad(lp.n_ff, 1, 1 << 20)) return Error{"implausible feed_forward_length" + at};
+    if (!lp.moe && bad(lp.n_ff, 1, 1 << 20)) return Error{"implausible feed_forward_length" + at};
+    if (lp.moe && (bad(hp.n_expert, 1, 4096) || bad(hp.n_expert_used, 1, std::min(hp.n_expert, 64)) ||
+                   bad(hp.n_ff_exp, 1, 1 << 20) || bad(hp.n_ff_shexp, 0, 1 << 20) ||
+                   !(hp.expert_weights_scale > 0.0f) || !std::isfinite(hp.expert_weights_scale)))
+      return Error{"implausible expert hyper-parameters (expert_*)" + at};
     if (lp.kind != LayerKind::Attention) {  // a recurrent mixer: no K/V, its own hyper-parameters
       if (lp.n_head_kv != 0) return Error{"a recurrent layer with head_count_kv " + std::to_string(lp.n_head_kv) + at};
       if (lp.kind == LayerKind::DeltaNet &&

@@ -41,5 +41,8 @@ extern const Architecture kArchGemma3;
 extern const Architecture kArchSmollm3;
 extern const Architecture kArchQwen35;
 extern const Architecture kArchLfm2;
+extern const Architecture kArchQwen3Moe;
+extern const Architecture kArchLfm2Moe;
+extern const Architecture kArchQwen35Moe;
 
 }  // namespace picolm

@@ -135,6 +135,10 @@ struct MatmulTarget {
   int64_t rows;
   float* Y;
   const uint8_t* packed = nullptr;  // W in packed form, if any
+  // Never the many-token GEMM: each row's result is bit-identical to the row alone (vec_dot and
+  // its tiles), however many rows the call has. For matrices whose row count per call depends on
+  // the batch (routed experts) in a model that promises batch invariance.
+  bool dots_only = false;
 };
 void matmul_multi(const KernelTable& k, ThreadPool& pool, ActivationMode mode, const MatmulTarget* targets,
                   int n_targets, int64_t cols, const float* X, int64_t n_tokens);

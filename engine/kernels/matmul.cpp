@@ -134,7 +134,7 @@ void matmul_impl(const KernelTable& k, ThreadPool& pool, ActivationMode mode, co
       if (targets[i].packed != nullptr) {
         PICOLM_KCHECK(pk.run != nullptr && g.prepare != nullptr, "packed weights for a type without packed kernels");
         p.packed = &pk;
-      } else if (g.run != nullptr && n_tokens >= k.gemm_min_tokens && targets[i].rows % 16 == 0) {
+      } else if (g.run != nullptr && !targets[i].dots_only && n_tokens >= k.gemm_min_tokens && targets[i].rows % 16 == 0) {
         p.gemm = &g;
       }
       if (p.packed != nullptr || p.gemm != nullptr) {
