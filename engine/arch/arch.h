@@ -41,5 +41,7 @@ extern const Architecture kArchGemma3;
 extern const Architecture kArchSmollm3;
 extern const Architecture kArchQwen35;
 extern const Architecture kArchLfm2;
+extern const Architecture kArchPhi3;
+extern const Architecture kArchGraniteHybrid;
 
 }  // namespace picolm
