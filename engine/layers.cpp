@@ -314,13 +314,13 @@ WeightView WeightLoader::matrix(const std::string& name, int64_t rows, int64_t c
   return {t->data, t->type, rows, cols};
 }
 
-std::vector<float> WeightLoader::vec(const std::string& name, int64_t n, bool optional) {
+std::vector<float> WeightLoader::vec(const std::string& name, int64_t n, bool optional, bool any_shape) {
   const GgufTensor* t = f_.tensor(name);
   if (!t) {
     if (!optional) errors.push_back("missing tensor '" + name + "'");
     return {};
   }
-  if (t->n_elements() != static_cast<uint64_t>(n) || t->ne[0] != static_cast<uint64_t>(n)) {
+  if (t->n_elements() != static_cast<uint64_t>(n) || (!any_shape && t->ne[0] != static_cast<uint64_t>(n))) {
     errors.push_back("tensor '" + name + "' has shape " + fmt_shape(t->ne) + ", expected [" + std::to_string(n) + "]");
     return {};
   }
@@ -331,6 +331,11 @@ std::vector<float> WeightLoader::vec(const std::string& name, int64_t n, bool op
   std::vector<float> out(static_cast<size_t>(n));
   k_.dequantize_row[static_cast<uint32_t>(t->type)](t->data, out.data(), n);
   return out;
+}
+
+WeightView row_slice(const WeightView& w, int64_t first, int64_t n) {
+  if (!w.data || first < 0 || n <= 0 || first + n > w.rows) return {};
+  return {static_cast<const uint8_t*>(w.data) + size_t(first) * row_bytes(w.type, w.cols), w.type, n, w.cols};
 }
 
 void load_attention(WeightLoader& L, const HParams& hp, int layer, const AttentionTensors& opt, AttnWeights& w) {

@@ -111,7 +111,8 @@ class WeightLoader {
   // A 2-D weight [rows][cols] used through the matmuls.
   WeightView matrix(const std::string& name, int64_t rows, int64_t cols, bool optional = false);
   // A 1-D vector (norm weights, biases), dequantized to F32; empty when optional and absent.
-  std::vector<float> vec(const std::string& name, int64_t n, bool optional = false);
+  // any_shape: n elements in any shape (Mamba-2's ssm_a {1, heads}, ssm_norm {d_inner / groups, groups}).
+  std::vector<float> vec(const std::string& name, int64_t n, bool optional = false, bool any_shape = false);
   const GgufFile& file() const { return f_; }
   const KernelTable& kernels() const { return k_; }
 
@@ -119,6 +120,11 @@ class WeightLoader {
   const GgufFile& f_;
   const KernelTable& k_;
 };
+
+// Rows [first, first + n) of a matrix: one part of a fused projection (phi3's attn_qkv and ffn_up),
+// a view into the same rows of the file (each row is whole blocks, so a row range is contiguous).
+// An empty view when w is (a load error was recorded for it).
+WeightView row_slice(const WeightView& w, int64_t first, int64_t n);
 
 enum class Presence { Absent, Optional, Required };
 struct AttentionTensors {

@@ -160,6 +160,8 @@ Result<std::shared_ptr<Model>> Model::from_gguf(std::unique_ptr<GgufFile> file, 
   h.pod(hp.expert_gating);
   h.pod(hp.expert_weights_norm);
   h.pod(hp.expert_weights_scale);
+  for (int32_t v : {hp.m2_heads, hp.m2_head_dim, hp.m2_state, hp.m2_groups, hp.m2_conv, hp.rope_long_ctx}) h.pod(v);
+  for (float v : {hp.rope_mscale, hp.embedding_scale, hp.residual_scale, hp.logit_scale}) h.pod(v);
   h.pod(hp.rms_eps);
   h.pod(hp.rope_base);
   h.pod(hp.attn_scale);
@@ -263,6 +265,10 @@ Session::Session(std::shared_ptr<const Model> model, ThreadPool& pool, const Ses
   S.k_cache.assign(kv_elems, 0);
   S.v_cache.assign(kv_elems, 0);
   const int half = hp.n_rot / 2;  // rotated pairs (n_rot == head_dim unless RoPE is partial)
+  // LongRoPE (phi3): the long factors for a context beyond the original one, as llama.cpp decides.
+  const std::vector<float>& factors = hp.rope_long_ctx > 0 && S.n_ctx > hp.rope_long_ctx
+                                          ? S.m->rope_freq_factors_long
+                                          : S.m->rope_freq_factors;
   S.rope.resize(hp.rope_bases.size());
   for (size_t r = 0; r < hp.rope_bases.size(); ++r) {
     RopeTable& tab = S.rope[r];
@@ -272,11 +278,11 @@ Session::Session(std::shared_ptr<const Model> model, ThreadPool& pool, const Ses
     for (int i = 0; i < half; ++i) {
       // theta_i = base^(-2i/n_rot), computed in double so long contexts keep their phase accurate.
       double theta = std::pow(double(hp.rope_bases[r]), -2.0 * i / hp.n_rot);
-      if (!S.m->rope_freq_factors.empty()) theta /= double(S.m->rope_freq_factors[size_t(i)]);
+      if (!factors.empty()) theta /= double(factors[size_t(i)]);
       for (int32_t p = 0; p < S.n_ctx; ++p) {
         const double a = p * theta;
-        tab.cos[size_t(p) * half + i] = static_cast<float>(std::cos(a));
-        tab.sin[size_t(p) * half + i] = static_cast<float>(std::sin(a));
+        tab.cos[size_t(p) * half + i] = static_cast<float>(std::cos(a)) * hp.rope_mscale;
+        tab.sin[size_t(p) * half + i] = static_cast<float>(std::sin(a)) * hp.rope_mscale;
       }
     }
   }

@@ -21,7 +21,7 @@ namespace picolm {
 
 class ThreadPool;
 
-enum class Arch { Llama, Qwen2, Qwen3, Gemma3, Smollm3, Qwen35, Lfm2, Qwen3Moe, Lfm2Moe, Qwen35Moe };
+enum class Arch { Llama, Qwen2, Qwen3, Gemma3, Smollm3, Qwen35, Lfm2, Qwen3Moe, Lfm2Moe, Qwen35Moe, Phi3, GraniteHybrid };
 
 // How a mixture-of-experts layer turns its router logits into expert probabilities (llama.cpp's
 // expert_gating_func: 1 softmax, 2 sigmoid, 3 softmax over the chosen experts' logits only).
@@ -29,8 +29,9 @@ enum class ExpertGating { Softmax, Sigmoid, SoftmaxWeight };
 
 // What a layer computes besides its FFN. Attention layers keep K/V rows in the session's cache; the
 // recurrent mixers of the hybrid architectures keep a fixed-size state per sequence instead
-// (engine/recurrent.h): Qwen3.5's gated delta net and LFM2's gated short convolution.
-enum class LayerKind { Attention, DeltaNet, ShortConv };
+// (engine/recurrent.h, engine/mamba2.h): Qwen3.5's gated delta net, LFM2's gated short convolution
+// and the Mamba-2 mixer of Granite-4.0-H.
+enum class LayerKind { Attention, DeltaNet, ShortConv, Mamba2 };
 
 // Per-layer hyper-parameters (GGUF gives head_count_kv and feed_forward_length as arrays for
 // some models; architectures mark sliding-window and NoPE layers).
@@ -60,6 +61,15 @@ struct HParams {
   bool rope_neox = false;    // rotate pairs (i, i + head_dim/2) instead of (2i, 2i+1)
   bool tied_output = false;  // output projection reuses token_embd
   float attn_scale = 0.0f;   // applied to q before q.k (1/sqrt(head_dim) unless the architecture says)
+  // RoPE's magnitude factor (ggml's attn_factor): cos and sin are multiplied by it, so the rotated
+  // dims of q and k grow by it (phi3 LongRoPE: rope.scaling.attn_factor). 1 for most models.
+  float rope_mscale = 1.0f;
+  // phi3 LongRoPE: a session whose context exceeds this many positions takes the long frequency
+  // factors (rope_factors_long), else the short ones (llama.cpp's rule); 0: no long factors.
+  int32_t rope_long_ctx = 0;
+  // Granite's multipliers (0: none): embeddings times embedding_scale, each sublayer's output times
+  // residual_scale before its residual add, logits divided by logit_scale.
+  float embedding_scale = 0.0f, residual_scale = 0.0f, logit_scale = 0.0f;
   std::vector<float> rope_bases;    // distinct RoPE bases the layers use (rope_bases[0] == rope_base)
   std::vector<LayerHParams> layers;  // [n_layer]
   // Recurrent mixers (hybrid architectures); zero when the model has none of that kind.
@@ -75,6 +85,9 @@ struct HParams {
   ExpertGating expert_gating = ExpertGating::Softmax;
   bool expert_weights_norm = false;
   float expert_weights_scale = 1.0f;
+  // Mamba-2 (granitehybrid ssm.*): heads (time_step_rank), head dim (inner_size / heads), state size
+  // per head dim (state_size), B/C groups (group_count, heads a multiple of it), conv taps (conv_kernel).
+  int32_t m2_heads = 0, m2_head_dim = 0, m2_state = 0, m2_groups = 0, m2_conv = 0;
 };
 
 // Whether the weight matrices are repacked at load into the interleaved panels of

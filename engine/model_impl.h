@@ -90,6 +90,20 @@ struct MoeWeights {
   std::vector<float> shared_gate;  // ffn_gate_inp_shexp [n_embd]: its output times sigmoid(shared_gate . x); empty: 1
 };
 
+// Mamba-2 mixer (granitehybrid; engine/mamba2.h). d_inner = heads * head_dim; the conv runs over
+// xBC = x | B | C, conv_channels = d_inner + 2 * groups * d_state.
+struct Mamba2Weights {
+  // ssm_in ([2 * d_inner + 2 * groups * d_state + heads][n_embd]: z | xBC | dt) as three row slices.
+  WeightView z, xbc, dt;
+  WeightView out;                 // [n_embd][d_inner]
+  std::vector<float> conv;        // [taps][conv_channels] (transposed from the file's [conv_channels][taps])
+  std::vector<float> conv_bias;   // [conv_channels]; empty when the file has none
+  std::vector<float> dt_bias;     // [heads]
+  std::vector<float> a;           // [heads], -exp(A_log): the decay rate
+  std::vector<float> d;           // [heads]: the skip x * D
+  std::vector<float> norm;        // [d_inner]: RMS norm of each group of d_inner / groups, after the gate
+};
+
 struct LayerWeights {
   std::vector<float> attn_norm, ffn_norm;             // [n_embd], dequantized at load (tiny)
   std::vector<float> attn_post_norm, ffn_post_norm;   // gemma3: sublayer outputs normed before the residual add
@@ -98,6 +112,7 @@ struct LayerWeights {
   DeltaNetWeights dn;  // LayerKind::DeltaNet only
   ShortConvWeights sc; // LayerKind::ShortConv only
   MoeWeights moe;      // LayerHParams::moe only (ffn unused)
+  Mamba2Weights m2;    // LayerKind::Mamba2 only
 };
 
 // Every matrix of a layer (repacking, accounting): new weight kinds must be listed here. The stacked
@@ -106,7 +121,8 @@ template <class Fn>
 void for_each_matrix(LayerWeights& w, const Fn& fn) {
   for (WeightView* v : {&w.attn.wq, &w.attn.wk, &w.attn.wv, &w.attn.wo, &w.ffn.gate, &w.ffn.up, &w.ffn.down,
                         &w.dn.qkv, &w.dn.z, &w.dn.beta, &w.dn.alpha, &w.dn.out, &w.sc.in_proj, &w.sc.out_proj,
-                        &w.moe.router, &w.moe.shared.gate, &w.moe.shared.up, &w.moe.shared.down})
+                        &w.moe.router, &w.moe.shared.gate, &w.moe.shared.up, &w.moe.shared.down,
+                        &w.m2.z, &w.m2.xbc, &w.m2.dt, &w.m2.out})
     if (v->data) fn(*v);
 }
 
@@ -124,6 +140,9 @@ struct Model::Impl {
   // Llama 3.x "rope_freqs.weight": per-frequency divisors of the rotation angle ([head_dim/2]);
   // empty when the model has none (all 1).
   std::vector<float> rope_freq_factors;
+  // phi3 LongRoPE: rope_freq_factors holds rope_factors_short, this rope_factors_long (used when a
+  // session's context exceeds HParams::rope_long_ctx).
+  std::vector<float> rope_freq_factors_long;
   std::vector<LayerWeights> layers;
   uint64_t fingerprint = 0;
   bool locked = false;  // mlock succeeded

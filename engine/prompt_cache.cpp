@@ -177,6 +177,9 @@ Identity identity_of(const Session& s) {
   const HParams& hp = m.hparams();
   Identity id;
   id.model_fp = m.fingerprint();
+  // phi3 LongRoPE: the K rows of a session past the original context were rotated with the long
+  // factors (model.cpp), so they are another model's as far as reuse goes.
+  if (hp.rope_long_ctx > 0 && s.n_ctx() > hp.rope_long_ctx) id.model_fp ^= 0x4c6f6e67526f5045ull;  // "LongRoPE"
   id.tokenizer_fp = m.tokenizer().fingerprint();
   id.n_layer = uint32_t(hp.n_layer);
   id.n_head_kv = uint32_t(hp.n_head_kv);

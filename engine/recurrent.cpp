@@ -59,6 +59,8 @@ void project(Forward& f, const WeightView& w, const float* x, float* y) {
   matmul(*f.m.kernels, f.pool, f.m.opts.activations, w.type, w.data, w.rows, w.cols, x, f.T, y, w.packed);
 }
 
+}  // namespace
+
 // The causal conv of every segment of the micro-batch: src holds the conv inputs of the T rows
 // ([T][channels]); each segment runs over its own sequence's history (the layer's state at
 // state_off in seq->rec.data), which is then replaced by the segment's last taps - 1 inputs (the
@@ -118,8 +120,6 @@ std::vector<float> load_conv_kernel(WeightLoader& L, const std::string& name, in
   return out;
 }
 
-}  // namespace
-
 // ---- state ----------------------------------------------------------------------------------------
 
 void init_recurrent_state(RecurrentState& r, const HParams& hp) {
@@ -135,6 +135,12 @@ void init_recurrent_state(RecurrentState& r, const HParams& hp) {
         break;
       }
       case LayerKind::ShortConv: n += size_t(hp.sc_taps - 1) * size_t(hp.n_embd); break;
+      case LayerKind::Mamba2: {
+        const size_t d_inner = size_t(hp.m2_heads) * size_t(hp.m2_head_dim);
+        const size_t channels = d_inner + 2 * size_t(hp.m2_groups) * size_t(hp.m2_state);
+        n += size_t(hp.m2_conv - 1) * channels + d_inner * size_t(hp.m2_state);
+        break;
+      }
       case LayerKind::Attention: break;
     }
   }

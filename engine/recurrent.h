@@ -1,5 +1,5 @@
 // Internal: the blocks of the hybrid architectures (qwen35, lfm2) that engine/layers.h does not
-// have, and the loaders of their weights. Like the blocks there, each runs one micro-batch of T
+// have (granitehybrid's Mamba-2 is in engine/mamba2.h), and the loaders of their weights. Like the blocks there, each runs one micro-batch of T
 // rows (the rows of one or more sequences, layers.h), reads xn and writes y (the workspace's q
 // buffer), and treats every row with the same float operations whatever the split of the prompt
 // and whatever other sequences share the batch. The recurrent state is carried from micro-batch to
@@ -22,6 +22,15 @@ void short_conv(Forward& f, int layer);
 // head); QK-norm, RoPE of the first n_rot dims (NeoX pairs), K/V into the cache, causal attention,
 // the output times sigmoid(gate), attn_output into y. Clobbers xn.
 void gated_attention(Forward& f, int layer);
+
+// ---- shared by the recurrent blocks (mamba2.cpp too) ----------------------------------------------
+
+// The causal conv of every segment of the micro-batch: src holds the conv inputs of the T rows
+// ([T][channels]); each segment runs over its own sequence's history (the layer's state at
+// state_off in seq->rec.data), which is then replaced by the segment's last taps - 1 inputs.
+void conv_segments(Forward& f, size_t state_off, int taps, int channels, const float* src, const float* w, float* out);
+// A convolution kernel: the file's [channels][taps] F32 (ggml ne [taps, channels]) as [taps][channels].
+std::vector<float> load_conv_kernel(WeightLoader& L, const std::string& name, int64_t taps, int64_t channels);
 
 // blk.<layer>.attn_qkv, attn_gate, ssm_beta, ssm_alpha, ssm_out, ssm_conv1d, ssm_dt.bias, ssm_a, ssm_norm.
 void load_delta_net(WeightLoader& L, const HParams& hp, int layer, DeltaNetWeights& w);

@@ -197,6 +197,55 @@ size_t match_llama3(const Span& s, size_t pos, int max_digits) {
   return match_ws_tail(s, pos, true);
 }
 
+size_t match_gpt4o(const Span& s, size_t pos) {
+  // U: a letter that is not a-z; L: a letter that is not A-Z (llama.cpp's lookahead form of the
+  // tokenizer.json classes: a non-ASCII letter counts as both, a mark as neither).
+  auto upper = [&](size_t p) { return s.letter(p) && !(s.c(p) >= 'a' && s.c(p) <= 'z'); };
+  auto lower = [&](size_t p) { return s.letter(p) && !(s.c(p) >= 'A' && s.c(p) <= 'Z'); };
+  const uint32_t c = s.c(pos);
+  // [^\r\n\p{L}\p{N}]? : when pos holds such a character, the word alternatives can only match
+  // with it (without it they would start on a non-letter), so it is taken.
+  const size_t q = pos + (s.in(pos) && c != '\r' && c != '\n' && !s.letter(pos) && !s.number(pos) ? 1 : 0);
+  // U*L+C: U* greedy, giving back characters until one that is also an L starts L+ (greedy).
+  size_t u = 0;
+  while (upper(q + u)) ++u;
+  for (size_t k = u + 1; k-- > 0;) {
+    if (!lower(q + k)) continue;
+    size_t e = q + k;
+    while (lower(e)) ++e;
+    return e + match_contraction(s, e, true) - pos;
+  }
+  // U+L*C
+  if (u > 0) {
+    size_t e = q + u;
+    while (lower(e)) ++e;
+    return e + match_contraction(s, e, true) - pos;
+  }
+  // \p{N}{1,3}
+  if (s.number(pos)) {
+    size_t e = pos;
+    while (s.number(e) && e - pos < 3) ++e;
+    return e - pos;
+  }
+  // " ?[^\s\p{L}\p{N}]+[\r\n/]*"
+  const size_t o = pos + (c == ' ' ? 1 : 0);
+  if (s.other(o)) {
+    size_t e = o;
+    while (s.other(e)) ++e;
+    while (s.c(e) == '\r' || s.c(e) == '\n' || s.c(e) == '/') ++e;
+    return e - pos;
+  }
+  // \s*[\r\n]+ : the whitespace run up to and including its last \r or \n
+  size_t n = 0, last_nl = 0;
+  while (s.ws(pos + n)) {
+    const uint32_t w = s.c(pos + n);
+    ++n;
+    if (w == '\r' || w == '\n') last_nl = n;
+  }
+  if (last_nl > 0) return last_nl;
+  return match_ws_tail(s, pos, true);
+}
+
 size_t match_simple(const SplitRule& r, const Span& s, size_t pos) {
   auto in_cls = [&](size_t p) { return s.in(p) && r.cls.contains(s.cpt[p], s.flags[p]); };
   switch (r.shape) {
@@ -246,7 +295,7 @@ constexpr const char* PORO_CLASS = "[^(\\s|.,!?\u2026\u3002\uFF0C\u3001\u0964\u0
 
 Result<PreTokenizer> PreTokenizer::for_name(std::string_view pre) {
   // The regex lists are llama.cpp's (src/llama-vocab.cpp, llm_tokenizer_bpe), by pre-type.
-  enum class Kind { Default, Llama3, Qwen2, DeepseekLlm, DeepseekCoder, Falcon, Gpt2, Starcoder, Poro };
+  enum class Kind { Default, Llama3, Qwen2, DeepseekLlm, DeepseekCoder, Falcon, Gpt2, Starcoder, Poro, Gpt4o };
   Kind kind;
   auto is = [&](std::initializer_list<std::string_view> names) {
     return std::find(names.begin(), names.end(), pre) != names.end();
@@ -270,6 +319,8 @@ Result<PreTokenizer> PreTokenizer::for_name(std::string_view pre) {
     kind = Kind::Starcoder;
   } else if (is({"poro-chat", "bloom", "gpt3-finnish"})) {
     kind = Kind::Poro;
+  } else if (is({"gpt-4o", "llama4", "kanana2"})) {  // o200k: Phi-4-mini
+    kind = Kind::Gpt4o;
   } else {
     return Error{"unknown pre-tokenizer tokenizer.ggml.pre = '" + std::string(pre) + "'"};
   }
@@ -343,6 +394,9 @@ Result<PreTokenizer> PreTokenizer::for_name(std::string_view pre) {
     case Kind::Poro:
       add(SplitShape::ClassRun, PORO_CLASS, false, /*prefix_space=*/true);
       break;
+    case Kind::Gpt4o:
+      add(SplitShape::Gpt4o);
+      break;
   }
   if (!status.ok()) return Error{status.error()};
   return pt;
@@ -378,6 +432,7 @@ void PreTokenizer::split(std::string_view text, std::vector<std::string>& words)
         switch (rule.shape) {
           case SplitShape::Gpt2: n = match_gpt2(s, pos); break;
           case SplitShape::Llama3: n = match_llama3(s, pos, rule.max_digits); break;
+          case SplitShape::Gpt4o: n = match_gpt4o(s, pos); break;
           default: n = match_simple(rule, s, pos); break;
         }
         if (n == 0) {

@@ -35,6 +35,10 @@ struct CharClass {
 enum class SplitShape : uint8_t {
   Gpt2,          // 's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)
   Llama3,        // (?:'[sS]|...)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,max_digits}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
+  // GPT-4o (o200k; Phi-4-mini), as llama.cpp writes it, with U = (?=[\p{L}])([^a-z]) and
+  // L = (?=[\p{L}])([^A-Z]) (a non-ASCII letter is both) and C = (?:'[sS]|'[tT]|'[rR][eE]|...)?:
+  // [^\r\n\p{L}\p{N}]?U*L+C|[^\r\n\p{L}\p{N}]?U+L*C|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+
+  Gpt4o,
   ClassOne,      // [C]
   ClassRun,      // P?[C]+ where the optional prefix P is \s (prefix_ws), ' ' (prefix_space) or absent
   ClassThree,    // [C][C][C]

@@ -232,16 +232,33 @@ TEST_CASE("eval_batch: mixture-of-experts models (qwen3moe, lfm2moe, qwen35moe)"
   }
 }
 
+// Issue 32's architectures (tests/models): phi3 (fused projections as row slices of one matrix,
+// LongRoPE) and granitehybrid (Mamba-2 state per sequence), each sequence's logits in a batch the
+// same bits as alone where the matmuls promise it.
+TEST_CASE("eval_batch: phi3 and granitehybrid (Mamba-2) sequences as alone", "[batch]") {
+  const std::string dir = std::string(PICOLM_TEST_DATA_DIR) + "/models/";
+  const std::string phi3_q4 = dir + "phi3-tiny-q4km.gguf", phi3_q8 = dir + "phi3-tiny-q8_0.gguf";
+  const std::string gh_q4 = dir + "granitehybrid-tiny-q4km.gguf", gh_f16 = dir + "granitehybrid-tiny-f16.gguf";
+  const Case cases[] = {{phi3_q4.c_str(), 16, true}, {gh_q4.c_str(), 16, true},
+                        {phi3_q8.c_str(), 16, false}, {gh_f16.c_str(), 1, false}};
+  ThreadPool pool(2);
+  for (const Case& c : cases) {
+    check_batches(pool, c, Repack::On, {1, 2, 3, 4});
+    if (c.file_rows) check_batches(pool, c, Repack::Off, {2, 4});
+  }
+}
+
 // A hybrid session in a batch goes back to a state snapshot on truncate, as alone: after
 // truncating past its snapshot and evaluating the rest again beside another sequence, its logits
 // are those of the first evaluation.
 TEST_CASE("eval_batch: hybrid truncate returns to the snapshot inside a batch", "[batch]") {
-  for (const char* file : {"qwen35-tiny-q4km.gguf", "lfm2-tiny-q4km.gguf"}) {
+  const std::string granite = std::string(PICOLM_TEST_DATA_DIR) + "/models/granitehybrid-tiny-q4km.gguf";
+  for (const std::string& file : {model_path("qwen35-tiny-q4km.gguf"), model_path("lfm2-tiny-q4km.gguf"), granite}) {
     INFO(file);
     ThreadPool pool(2);
     ModelOptions mo;
     mo.pool = &pool;
-    auto m = Model::load(model_path(file), mo);
+    auto m = Model::load(file, mo);
     REQUIRE(m.ok());
     const int32_t nv = m.value()->hparams().n_vocab;
     SessionOptions so;

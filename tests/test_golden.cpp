@@ -23,6 +23,8 @@ using namespace picolm;
 namespace {
 
 std::string shared(const std::string& rel) { return std::string(PICOLM_SHARED_DIR) + "/" + rel; }
+// The goldens made in this repository (tests/golden, tests/models; tools/golden/README.md).
+const std::string kRepoData = PICOLM_TEST_DATA_DIR;
 
 struct Tolerance {
   float exact;      // Exact mode vs reference run
@@ -47,6 +49,10 @@ Tolerance tolerance_for(const std::string& stem) {
       // runs, whose own spread against exact math is 0.46-0.77 and prefill-vs-sequential up to 0.17.
       {"qwen35-tiny-f16", {0.02f, 0.05f}}, {"qwen35-tiny-q8_0", {0.02f, 0.4f}}, {"qwen35-tiny-q4km", {0.02f, 0.4f}},
       {"lfm2-tiny-f16", {0.02f, 0.05f}},   {"lfm2-tiny-q8_0", {0.02f, 0.4f}},   {"lfm2-tiny-q4km", {0.02f, 0.5f}},
+      // Issue 32 (tests/golden): phi3 (LongRoPE) and granitehybrid (Mamba-2 + NoPE attention).
+      {"phi3-tiny-f16", {0.02f, 0.05f}},  {"phi3-tiny-q8_0", {0.02f, 0.4f}},  {"phi3-tiny-q4km", {0.02f, 0.5f}},
+      {"granitehybrid-tiny-f16", {0.02f, 0.05f}}, {"granitehybrid-tiny-q8_0", {0.02f, 0.4f}},
+      {"granitehybrid-tiny-q4km", {0.02f, 0.5f}},
   };
   auto it = t.find(stem);
   REQUIRE(it != t.end());
@@ -140,8 +146,9 @@ ModeResult run_mode(const golden::File& g, std::shared_ptr<const Model> m, const
   return res;
 }
 
-void golden_model(const std::string& stem) {
-  const golden::File g = golden::load(shared("golden/" + stem + ".json"));
+// root: the folder holding golden/ and models/ (the shared set, or the repository's tests/).
+void golden_model(const std::string& stem, const std::string& root = PICOLM_SHARED_DIR) {
+  const golden::File g = golden::load(root + "/golden/" + stem + ".json");
   const Tolerance tol = tolerance_for(stem);
   for (ActivationMode mode : {ActivationMode::Exact, ActivationMode::Quantized}) {
     const bool exact = mode == ActivationMode::Exact;
@@ -150,7 +157,7 @@ void golden_model(const std::string& stem) {
     REQUIRE(runs);
     ModelOptions mo;
     mo.activations = mode;
-    auto m = Model::load(shared("models/" + g.model_file), mo);
+    auto m = Model::load(root + "/models/" + g.model_file, mo);
     REQUIRE(m.ok());
     INFO(stem << " mode " << (exact ? "exact" : "quantized") << " vs run " << run_name);
     // Tokenization equals llama.cpp's (add_special, parse_special).
@@ -218,6 +225,19 @@ TEST_CASE("golden: qwen35-tiny-f16", "[golden][hybrid][qwen35]") { golden_model(
 TEST_CASE("golden: qwen35-tiny-q8_0", "[golden][hybrid][qwen35]") { golden_model("qwen35-tiny-q8_0"); }
 TEST_CASE("golden: qwen35-tiny-q4km", "[golden][hybrid][qwen35]") { golden_model("qwen35-tiny-q4km"); }
 
+TEST_CASE("golden: phi3-tiny-f16", "[golden][phi3]") { golden_model("phi3-tiny-f16", kRepoData); }
+TEST_CASE("golden: phi3-tiny-q8_0", "[golden][phi3]") { golden_model("phi3-tiny-q8_0", kRepoData); }
+TEST_CASE("golden: phi3-tiny-q4km", "[golden][phi3]") { golden_model("phi3-tiny-q4km", kRepoData); }
+TEST_CASE("golden: granitehybrid-tiny-f16", "[golden][hybrid][granitehybrid]") {
+  golden_model("granitehybrid-tiny-f16", kRepoData);
+}
+TEST_CASE("golden: granitehybrid-tiny-q8_0", "[golden][hybrid][granitehybrid]") {
+  golden_model("granitehybrid-tiny-q8_0", kRepoData);
+}
+TEST_CASE("golden: granitehybrid-tiny-q4km", "[golden][hybrid][granitehybrid]") {
+  golden_model("granitehybrid-tiny-q4km", kRepoData);
+}
+
 namespace {
 
 // Logits of every position of `tokens`, fed to one session in evals of `chunk` tokens (0: all at once).
@@ -253,14 +273,16 @@ float max_diff(const std::vector<std::vector<float>>& a, const std::vector<std::
 // the logits must agree exactly; the golden runs above hold all of them to llama.cpp's.
 TEST_CASE("hybrid: logits do not depend on how a prompt is split into evals", "[golden][hybrid]") {
   ThreadPool pool(2);
-  for (const char* stem : {"lfm2-tiny-q4km", "qwen35-tiny-q4km", "qwen35-tiny-f16"}) {
-    const golden::File g = golden::load(shared(std::string("golden/") + stem + ".json"));
+  const std::string sh = PICOLM_SHARED_DIR;
+  for (auto [root, stem] : {std::pair{sh, "lfm2-tiny-q4km"}, {sh, "qwen35-tiny-q4km"}, {sh, "qwen35-tiny-f16"},
+                            {kRepoData, "granitehybrid-tiny-q4km"}, {kRepoData, "granitehybrid-tiny-f16"}}) {
+    const golden::File g = golden::load(root + "/golden/" + stem + ".json");
     const std::vector<int32_t>& tokens = g.prompts.back().tokens;
     REQUIRE(tokens.size() > 64);
     for (ActivationMode mode : {ActivationMode::Exact, ActivationMode::Quantized}) {
       ModelOptions mo;
       mo.activations = mode;
-      auto m = Model::load(shared("models/" + g.model_file), mo);
+      auto m = Model::load(root + "/models/" + g.model_file, mo);
       REQUIRE(m.ok());
       const auto all = logits_in_chunks(m.value(), pool, tokens, 0);
       for (size_t chunk : {size_t(1), size_t(7)}) {
@@ -278,10 +300,11 @@ TEST_CASE("hybrid: logits do not depend on how a prompt is split into evals", "[
 // state between sessions. Continuations must equal a fresh evaluation of the same tokens.
 TEST_CASE("hybrid: state snapshots, truncate and restore_state", "[golden][hybrid]") {
   ThreadPool pool(2);
-  for (const char* stem : {"lfm2-tiny-q8_0", "qwen35-tiny-q8_0"}) {
+  const std::string sh = PICOLM_SHARED_DIR;
+  for (auto [root, stem] : {std::pair{sh, "lfm2-tiny-q8_0"}, {sh, "qwen35-tiny-q8_0"}, {kRepoData, "granitehybrid-tiny-q8_0"}}) {
     INFO(stem);
-    const golden::File g = golden::load(shared(std::string("golden/") + stem + ".json"));
-    auto m = Model::load(shared("models/" + g.model_file));
+    const golden::File g = golden::load(root + "/golden/" + stem + ".json");
+    auto m = Model::load(root + "/models/" + g.model_file);
     REQUIRE(m.ok());
     const std::vector<int32_t>& tokens = g.prompts.back().tokens;
     const size_t cut = 40;
@@ -357,21 +380,53 @@ TEST_CASE("hybrid: state snapshots, truncate and restore_state", "[golden][hybri
 // same-shaped model whose every layer is attention (the memory figures are printed).
 TEST_CASE("hybrid: K/V rows only for attention layers", "[golden][hybrid]") {
   ThreadPool pool(2);
-  for (const char* name : {"lfm2-tiny-q4km.gguf", "qwen35-tiny-q4km.gguf"}) {
-    auto m = Model::load(shared(std::string("models/") + name));
+  for (const std::string& path : {shared("models/lfm2-tiny-q4km.gguf"), shared("models/qwen35-tiny-q4km.gguf"),
+                                  kRepoData + "/models/granitehybrid-tiny-q4km.gguf"}) {
+    const std::string name = path.substr(path.rfind('/') + 1);
+    auto m = Model::load(path);
     REQUIRE(m.ok());
     const HParams& hp = m.value()->hparams();
     int n_attn = 0;
     for (const LayerHParams& lp : hp.layers) n_attn += lp.kind == LayerKind::Attention;
-    CHECK(n_attn == 2 - (hp.arch == Arch::Qwen35));  // lfm2-tiny: layers 1 and 3; qwen35-tiny: layer 3
+    // lfm2-tiny: layers 1 and 3; qwen35-tiny: layer 3; granitehybrid-tiny: layer 1 (of 3)
+    CHECK(n_attn == (hp.arch == Arch::Lfm2 ? 2 : 1));
     Session s(m.value(), pool, SessionOptions{4096, 64});
     const size_t kv = 2 * size_t(n_attn) * 4096 * s.kv_bytes_per_position_per_layer();
     const size_t kv_all_layers = 2 * size_t(hp.n_layer) * 4096 * s.kv_bytes_per_position_per_layer();
     std::printf("hybrid memory %-22s n_ctx 4096: session %.2f MiB (K/V %.2f MiB, recurrent state %.1f KiB); "
                 "K/V of every layer would be %.2f MiB\n",
-                name, double(s.memory_bytes()) / 1048576.0, double(kv) / 1048576.0,
+                name.c_str(), double(s.memory_bytes()) / 1048576.0, double(kv) / 1048576.0,
                 double(s.recurrent_state_bytes()) / 1024.0, double(kv_all_layers) / 1048576.0);
     CHECK(s.memory_bytes() < kv_all_layers);
     CHECK(s.memory_bytes() >= kv + s.recurrent_state_bytes());
   }
+}
+
+// phi3 LongRoPE: the goldens (n_ctx 256 over phi3-tiny's original context of 128) hold the long
+// factors and the attn_factor to llama.cpp's. A session whose context fits the original one takes
+// the short factors: its logits differ from the long ones' after position 0 (position 0 is not
+// rotated), and agree bit for bit with every other context size on the same side of the threshold.
+TEST_CASE("phi3: LongRoPE takes the short or the long factors by context size", "[golden][phi3]") {
+  ThreadPool pool(2);
+  auto m = Model::load(kRepoData + "/models/phi3-tiny-f16.gguf");
+  REQUIRE(m.ok());
+  const HParams& hp = m.value()->hparams();
+  REQUIRE(hp.rope_long_ctx == 128);
+  CHECK(std::fabs(hp.rope_mscale - std::sqrt(1.0f + std::log(32.0f) / std::log(128.0f))) < 1e-6f);
+  const golden::File g = golden::load(kRepoData + "/golden/phi3-tiny-f16.json");
+  const std::vector<int32_t>& tokens = g.prompts.back().tokens;
+  auto logits = [&](int32_t n_ctx) {
+    Session s(m.value(), pool, SessionOptions{n_ctx, 128});
+    REQUIRE(s.eval(tokens, true).ok());
+    std::vector<std::vector<float>> out;
+    for (size_t p = 0; p < tokens.size(); ++p) out.emplace_back(s.logits_at(p).begin(), s.logits_at(p).end());
+    return out;
+  };
+  const auto short96 = logits(96), short128 = logits(128), long129 = logits(129), long256 = logits(256);
+  CHECK(max_diff(short96, short128) == 0.0f);
+  CHECK(max_diff(long129, long256) == 0.0f);
+  CHECK(short128[0] == long129[0]);
+  const float d = max_diff(short128, long129);
+  std::printf("phi3 LongRoPE: short vs long factors, max|diff| of the logits %g\n", double(d));
+  CHECK(d > 0.1f);
 }

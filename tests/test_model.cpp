@@ -382,3 +382,47 @@ TEST_CASE("model: per-layer arrays for head_count_kv and feed_forward_length", "
   CHECK(wide.error().find("blk.1.ffn_gate.weight") != std::string::npos);
   std::filesystem::remove_all(dir);
 }
+
+TEST_CASE("model: phi3 and granitehybrid files with broken metadata or tensors are refused with a message", "[model]") {
+  const std::string repo = std::string(PICOLM_TEST_DATA_DIR) + "/models/";
+  const std::string phi3 = repo + "phi3-tiny-q8_0.gguf", granite = repo + "granitehybrid-tiny-q8_0.gguf";
+  const std::string dir = "/tmp/picolm_test_issue32_" + std::to_string(::getpid());
+  std::filesystem::create_directories(dir);
+  auto refused = [&](const std::string& src, const std::string& name, const std::string& want, auto edit) {
+    INFO(name);
+    auto m = Model::load(with_metadata(src, dir + "/" + name, edit));
+    REQUIRE(!m.ok());
+    INFO(m.error());
+    CHECK(m.error().find(want) != std::string::npos);
+  };
+  refused(granite, "groups.gguf", "granitehybrid.ssm", [](GgufWriter& w) { w.set_u32("granitehybrid.ssm.group_count", 3); });
+  refused(granite, "inner.gguf", "granitehybrid.ssm", [](GgufWriter& w) { w.set_u32("granitehybrid.ssm.inner_size", 500); });
+  refused(granite, "moe.gguf", "not supported yet", [](GgufWriter& w) { w.set_u32("granitehybrid.expert_count", 64); });
+  refused(granite, "scale.gguf", "multiplier", [](GgufWriter& w) { w.set_f32("granitehybrid.residual_scale", -1.0f); });
+  // A larger d_state than the tensors hold: the loader names the misshapen ones.
+  refused(granite, "state.gguf", "blk.0.ssm_in.weight", [](GgufWriter& w) { w.set_u32("granitehybrid.ssm.state_size", 64); });
+  refused(phi3, "mscale.gguf", "attn_factor", [](GgufWriter& w) { w.set_f32("phi3.rope.scaling.attn_factor", -1.0f); });
+  refused(phi3, "heads.gguf", "key_length", [](GgufWriter& w) { w.set_u32("phi3.attention.key_length", 32); });
+  // A file without one of the LongRoPE factor tensors, and one without the Mamba-2 skip.
+  auto without = [&](const std::string& src, const std::string& drop, const std::string& name) {
+    auto f = GgufFile::open(src);
+    REQUIRE(f.ok());
+    GgufWriter w;
+    for (const auto& [k, v] : (*f)->metadata()) w.set_value(k, v);
+    for (const GgufTensor& t : (*f)->tensors())
+      if (t.name != drop) REQUIRE(w.add_tensor(t.name, t.type, t.ne).ok());
+    const std::string out = dir + "/" + name;
+    REQUIRE(w.begin(out).ok());
+    for (const GgufTensor& t : (*f)->tensors())
+      if (t.name != drop) REQUIRE(w.write_tensor_data(t.data, t.n_bytes).ok());
+    REQUIRE(w.finish().ok());
+    return Model::load(out);
+  };
+  auto no_long = without(phi3, "rope_factors_long.weight", "nolong.gguf");
+  REQUIRE(!no_long.ok());
+  CHECK(no_long.error().find("come together") != std::string::npos);
+  auto no_d = without(granite, "blk.2.ssm_d", "nod.gguf");
+  REQUIRE(!no_d.ok());
+  CHECK(no_d.error().find("missing tensor 'blk.2.ssm_d'") != std::string::npos);
+  std::filesystem::remove_all(dir);
+}

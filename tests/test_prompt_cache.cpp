@@ -1038,3 +1038,37 @@ TEST_CASE("hybrids: entries carry the recurrent state; a damaged state is never 
     CHECK(same_bits(s.logits(), full_prefill_logits(m, pool, other)));
   }
 }
+
+// phi3 LongRoPE: a session whose context exceeds the original one rotates its keys with the long
+// factors (phi3-tiny: original context 128), so cache files of a short-factor session must not be
+// reused there (a run with another --ctx-size), and the other way round; sessions on the same side
+// share them. (The RAM tier serves one process, whose slots all have one context size.)
+TEST_CASE("phi3 LongRoPE: files are reused only by sessions on the same side of the original context", "[prompt_cache]") {
+  auto m = Model::load(std::string(PICOLM_TEST_DATA_DIR) + "/models/phi3-tiny-q8_0.gguf");
+  REQUIRE(m.ok());
+  REQUIRE(m.value()->hparams().rope_long_ctx == 128);
+  ThreadPool pool(1);
+  const std::string dir = "/tmp/picolm_test_longrope_" + std::to_string(::getpid());
+  PromptCacheOptions o;
+  o.dir = dir;
+  o.max_ram_bytes = 0;  // disk tier only
+  PromptCacheStore store(o);
+  std::vector<int32_t> prompt;
+  for (int i = 0; i < 48; ++i) prompt.push_back(int32_t(1 + (i * 37) % 500));
+  Session a(m.value(), pool, SessionOptions{128, 64});
+  REQUIRE(a.eval(prompt).ok());
+  REQUIRE(store.store(a, 32) == 32);
+  Session short_ctx(m.value(), pool, SessionOptions{96, 64}), long_ctx(m.value(), pool, SessionOptions{256, 64});
+  CHECK(store.restore(long_ctx, prompt) == 0);
+  CHECK(store.restore(short_ctx, prompt) == 32);
+  // And a long-factor entry is not offered to a short-factor session.
+  Session b(m.value(), pool, SessionOptions{200, 64});
+  std::vector<int32_t> other(prompt.rbegin(), prompt.rend());
+  REQUIRE(b.eval(other).ok());
+  REQUIRE(store.store(b, 32) == 32);
+  Session c(m.value(), pool, SessionOptions{128, 64}), d(m.value(), pool, SessionOptions{129, 64});
+  CHECK(store.restore(c, other) == 0);
+  CHECK(store.restore(d, other) == 32);
+  CHECK(store.stats().disk_hits == 2);
+  std::filesystem::remove_all(dir);
+}

@@ -485,14 +485,17 @@ TEST_CASE("hybrid models: slot reuse goes back to a state snapshot, replies unch
     return Reply{str(j.root["choices"].at(0)["message"]["content"]),
                  int64_t(j.root["usage"]["prompt_tokens_details"]["cached_tokens"])};
   };
-  // Issue 32's mixture-of-experts models too (tiny models of tests/models): qwen3moe reuses K/V only,
-  // lfm2moe and qwen35moe are hybrids as well.
-  const std::string moe_dir = std::string(PICOLM_SOURCE_DIR) + "/tests/models/";
+  // Issue 32's models from the repository's tests/models: the mixture-of-experts ones (qwen3moe
+  // reuses K/V only, lfm2moe and qwen35moe are hybrids as well), granitehybrid (Mamba-2 state) and
+  // phi3 (an attention-only model: its slot reuse cuts the KV back).
+  const std::string repo = std::string(PICOLM_TEST_DATA_DIR) + "/models/";
   for (const std::string& path : {kShared + "/models/qwen35-tiny-q8_0.gguf", kShared + "/models/lfm2-tiny-q8_0.gguf",
-                                  moe_dir + "qwen3moe-tiny-q4km.gguf", moe_dir + "lfm2moe-tiny-q4km.gguf",
-                                  moe_dir + "qwen35moe-tiny-q4km.gguf"}) {
+                                  repo + "qwen3moe-tiny-q4km.gguf", repo + "lfm2moe-tiny-q4km.gguf",
+                                  repo + "qwen35moe-tiny-q4km.gguf", repo + "granitehybrid-tiny-q8_0.gguf",
+                                  repo + "phi3-tiny-q8_0.gguf"}) {
+    const std::string file = path.substr(path.rfind('/') + 1);
     for (size_t ram_mb : {size_t(0), size_t(64)}) {
-      INFO(path << ", prompt cache RAM " << ram_mb << " MiB");
+      INFO(file << ", prompt cache RAM " << ram_mb << " MiB");
       Started s = start_server(path, 1024, 2, ContextOverflow::DropOldest, ram_mb);
       const Reply a1 = post(s.port, body("Tell me a story about a dog"));
       CHECK(a1.cached == 0);

@@ -592,3 +592,42 @@ TEST_CASE("synth: MoE shapes (qwen3-30b-a3b, lfm2-8b-a1b) load, run, and prefill
     else CHECK(r.max_diff <= 0.1f);
   }
 }
+
+TEST_CASE("synth: phi-4-mini and granite-4.0-h-tiny shapes load, run, and prefill equals one token at a time", "[synth]") {
+  TempDir dir;
+  SECTION("phi-4-mini (fused qkv and gate|up, LongRoPE on 96 of 128 dims)") {
+    const std::string out = dir.file("phi3.gguf");
+    REQUIRE(run(bin("picolm-synth") + " --shape phi-4-mini --type q4_k_m --layers 2 --vocab 2048 -o " + out) == 0);
+    auto m = Model::load(out);
+    REQUIRE(m.ok());
+    const HParams& hp = m.value()->hparams();
+    CHECK(hp.arch == Arch::Phi3);
+    CHECK((hp.n_embd == 3072 && hp.head_dim == 128 && hp.n_rot == 96 && hp.n_head_kv == 8 && hp.n_ff == 8192));
+    CHECK(hp.rope_long_ctx == 4096);
+    CHECK(std::fabs(hp.rope_mscale - std::sqrt(1.0f + std::log(32.0f) / std::log(4096.0f))) < 1e-6f);
+    CHECK(type_of(m.value()->gguf(), "blk.0.attn_qkv.weight") == "Q5_K");  // llama.cpp's rule for a fused qkv
+    check_runs(m.value());
+    auto r = prefill_vs_sequential(m.value(), some_tokens(40, hp.n_vocab));
+    if (m.value()->packed_bytes() > 0) CHECK(r.max_diff == 0.0f);
+    else CHECK(r.max_diff <= 0.1f);
+  }
+  SECTION("granite-4.0-h-tiny, dense part (Mamba-2 48 heads of 64, d_state 128; NoPE attention on layer 5)") {
+    const std::string out = dir.file("granite.gguf");
+    REQUIRE(run(bin("picolm-synth") + " --shape granite-4.0-h-tiny --type q4_k_m --layers 6 --vocab 2048 -o " + out) == 0);
+    auto m = Model::load(out);
+    REQUIRE(m.ok());
+    const HParams& hp = m.value()->hparams();
+    CHECK(hp.arch == Arch::GraniteHybrid);
+    CHECK((hp.n_embd == 1536 && hp.n_head == 12 && hp.n_head_kv == 4 && hp.head_dim == 128 && hp.n_ff == 1024));
+    CHECK((hp.m2_heads == 48 && hp.m2_head_dim == 64 && hp.m2_state == 128 && hp.m2_groups == 1 && hp.m2_conv == 4));
+    CHECK((hp.embedding_scale == 12.0f && hp.residual_scale == 0.22f && hp.logit_scale == 6.0f));
+    for (int l = 0; l < 6; ++l) {
+      CHECK(hp.layers[size_t(l)].kind == (l == 5 ? LayerKind::Attention : LayerKind::Mamba2));
+      CHECK(hp.layers[size_t(l)].rope == -1);  // NoPE
+    }
+    check_runs(m.value());
+    auto r = prefill_vs_sequential(m.value(), some_tokens(40, hp.n_vocab));
+    if (m.value()->packed_bytes() > 0) CHECK(r.max_diff == 0.0f);
+    else CHECK(r.max_diff <= 0.1f);
+  }
+}

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "gguf.h"
+#include "gguf_writer.h"
 #include "tokenizer.h"
 #include "tokenizer_pretok.h"
 #include "unicode.h"
@@ -358,4 +359,52 @@ TEST_CASE("streaming decode holds back partial UTF-8", "[tokenizer]") {
   CHECK(sd.push(b_41) == "\xEF\xBF\xBD" "A");
   CHECK(sd.push(b_f0).empty());
   CHECK(sd.flush() == "\xEF\xBF\xBD");
+}
+
+// The GPT-4o (o200k) pre-tokenizer of Phi-4-mini. No o200k vocabulary is at hand, so GPT-2's
+// vocabulary is retagged tokenizer.ggml.pre = "gpt-4o": its merges then run on GPT-4o's splits,
+// and the ids show every split boundary that differs from GPT-2's. The expected ids are llama.cpp
+// 66d65ec's on the same retagged file (tests/golden/gpt4o-pretok*.out, tools/golden/README.md): the
+// 46 shared cases and 30 more on case changes inside words (HTTPServer, ÉAB), non-ASCII letters
+// (both "upper" and "lower" in llama.cpp's form of the regex), contractions in any case, marks,
+// digits in other scripts, '/' and newlines after punctuation.
+TEST_CASE("gpt-4o pre-tokenizer: GPT-2's vocabulary retagged gives llama.cpp's ids", "[tokenizer]") {
+  const std::string bytes = read_file(kShared + "/vocab/ggml-vocab-gpt-2.gguf");
+  std::vector<uint8_t> padded(bytes.begin(), bytes.end());
+  padded.resize((padded.size() + 63) / 64 * 64 + 64, 0);  // vocabulary-only file: see load()
+  auto src = GgufFile::parse(padded.data(), padded.size(), "ggml-vocab-gpt-2.gguf");
+  REQUIRE(src.ok());
+  GgufWriter w;
+  for (const auto& [key, val] : src.value()->metadata())
+    if (key != "tokenizer.ggml.pre") w.set_value(key, val);
+  w.set_string("tokenizer.ggml.pre", "gpt-4o");
+  REQUIRE(w.begin_memory().ok());
+  REQUIRE(w.finish().ok());
+  auto g = GgufFile::parse(w.buffer().data(), w.buffer().size(), "gpt2-as-gpt4o");
+  REQUIRE(g.ok());
+  auto tok = Tokenizer::create(*g.value());
+  INFO((tok.ok() ? "" : tok.error()));
+  REQUIRE(tok.ok());
+  const std::string here = std::string(PICOLM_TEST_DATA_DIR) + "/golden/";
+  struct Set {
+    std::string inp, out;
+    size_t n;
+  };
+  for (const Set& set : {Set{kShared + "/vocab/ggml-vocab-gpt-2.gguf.inp", here + "gpt4o-pretok-gpt2-46.out", 46},
+                         Set{here + "gpt4o-pretok.inp", here + "gpt4o-pretok.out", 30}}) {
+    const auto cases = split_cases(read_file(set.inp));
+    const auto expect = parse_out(read_file(set.out));
+    REQUIRE(cases.size() == set.n);
+    REQUIRE(expect.size() == cases.size());
+    int pass = 0;
+    for (size_t i = 0; i < cases.size(); ++i) {
+      const auto got = tok.value()->encode(cases[i], /*add_special=*/false, /*parse_special=*/false);
+      INFO(set.inp << " case " << i << " text [" << cases[i] << "]\n  got " << ids_str(got) << "\n want "
+                   << ids_str(expect[i]));
+      CHECK(got == expect[i]);
+      pass += got == expect[i];
+      CHECK(tok.value()->decode(got, false) == cases[i]);
+    }
+    std::printf("gpt-4o pre-tokenizer on %s: %d/%zu as llama.cpp\n", set.inp.c_str(), pass, cases.size());
+  }
 }

@@ -44,6 +44,7 @@ struct Shape {
   int n_rot = 0;
   int attn_interval = 0, dn_k_heads = 0, dn_v_heads = 0, dn_head_dim = 0, dn_conv = 0;
   // lfm2: bit l set = layer l is attention, the others gated short convolutions of sc_taps taps.
+  // granitehybrid: the same mask, the others Mamba-2 layers.
   uint64_t attn_layers = 0;
   int sc_taps = 0;
   // Mixture of experts (qwen3moe, lfm2moe): n_expert experts of n_ff_exp, n_expert_used per token, in
@@ -51,6 +52,12 @@ struct Shape {
   // gating with a selection bias (lfm2moe) or softmax (qwen3moe).
   int n_expert = 0, n_expert_used = 0, n_ff_exp = 0, n_dense_lead = 0;
   bool sigmoid_gating = false;
+  // phi3: fused attn_qkv and gate|up ffn_up, LongRoPE factors of the original context orig_ctx.
+  bool fused = false;
+  int orig_ctx = 0;
+  // granitehybrid: Mamba-2 heads of m2_head_dim, d_state, B/C groups, conv taps; Granite's multipliers.
+  int m2_heads = 0, m2_head_dim = 0, m2_state = 0, m2_groups = 0, m2_conv = 0;
+  float embedding_scale = 0.0f, residual_scale = 0.0f, logit_scale = 0.0f, attention_scale = 0.0f;
 };
 
 // Hyper-parameters as published in each model's config.json. n_vocab 0: the demo's vocabulary size.
@@ -85,6 +92,19 @@ constexpr Shape kShapes[] = {
     {"lfm2-8b-a1b", "lfm2moe", 24, 2048, 32, 8, 7168, 65536, 128000, 1000000.0f, 1e-5f, true, false, 64, true,
      false, 0, 0, 0, 0, 0, 0, 0, (1u << 2) | (1u << 6) | (1u << 10) | (1u << 14) | (1u << 18) | (1u << 21), 3,
      32, 4, 1792, 2, true},
+    // Phi-4-mini-instruct: partial rotary 0.75 (96 of 128 dims), LongRoPE over an original 4k context.
+    {.name = "phi-4-mini", .arch = "phi3", .n_layer = 32, .n_embd = 3072, .n_head = 24, .n_head_kv = 8, .n_ff = 8192,
+     .n_vocab = 200064, .n_ctx = 131072, .rope_base = 10000.0f, .rms_eps = 1e-5f, .tied = true, .qkv_bias = false,
+     .n_rot = 96, .fused = true, .orig_ctx = 4096},
+    // Granite-4.0-H-Tiny, dense part only: its FFN is 64 routed experts of 512 (6 per token) plus a
+    // shared one of 1024; without the routed-FFN block (issue32a) the shape has the shared expert as a
+    // dense FFN, so it costs less than the real model per token. Attention (NoPE) on 4 of 40 layers.
+    {.name = "granite-4.0-h-tiny", .arch = "granitehybrid", .n_layer = 40, .n_embd = 1536, .n_head = 12,
+     .n_head_kv = 4, .n_ff = 1024, .n_vocab = 100352, .n_ctx = 1048576, .rope_base = 10000.0f, .rms_eps = 1e-5f,
+     .tied = true, .qkv_bias = false, .head_dim = 128,
+     .attn_layers = (1ull << 5) | (1ull << 15) | (1ull << 25) | (1ull << 35), .m2_heads = 48, .m2_head_dim = 64,
+     .m2_state = 128, .m2_groups = 1, .m2_conv = 4, .embedding_scale = 12.0f, .residual_scale = 0.22f,
+     .logit_scale = 6.0f, .attention_scale = 0.0078125f},
 };
 
 // ---- type mixes (llama.cpp's llama_tensor_get_type rules for these recipes) -------------------
@@ -497,7 +517,8 @@ void usage(FILE* out) {
                "usage: picolm-synth --shape NAME --type MIX -o OUT.gguf [options]\n"
                "  --shape NAME        tinyllama-1.1b | qwen2.5-0.5b | qwen2.5-1.5b | smollm2-360m | llama-3.2-1b |\n"
                "                      qwen3-0.6b | qwen3-1.7b | gemma3-270m | gemma3-1b | smollm3-3b | qwen3.5-0.8b |\n"
-               "                      qwen3.5-2b | lfm2.5-1.2b | qwen3-30b-a3b | lfm2-8b-a1b | demo\n"
+               "                      qwen3.5-2b | lfm2.5-1.2b | qwen3-30b-a3b | lfm2-8b-a1b | phi-4-mini |\n"
+               "                      granite-4.0-h-tiny (its dense part) | demo\n"
                "  --type MIX          q4_k_m | q8_0 | q4_0 | f16 | f32 (llama.cpp's per-tensor rules)\n"
                "  -o, --output FILE   output GGUF (written to FILE.tmp, then renamed)\n"
                "  --vocab-from FILE   copy all tokenizer.* keys from another GGUF (n_vocab must be >= its vocabulary)\n"
@@ -555,9 +576,10 @@ int run(const Args& a) {
   w.set_u32(arch + ".block_count", static_cast<uint32_t>(n_layer));
   w.set_u32(arch + ".feed_forward_length", static_cast<uint32_t>(n_ff));
   w.set_u32(arch + ".attention.head_count", static_cast<uint32_t>(shape->n_head));
-  const bool lfm2 = shape->attn_layers != 0, qwen35 = shape->attn_interval > 0;
+  const bool granite = std::string_view(shape->arch) == "granitehybrid";
+  const bool lfm2 = shape->attn_layers != 0 && !granite, qwen35 = shape->attn_interval > 0;
   auto is_attention = [&](int l) {
-    if (lfm2) return ((shape->attn_layers >> l) & 1u) != 0;
+    if (lfm2 || granite) return ((shape->attn_layers >> l) & 1u) != 0;
     if (qwen35) return (l + 1) % shape->attn_interval == 0;
     return true;
   };
@@ -566,6 +588,20 @@ int run(const Args& a) {
     for (int l = 0; l < n_layer; ++l) kv[size_t(l)] = is_attention(l) ? shape->n_head_kv : 0;
     w.set_i32_array(arch + ".attention.head_count_kv", kv);
     w.set_u32(arch + ".shortconv.l_cache", static_cast<uint32_t>(shape->sc_taps));
+  } else if (granite) {  // per-layer array, 0 on the Mamba-2 layers
+    std::vector<int32_t> kv(static_cast<size_t>(n_layer));
+    for (int l = 0; l < n_layer; ++l) kv[size_t(l)] = is_attention(l) ? shape->n_head_kv : 0;
+    w.set_i32_array(arch + ".attention.head_count_kv", kv);
+    w.set_u32(arch + ".ssm.conv_kernel", static_cast<uint32_t>(shape->m2_conv));
+    w.set_u32(arch + ".ssm.state_size", static_cast<uint32_t>(shape->m2_state));
+    w.set_u32(arch + ".ssm.group_count", static_cast<uint32_t>(shape->m2_groups));
+    w.set_u32(arch + ".ssm.inner_size", static_cast<uint32_t>(shape->m2_heads * shape->m2_head_dim));
+    w.set_u32(arch + ".ssm.time_step_rank", static_cast<uint32_t>(shape->m2_heads));
+    w.set_f32(arch + ".embedding_scale", shape->embedding_scale);
+    w.set_f32(arch + ".residual_scale", shape->residual_scale);
+    w.set_f32(arch + ".logit_scale", shape->logit_scale);
+    w.set_f32(arch + ".attention.scale", shape->attention_scale);
+    w.set_bool(arch + ".rope.scaling.finetuned", false);  // Granite-4.0-H: no positional encoding
   } else {
     w.set_u32(arch + ".attention.head_count_kv", static_cast<uint32_t>(shape->n_head_kv));
   }
@@ -590,6 +626,13 @@ int run(const Args& a) {
       w.set_u32(arch + ".leading_dense_block_count", static_cast<uint32_t>(shape->n_dense_lead));
       w.set_u32(arch + ".expert_gating_func", shape->sigmoid_gating ? 2u : 1u);
     }
+  }
+  if (shape->fused) {  // phi3 LongRoPE: attn_factor sqrt(1 + ln(scale) / ln(original context))
+    const double scale = double(n_ctx) / shape->orig_ctx;
+    w.set_u32(arch + ".rope.scaling.original_context_length", static_cast<uint32_t>(shape->orig_ctx));
+    w.set_f32(arch + ".rope.scaling.attn_factor",
+              scale > 1.0 ? float(std::sqrt(1.0 + std::log(scale) / std::log(double(shape->orig_ctx)))) : 1.0f);
+    w.set_u32(arch + ".attention.sliding_window", 0);
   }
   w.set_f32(arch + ".attention.layer_norm_rms_epsilon", shape->rms_eps);
   w.set_f32(arch + ".rope.freq_base", shape->rope_base);
@@ -652,6 +695,7 @@ int run(const Args& a) {
     int64_t cols, rows;  // rows == 0: a 1-D F32 vector of cols
     float mean, sigma;
     int64_t n_mat = 0;   // > 0: n_mat stacked rows x cols matrices (experts), ne {cols, rows, n_mat}
+    int64_t vec_rows = 0;  // a vector of cols * vec_rows values written as ne [cols, vec_rows] (Mamba-2's ssm_a)
   };
   std::vector<Plan> plan;
   const float inv_e = 1.0f / std::sqrt(static_cast<float>(E));
@@ -682,10 +726,51 @@ int run(const Args& a) {
     experts(p + "ffn_down_exps.weight", Kind::FfnDown, E, FE, 1.0f / std::sqrt(static_cast<float>(FE)));
     if (shape->sigmoid_gating) vec(p + "exp_probs_b.bias", NE, 0.0f, 0.05f);
   };
-  mat("token_embd.weight", Kind::TokEmbd, 0, n_vocab, E, shape->tied ? 2.0f * inv_e : 1.0f);
+  // Granite divides the logits by logit_scale: its tied embedding is scaled up by as much (the
+  // embeddings are then x embedding_scale, which the first norm absorbs).
+  const float emb_sigma = shape->tied ? 2.0f * inv_e * (granite ? shape->logit_scale : 1.0f) : 1.0f;
+  mat("token_embd.weight", Kind::TokEmbd, 0, n_vocab, E, emb_sigma);
+  if (shape->fused) {  // LongRoPE factors (llama.cpp's file order puts them first)
+    vec("rope_factors_long.weight", shape->n_rot / 2, 8.0f, 1.0f);  // > 0 (the loader refuses others)
+    vec("rope_factors_short.weight", shape->n_rot / 2, 1.0f, 0.05f);
+  }
   for (int l = 0; l < n_layer; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";
     vec(p + "attn_norm.weight", E, 1.0f, 0.05f);
+    if (shape->fused) {  // phi3
+      mat(p + "attn_qkv.weight", Kind::AttnQkv, l, q_dim + 2 * int64_t(kv_dim), E, inv_e);
+      mat(p + "attn_output.weight", Kind::AttnO, l, E, q_dim, 1.0f / std::sqrt(static_cast<float>(q_dim)));
+      vec(p + "ffn_norm.weight", E, 1.0f, 0.05f);
+      mat(p + "ffn_up.weight", Kind::FfnUp, l, 2 * int64_t(n_ff), E, inv_e);
+      mat(p + "ffn_down.weight", Kind::FfnDown, l, E, n_ff, 1.0f / std::sqrt(static_cast<float>(n_ff)));
+      continue;
+    }
+    if (granite) {
+      const float rs = 1.0f / shape->residual_scale;  // sublayer outputs are scaled by residual_scale
+      if (is_attention(l)) {
+        mat(p + "attn_q.weight", Kind::AttnQ, l, q_dim, E, inv_e);
+        mat(p + "attn_k.weight", Kind::AttnK, l, kv_dim, E, inv_e);
+        mat(p + "attn_v.weight", Kind::AttnV, l, kv_dim, E, inv_e);
+        mat(p + "attn_output.weight", Kind::AttnO, l, E, q_dim, rs / std::sqrt(static_cast<float>(q_dim)));
+      } else {
+        const int64_t d_inner = int64_t(shape->m2_heads) * shape->m2_head_dim;
+        const int64_t channels = d_inner + 2 * int64_t(shape->m2_groups) * shape->m2_state;
+        mat(p + "ssm_in.weight", Kind::Other, l, d_inner + channels + shape->m2_heads, E, inv_e);
+        plan.push_back({p + "ssm_conv1d.weight", GgmlType::F32, shape->m2_conv, channels, 0.0f, 0.5f});
+        vec(p + "ssm_conv1d.bias", channels, 0.0f, 0.1f);
+        vec(p + "ssm_dt.bias", shape->m2_heads, 0.0f, 0.5f);
+        plan.push_back({p + "ssm_a", GgmlType::F32, 1, 0, -4.0f, 0.0f, 0, shape->m2_heads});  // -exp(A_log) < 0
+        plan.push_back({p + "ssm_d", GgmlType::F32, 1, 0, 1.0f, 0.1f, 0, shape->m2_heads});
+        plan.push_back({p + "ssm_norm.weight", GgmlType::F32, d_inner / shape->m2_groups, 0, 1.0f, 0.05f, 0,
+                        shape->m2_groups});
+        mat(p + "ssm_out.weight", Kind::AttnO, l, E, d_inner, rs / std::sqrt(static_cast<float>(d_inner)));
+      }
+      vec(p + "ffn_norm.weight", E, 1.0f, 0.05f);
+      mat(p + "ffn_gate.weight", Kind::FfnGate, l, n_ff, E, inv_e);
+      mat(p + "ffn_up.weight", Kind::FfnUp, l, n_ff, E, inv_e);
+      mat(p + "ffn_down.weight", Kind::FfnDown, l, E, n_ff, rs / std::sqrt(static_cast<float>(n_ff)));
+      continue;
+    }
     if (!is_attention(l) || qwen35) {
       if (!is_attention(l) && qwen35) {  // gated delta net
         const int hd = shape->dn_head_dim, nv = shape->dn_v_heads;
@@ -740,6 +825,7 @@ int run(const Args& a) {
     std::vector<uint64_t> ne = {static_cast<uint64_t>(t.cols)};
     if (t.rows) ne.push_back(static_cast<uint64_t>(t.rows));
     if (t.n_mat) ne.push_back(static_cast<uint64_t>(t.n_mat));
+    if (t.vec_rows) ne.push_back(static_cast<uint64_t>(t.vec_rows));
     if (auto r = w.add_tensor(t.name, t.type, ne); !r) {
       std::fprintf(stderr, "picolm-synth: %s\n", r.error().c_str());
       return 1;
@@ -753,7 +839,8 @@ int run(const Args& a) {
   for (const Plan& t : plan) {
     Rng rng(a.seed * 0x9e3779b97f4a7c15ull ^ hash_name(t.name));
     const int64_t rows = t.rows * std::max<int64_t>(t.n_mat, 1);  // stacked experts are contiguous rows
-    Status s = t.rows ? write_matrix(w, t.type, rows, t.cols, t.sigma, rng) : write_vector(w, t.cols, t.mean, t.sigma, rng);
+    Status s = t.rows ? write_matrix(w, t.type, rows, t.cols, t.sigma, rng)
+                      : write_vector(w, t.cols * std::max<int64_t>(1, t.vec_rows), t.mean, t.sigma, rng);
     if (!s) {
       std::fprintf(stderr, "picolm-synth: %s\n", s.error().c_str());
       return 1;

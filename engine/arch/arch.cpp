@@ -9,8 +9,9 @@
 namespace picolm {
 namespace {
 
-const Architecture* const kAll[] = {&kArchLlama, &kArchQwen2,   &kArchQwen3,   &kArchGemma3,   &kArchSmollm3,
-                                     &kArchQwen35, &kArchLfm2,    &kArchQwen3Moe, &kArchLfm2Moe,  &kArchQwen35Moe};
+const Architecture* const kAll[] = {&kArchLlama,    &kArchQwen2,    &kArchQwen3,     &kArchGemma3, &kArchSmollm3,
+                                     &kArchQwen35,   &kArchLfm2,     &kArchQwen3Moe,  &kArchLfm2Moe, &kArchQwen35Moe,
+                                     &kArchPhi3,     &kArchGraniteHybrid};
 
 // Integers are checked in 64 bits before they are narrowed: a uint64 of 2^32 + 64 must not pass as
 // 64 (issue 15 item 10). Values outside int32 are refused here; plausibility is validate_hparams'.
@@ -147,6 +148,10 @@ Status validate_hparams(HParams& hp) {
         return Error{"implausible delta-net hyper-parameters (ssm.*)" + at};
       if (lp.kind == LayerKind::ShortConv && bad(hp.sc_taps, 1, 64))
         return Error{"implausible short-convolution length" + at};
+      if (lp.kind == LayerKind::Mamba2 &&
+          (bad(hp.m2_heads, 1, 4096) || bad(hp.m2_groups, 1, hp.m2_heads) || hp.m2_heads % hp.m2_groups != 0 ||
+           bad(hp.m2_head_dim, 1, 4096) || bad(hp.m2_state, 1, 1024) || bad(hp.m2_conv, 1, 64)))
+        return Error{"implausible Mamba-2 hyper-parameters (ssm.*)" + at};
       hp.n_ff = std::max(hp.n_ff, lp.n_ff);
       continue;
     }

@@ -44,5 +44,7 @@ extern const Architecture kArchLfm2;
 extern const Architecture kArchQwen3Moe;
 extern const Architecture kArchLfm2Moe;
 extern const Architecture kArchQwen35Moe;
+extern const Architecture kArchPhi3;
+extern const Architecture kArchGraniteHybrid;
 
 }  // namespace picolm

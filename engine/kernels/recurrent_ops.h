@@ -1,6 +1,6 @@
 // Kernels of the recurrent layers of hybrid models (Qwen3.5's gated delta net, LFM2's short
-// convolution): the causal depthwise convolution over a micro-batch with its carried history, and
-// the gated delta-rule state update. A scalar reference and SIMD twins (AVX2+FMA, NEON), one table
+// convolution, Granite-4.0-H's Mamba-2): the causal depthwise convolution over a micro-batch with its
+// carried history, the gated delta-rule state update and the Mamba-2 selective scan. A scalar reference and SIMD twins (AVX2+FMA, NEON), one table
 // chosen once from CPU features like VecOps.
 // Thread-safety: pure functions; the tables are immutable.
 #pragma once
@@ -42,10 +42,31 @@ struct DeltaRuleHead {
 };
 constexpr int kMaxDeltaRuleDv = 1024;
 
+// The selective state-space scan of one Mamba-2 head over n_tok tokens, in token order (Dao & Gu,
+// "Transformers are SSMs", 2024; ggml's ssm_scan with a scalar A per head). State S is
+// [head_dim][d_state]; for each token t, with dt_t = softplus(dt + dt_bias) and dA_t = exp(dt_t A):
+//   S[i][:] = S[i][:] * dA_t + B_t * (x_t[i] * dt_t);  out_t[i] = sum_j S[i][j] C_t[j]
+// (the D skip, gate and norm are the layer's). Each pass over S runs along d_state (contiguous).
+struct SsmScanHead {
+  int head_dim = 0, d_state = 0, n_tok = 0;
+  float* state = nullptr;        // [head_dim][d_state], updated in place
+  const float* x = nullptr;      // token t at x + t * x_stride ([head_dim])
+  int64_t x_stride = 0;
+  const float* B = nullptr;      // token t at B + t * bc_stride ([d_state]: the head's group)
+  const float* C = nullptr;      // token t at C + t * bc_stride
+  int64_t bc_stride = 0;
+  const float* dt = nullptr;     // dt_t at dt[t * dt_stride] (softplus applied)
+  const float* dA = nullptr;     // dA_t at dA[t * dt_stride]
+  int64_t dt_stride = 0;
+  float* out = nullptr;          // token t at out + t * out_stride ([head_dim])
+  int64_t out_stride = 0;
+};
+
 struct RecurrentOps {
   const char* name = "scalar";
   void (*causal_conv)(const CausalConv& c) = nullptr;
   void (*delta_rule)(const DeltaRuleHead& h) = nullptr;
+  void (*ssm_scan)(const SsmScanHead& h) = nullptr;
 };
 
 const RecurrentOps& scalar_recurrent_ops();

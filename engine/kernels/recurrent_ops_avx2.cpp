@@ -75,6 +75,42 @@ void delta_rule_avx2(const DeltaRuleHead& h) {
   }
 }
 
+// Eight state elements at a time along d_state: the decay-and-update and the dot with C of a row of
+// S in one pass, the row's partial sums in a register; the d_state % 8 tail as the reference.
+void ssm_scan_avx2(const SsmScanHead& h) {
+  const int ds = h.d_state;
+  for (int t = 0; t < h.n_tok; ++t) {
+    const float* x = h.x + t * h.x_stride;
+    const float* B = h.B + t * h.bc_stride;
+    const float* C = h.C + t * h.bc_stride;
+    const float dt = h.dt[t * h.dt_stride], dA = h.dA[t * h.dt_stride];
+    float* out = h.out + t * h.out_stride;
+    const __m256 vdA = _mm256_set1_ps(dA);
+    for (int i = 0; i < h.head_dim; ++i) {
+      float* s = h.state + size_t(i) * ds;
+      const float x_dt = x[i] * dt;
+      const __m256 vxdt = _mm256_set1_ps(x_dt);
+      __m256 acc = _mm256_setzero_ps();
+      int j = 0;
+      for (; j + 8 <= ds; j += 8) {
+        const __m256 v = _mm256_fmadd_ps(_mm256_loadu_ps(B + j), vxdt, _mm256_mul_ps(_mm256_loadu_ps(s + j), vdA));
+        _mm256_storeu_ps(s + j, v);
+        acc = _mm256_fmadd_ps(v, _mm256_loadu_ps(C + j), acc);
+      }
+      // Horizontal sum of the 8 lanes.
+      __m128 lo = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
+      lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
+      lo = _mm_add_ss(lo, _mm_shuffle_ps(lo, lo, 1));
+      float sum = _mm_cvtss_f32(lo);
+      for (; j < ds; ++j) {
+        s[j] = s[j] * dA + B[j] * x_dt;
+        sum += s[j] * C[j];
+      }
+      out[i] = sum;
+    }
+  }
+}
+
 }  // namespace
 
 namespace recurrent_detail {
@@ -82,6 +118,7 @@ void fill_avx2(RecurrentOps& r) {
   r.name = "avx2";
   r.causal_conv = causal_conv_avx2;
   r.delta_rule = delta_rule_avx2;
+  r.ssm_scan = ssm_scan_avx2;
 }
 }  // namespace recurrent_detail
 

@@ -49,8 +49,29 @@ void delta_rule_ref(const DeltaRuleHead& h) {
   }
 }
 
+// The scan as ggml writes it per state element; the twins vectorize along d_state.
+void ssm_scan_ref(const SsmScanHead& h) {
+  for (int t = 0; t < h.n_tok; ++t) {
+    const float* x = h.x + t * h.x_stride;
+    const float* B = h.B + t * h.bc_stride;
+    const float* C = h.C + t * h.bc_stride;
+    const float dt = h.dt[t * h.dt_stride], dA = h.dA[t * h.dt_stride];
+    float* out = h.out + t * h.out_stride;
+    for (int i = 0; i < h.head_dim; ++i) {
+      float* s = h.state + size_t(i) * h.d_state;
+      const float x_dt = x[i] * dt;
+      float sum = 0.0f;
+      for (int j = 0; j < h.d_state; ++j) {
+        s[j] = s[j] * dA + B[j] * x_dt;
+        sum += s[j] * C[j];
+      }
+      out[i] = sum;
+    }
+  }
+}
+
 struct Tables {
-  RecurrentOps scalar{"scalar", causal_conv_ref, delta_rule_ref};
+  RecurrentOps scalar{"scalar", causal_conv_ref, delta_rule_ref, ssm_scan_ref};
   RecurrentOps simd = scalar;
   const RecurrentOps* list[2] = {&scalar, nullptr};
   int count = 1;

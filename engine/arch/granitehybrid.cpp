@@ -1,0 +1,124 @@
+// granitehybrid (Granite-4.0-H, dense form: H-Micro; also Bamba): a hybrid of Mamba-2 layers and
+// attention layers, per layer
+//   x += s_r * mixer(attn_norm(x));  x += s_r * ffn(ffn_norm(x))        (SwiGLU FFN)
+// where the mixer is Mamba-2 (engine/mamba2.h) on layers whose head_count_kv entry is 0 and
+// attention (optional q/k/v biases) elsewhere, with Granite's multipliers: embeddings times
+// embedding_scale, s_r = residual_scale, attention.scale as the q.k scale and logits divided by
+// logit_scale (each 0 or absent: none). Granite-4.0-H uses no positional encoding
+// (rope.scaling.finetuned = false: NoPE attention layers); Bamba files set it and get normal
+// (non-NeoX) RoPE. Output tied to token_embd when the file has no output.weight.
+// The MoE form (H-Tiny, H-Small: ffn_gate_inp and experts) is refused for now.
+// Reference: llama.cpp src/models/granite-hybrid.cpp, mamba-base.cpp and src/llama-model.cpp.
+#include <cmath>
+
+#include "arch/arch.h"
+#include "mamba2.h"
+
+namespace picolm {
+namespace {
+
+Status read_hparams(const GgufFile& f, HParams& hp) {
+  hp.arch = Arch::GraniteHybrid;
+  hp.rope_neox = false;
+  const std::string a = "granitehybrid.";
+  if (f.get_int(a + "expert_count").value_or(0) > 0)
+    return Error{"granitehybrid with experts (Granite-4.0-H Tiny/Small MoE) is not supported yet"};
+  std::string missing;
+  auto need = [&](const char* key) -> int64_t {
+    auto v = f.get_int(a + key);
+    if (!v) missing += " " + a + key;
+    return v.value_or(0);
+  };
+  const int64_t conv = need("ssm.conv_kernel"), inner = need("ssm.inner_size"), state = need("ssm.state_size");
+  const int64_t heads = need("ssm.time_step_rank"), groups = need("ssm.group_count");
+  if (!missing.empty()) return Error{"missing metadata:" + missing};
+  if (conv < 1 || conv > 64 || state < 1 || state > 1024 || heads < 1 || heads > 4096 || groups < 1 ||
+      heads % groups != 0 || inner < heads || inner % heads != 0 || inner / heads > 4096 || inner > (1 << 20))
+    return Error{"implausible granitehybrid.ssm.* hyper-parameters"};
+  hp.m2_conv = int32_t(conv);
+  hp.m2_state = int32_t(state);
+  hp.m2_heads = int32_t(heads);
+  hp.m2_groups = int32_t(groups);
+  hp.m2_head_dim = int32_t(inner / heads);
+  auto scale = [&](const std::string& key, float& out) -> bool {
+    const double v = f.get_float(a + key).value_or(0.0);
+    if (!std::isfinite(v) || v < 0.0 || v > 1e6) return false;
+    out = float(v);
+    return true;
+  };
+  float attn_scale = 0.0f;
+  if (!scale("embedding_scale", hp.embedding_scale) || !scale("residual_scale", hp.residual_scale) ||
+      !scale("logit_scale", hp.logit_scale) || !scale("attention.scale", attn_scale))
+    return Error{"implausible granitehybrid multiplier (embedding_scale, residual_scale, logit_scale, attention.scale)"};
+  if (attn_scale > 0.0f) hp.attn_scale = attn_scale;
+  const bool use_rope = f.get_bool(a + "rope.scaling.finetuned").value_or(true);
+  for (LayerHParams& lp : hp.layers) {
+    if (lp.n_head_kv == 0) lp.kind = LayerKind::Mamba2;  // llama.cpp: recurrent iff head_count_kv is 0
+    if (lp.n_head_kv == 0 || !use_rope) lp.rope = -1;
+  }
+  return Ok{};
+}
+
+void load_weights(WeightLoader& L, Model::Impl& m) {
+  HParams& hp = m.hp;
+  const int64_t E = hp.n_embd;
+  load_embeddings_and_output(L, m);
+  m.layers.resize(size_t(hp.n_layer));
+  for (int l = 0; l < hp.n_layer; ++l) {
+    LayerWeights& w = m.layers[size_t(l)];
+    const std::string p = "blk." + std::to_string(l) + ".";
+    w.attn_norm = L.vec(p + "attn_norm.weight", E);
+    w.ffn_norm = L.vec(p + "ffn_norm.weight", E);
+    if (hp.layers[size_t(l)].kind == LayerKind::Mamba2) {
+      load_mamba2(L, hp, l, w.m2);
+    } else {
+      load_attention(L, hp, l, {.qkv_bias = Presence::Optional, .qk_norm = Presence::Absent}, w.attn);
+      if (L.file().tensor(p + "attn_output.bias")) L.errors.push_back("granitehybrid: attn_output.bias is not supported");
+    }
+    if (L.file().tensor(p + "ffn_gate_inp.weight")) L.errors.push_back("granitehybrid: MoE layers are not supported yet");
+    load_ffn(L, hp, l, w.ffn);
+  }
+}
+
+// y *= s (a sublayer's output before its residual add); ggml_scale's single multiply.
+void scale_output(Forward& f, float s) {
+  if (s == 0.0f) return;
+  const int64_t E = f.hp().n_embd;
+  float* const y = f.w.q.data();
+  f.for_rows(f.T, [&](int64_t t) {
+    for (int64_t i = 0; i < E; ++i) y[t * E + i] *= s;
+  });
+}
+
+void forward(Forward& f) {
+  const HParams& hp = f.hp();
+  const auto& layers = f.m.layers;
+  const int n_layer = hp.n_layer;
+  embed(f, hp.embedding_scale != 0.0f ? hp.embedding_scale : 1.0f);
+  norm_input(f, layers[0].attn_norm);
+  for (int l = 0; l < n_layer; ++l) {
+    const LayerWeights& w = layers[size_t(l)];
+    if (hp.layers[size_t(l)].kind == LayerKind::Mamba2)
+      mamba2(f, l);
+    else
+      attention(f, l);
+    scale_output(f, hp.residual_scale);
+    residual(f, nullptr, &w.ffn_norm);
+    ffn(f, l, FfnActivation::SiluGated);
+    scale_output(f, hp.residual_scale);
+    residual(f, nullptr, l + 1 < n_layer ? &layers[size_t(l) + 1].attn_norm : nullptr);
+  }
+  output(f);
+  if (hp.logit_scale != 0.0f) {  // llama.cpp: ggml_scale(logits, 1 / logit_scale)
+    const float inv = 1.0f / hp.logit_scale;
+    const size_t nv = size_t(hp.n_vocab);
+    for (const OutputRow& o : f.out)
+      for (size_t i = 0; i < nv; ++i) o.dst[i] *= inv;
+  }
+}
+
+}  // namespace
+
+const Architecture kArchGraniteHybrid = {"granitehybrid", Arch::GraniteHybrid, read_hparams, load_weights, forward};
+
+}  // namespace picolm
