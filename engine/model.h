@@ -21,7 +21,7 @@ namespace picolm {
 
 class ThreadPool;
 
-enum class Arch { Llama, Qwen2, Qwen3, Gemma3, Smollm3, Qwen35, Lfm2 };
+enum class Arch { Llama, Qwen2, Qwen3, Gemma3, Smollm3, Qwen35, Lfm2, Gemma4 };
 
 // What a layer computes besides its FFN. Attention layers keep K/V rows in the session's cache; the
 // recurrent mixers of the hybrid architectures keep a fixed-size state per sequence instead
@@ -36,6 +36,10 @@ struct LayerHParams {
   int32_t n_ff = 0;
   int32_t window = 0;  // sliding-window attention: a query sees the last `window` positions; 0: all
   int32_t rope = 0;    // index into HParams::rope_bases; -1: no rotary embedding (NoPE layer)
+  int32_t head_dim = 0;  // of this layer's q, k and v heads (gemma4: global layers have wider heads)
+  // KV sharing (gemma4): the layer computes only its queries and attends over the K/V of this earlier
+  // layer (same window, heads and head_dim), keeping none of its own; -1: its own K/V.
+  int32_t kv_source = -1;
 };
 
 struct HParams {
@@ -45,8 +49,9 @@ struct HParams {
   int32_t n_embd = 0;
   int32_t n_layer = 0;
   int32_t n_head = 0;
-  int32_t n_head_kv = 0;     // of every attention layer (the KV cache has one row width)
-  int32_t head_dim = 0;      // n_embd / n_head unless the file says otherwise (key_length)
+  int32_t n_head_kv = 0;     // the largest of the attention layers' (most models: of every one)
+  int32_t head_dim = 0;      // n_embd / n_head unless the file says otherwise (key_length); the largest
+                             // of the layers' (LayerHParams::head_dim)
   int32_t n_rot = 0;         // leading dims of each head that RoPE rotates (rope.dimension_count; head_dim)
   int32_t n_ff = 0;          // the largest of the layers'
   int32_t n_ctx_train = 0;
@@ -56,12 +61,20 @@ struct HParams {
   bool tied_output = false;  // output projection reuses token_embd
   float attn_scale = 0.0f;   // applied to q before q.k (1/sqrt(head_dim) unless the architecture says)
   std::vector<float> rope_bases;    // distinct RoPE bases the layers use (rope_bases[0] == rope_base)
+  // Rotated dims of each RoPE table (parallel to rope_bases; empty or 0: n_rot). rope_freqs.weight
+  // divides the angles of table 0 only (the global layers').
+  std::vector<int32_t> rope_dims;
   std::vector<LayerHParams> layers;  // [n_layer]
   // Recurrent mixers (hybrid architectures); zero when the model has none of that kind.
   // Gated delta net (qwen35 ssm.*): K heads (group_count), V heads (time_step_rank, a multiple of
   // the K heads), one head dim for K and V (state_size), taps of the causal conv (conv_kernel).
   int32_t dn_k_heads = 0, dn_v_heads = 0, dn_head_dim = 0, dn_conv = 0;
   int32_t sc_taps = 0;  // short convolution (lfm2 shortconv.l_cache): taps including the current token
+  // gemma4: per-layer embeddings of n_embd_per_layer dims (0: none), the weightless RMS norm of each
+  // V head, and the final logit soft-cap (logits = cap * tanh(logits / cap); 0: none).
+  int32_t n_embd_per_layer = 0;
+  bool v_norm = false;
+  float logit_softcap = 0.0f;
 };
 
 // Whether the weight matrices are repacked at load into the interleaved panels of
@@ -180,7 +193,11 @@ class Session {
   // KV cache layout (for the prompt cache): fp16, per layer K then V, each
   // [slot][n_head_kv][head_dim]; position p is in slot p, or in slot p % kv_ring(layer) for a
   // window layer. Bytes of one layer's K (or V) for one position:
+  // (Of every layer with K/V where they are alike; the largest where they differ, gemma4.)
   size_t kv_bytes_per_position_per_layer() const;
+  // Bytes of layer l's K (or V) for one position; 0 for a layer without K/V of its own (a recurrent
+  // layer, or a gemma4 layer reading another's: Model::hparams().layers[l].kv_source).
+  size_t kv_row_bytes(int32_t layer) const;
   uint16_t* k_cache(int32_t layer);  // pointer to slot 0
   uint16_t* v_cache(int32_t layer);
   int32_t kv_window(int32_t layer) const;  // the layer's attention window; 0: it sees every position

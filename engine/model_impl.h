@@ -77,13 +77,19 @@ struct LayerWeights {
   FfnWeights ffn;
   DeltaNetWeights dn;  // LayerKind::DeltaNet only
   ShortConvWeights sc; // LayerKind::ShortConv only
+  // gemma4 per-layer embeddings: x += post_norm(proj(gelu(inp_gate(x)) * the layer's input))
+  WeightView ple_gate;                 // [n_embd_per_layer][n_embd]
+  WeightView ple_proj;                 // [n_embd][n_embd_per_layer]
+  std::vector<float> ple_post_norm;    // [n_embd]
+  float out_scale = 1.0f;              // gemma4 layer_output_scale: x *= out_scale after the layer
 };
 
 // Every matrix of a layer (repacking, accounting): new weight kinds must be listed here.
 template <class Fn>
 void for_each_matrix(LayerWeights& w, const Fn& fn) {
   for (WeightView* v : {&w.attn.wq, &w.attn.wk, &w.attn.wv, &w.attn.wo, &w.ffn.gate, &w.ffn.up, &w.ffn.down,
-                        &w.dn.qkv, &w.dn.z, &w.dn.beta, &w.dn.alpha, &w.dn.out, &w.sc.in_proj, &w.sc.out_proj})
+                        &w.dn.qkv, &w.dn.z, &w.dn.beta, &w.dn.alpha, &w.dn.out, &w.sc.in_proj, &w.sc.out_proj,
+                        &w.ple_gate, &w.ple_proj})
     if (v->data) fn(*v);
 }
 
@@ -102,6 +108,12 @@ struct Model::Impl {
   // empty when the model has none (all 1).
   std::vector<float> rope_freq_factors;
   std::vector<LayerWeights> layers;
+  // gemma4 per-layer embeddings (HParams::n_embd_per_layer > 0). The token table is read a row per
+  // token from the map (dequantize_row), never repacked or copied: it is the largest tensor of the
+  // small Gemma 4 models (n_vocab x n_layer x n_embd_per_layer).
+  WeightView ple_tok_embd;            // [n_vocab][n_layer * n_embd_per_layer]
+  WeightView ple_model_proj;          // [n_layer * n_embd_per_layer][n_embd]
+  std::vector<float> ple_proj_norm;   // [n_embd_per_layer]
   uint64_t fingerprint = 0;
   bool locked = false;  // mlock succeeded
   AnonMemory packed;    // repacked weights (WeightView::packed points into it)

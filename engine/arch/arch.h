@@ -41,5 +41,6 @@ extern const Architecture kArchGemma3;
 extern const Architecture kArchSmollm3;
 extern const Architecture kArchQwen35;
 extern const Architecture kArchLfm2;
+extern const Architecture kArchGemma4;
 
 }  // namespace picolm
