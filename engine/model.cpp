@@ -161,12 +161,18 @@ Result<std::shared_ptr<Model>> Model::from_gguf(std::unique_ptr<GgufFile> file, 
   for (float b : hp.rope_bases) h.pod(b);
   for (const LayerHParams& lp : hp.layers) {
     h.pod(lp.kind);
-    for (int32_t v : {lp.n_head_kv, lp.n_ff, lp.window, lp.rope, lp.head_dim, lp.kv_source}) h.pod(v);
+    for (int32_t v : {lp.n_head_kv, lp.n_ff, lp.window, lp.rope}) h.pod(v);
+    // gemma4's per-layer shapes; hashed only where used, so that the fingerprints (and prompt-cache
+    // files) of the other architectures stay what they were.
+    if (lp.head_dim != hp.head_dim || lp.kv_source >= 0)
+      for (int32_t v : {lp.head_dim, lp.kv_source}) h.pod(v);
   }
-  for (int32_t d : hp.rope_dims) h.pod(d);
-  h.pod(hp.n_embd_per_layer);
-  h.pod(hp.v_norm);
-  h.pod(hp.logit_softcap);
+  if (hp.arch == Arch::Gemma4) {
+    for (int32_t d : hp.rope_dims) h.pod(d);
+    h.pod(hp.n_embd_per_layer);
+    h.pod(hp.v_norm);
+    h.pod(hp.logit_softcap);
+  }
   for (const GgufTensor& t : file->tensors()) {
     h.str(t.name);
     h.pod(t.type);
