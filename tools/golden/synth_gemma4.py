@@ -43,6 +43,9 @@ sys.argv = _argv
 import numpy as np  # noqa: E402
 from gguf import GGUFWriter  # noqa: E402
 
+# SYNTH_GEMMA4_K_EQ_V=1: no attn_v on the global layers, as the 31B model (attention_k_eq_v); llama.cpp
+# then uses the K projection as V. For a check of that path; the committed goldens do not use it.
+K_EQ_V = os.environ.get("SYNTH_GEMMA4_K_EQ_V") == "1"
 C = dict(n_embd=256, n_head=2, swa=[True, True, False, True, False], n_kv_shared=2,
          hd_swa=64, hd_full=128, kv_swa=2, kv_full=1, n_ff=128, n_pl=32, ctx=4096, window=8,
          base_full=1000000.0, base_swa=10000.0, rot_frac_full=0.25, eps=1e-6, softcap=15.0)
@@ -96,7 +99,8 @@ def make(seed):
         t[p + "attn_q_norm.weight"] = norm(hd, qk, 0.125 * qk)
         if l < first_shared:  # the KV-shared layers have no K/V projections
             t[p + "attn_k.weight"] = mat(kv * hd, E, 1.4 * s)
-            t[p + "attn_v.weight"] = mat(kv * hd, E, s)
+            if c["swa"][l] or not K_EQ_V:  # K_EQ_V: the global layers' V is their K projection (31B)
+                t[p + "attn_v.weight"] = mat(kv * hd, E, s)
             t[p + "attn_k_norm.weight"] = norm(hd, qk, 0.125 * qk)
         t[p + "attn_output.weight"] = mat(E, H * hd, 1.0 / np.sqrt(H * hd))
         t[p + "post_attention_norm.weight"] = norm(E)
