@@ -23,6 +23,14 @@ void rms_norm(const float* x, const float* w, float* out, int64_t n, float eps) 
   for (int64_t i = 0; i < n; ++i) out[i] = x[i] * scale * w[i];
 }
 
+// rms_norm with unit weights (gemma4's V heads).
+void rms_norm_plain(float* x, int64_t n, float eps) {
+  double ss = 0.0;
+  for (int64_t i = 0; i < n; ++i) ss += double(x[i]) * x[i];
+  const float scale = static_cast<float>(1.0 / std::sqrt(ss / double(n) + double(eps)));
+  for (int64_t i = 0; i < n; ++i) x[i] *= scale;
+}
+
 // Rotates the first 2 * tab.half dims of n_heads heads of vec at position pos with one RoPE table.
 void rope(float* vec, int n_heads, int hd, bool neox, const RopeTable& tab, int32_t pos) {
   const int half = tab.half;
@@ -92,6 +100,9 @@ void gelu_mul(int n, float* gate, const float* up) {
 
 }  // namespace
 
+void rms_norm_row(const float* x, const float* w, float* out, int64_t n, float eps) { rms_norm(x, w, out, n, eps); }
+void gelu_tanh_mul(int n, float* gate, const float* up) { gelu_mul(n, gate, up); }
+
 // ---- blocks -------------------------------------------------------------------------------------
 
 void embed(Forward& f, float scale) {
@@ -121,8 +132,9 @@ void attend(Forward& f, int layer) {
   const HParams& hp = f.hp();
   const LayerHParams& lp = hp.layers[size_t(layer)];
   const VecOps& ops = *f.m.vec_ops;
-  const int hd = hp.head_dim;
-  const int64_t q_dim = int64_t(hp.n_head) * hd, kv_row = int64_t(hp.n_head_kv) * hd;
+  const int hd = lp.head_dim;
+  const int64_t q_dim = int64_t(hp.n_head) * hd, kv_row = int64_t(lp.n_head_kv) * hd;
+  // A KV-sharing layer's kv_off and kv_ring are its source's (Session): it reads the source's cache.
   // One task per (token tile of one sequence, KV head[, slice of its query heads]): the query
   // heads of a KV head share its K/V blocks; rows of different sequences never share a tile (each
   // has its own cache). Tiles start at each segment's first row, so a sequence is tiled as when it
@@ -185,22 +197,32 @@ void attention(Forward& f, int layer) {
   const KernelTable& K = *f.m.kernels;
   const VecOps& ops = *f.m.vec_ops;
   const ActivationMode mode = f.m.opts.activations;
-  const int hd = hp.head_dim;
-  const int64_t q_dim = int64_t(hp.n_head) * hd, kv_row = int64_t(hp.n_head_kv) * hd;  // the cache's row
+  const int hd = lp.head_dim;
+  const int64_t q_dim = int64_t(hp.n_head) * hd, kv_row = int64_t(lp.n_head_kv) * hd;  // the cache's row
   const int64_t T = f.T;
+  const bool own_kv = lp.kv_source < 0;  // else only queries: the K/V are the source layer's
+  const bool v_is_k = own_kv && !w.wv.data;  // gemma4 without v_proj: V is the K projection
 
   // q/k/v share their input: one activation quantization and one pass of the pool, for the rows
   // of every sequence.
   const MatmulTarget qkv[3] = {{w.wq.type, w.wq.data, w.wq.rows, W.q.data(), w.wq.packed},
                                {w.wk.type, w.wk.data, w.wk.rows, W.k.data(), w.wk.packed},
                                {w.wv.type, w.wv.data, w.wv.rows, W.v.data(), w.wv.packed}};
-  matmul_multi(K, f.pool, mode, qkv, 3, w.wq.cols, W.xn.data(), T);
+  matmul_multi(K, f.pool, mode, qkv, own_kv ? (v_is_k ? 2 : 3) : 1, w.wq.cols, W.xn.data(), T);
 
   f.for_rows(T, [&](int64_t t) {
     Session::Impl& S = *f.seg_of(t).seq;
     float* qt = &W.q[t * q_dim];
     float* kt = &W.k[t * kv_row];
     float* vt = &W.v[t * kv_row];
+    const int32_t pos = f.pos(t);
+    if (!own_kv) {
+      if (!w.q_norm.empty())
+        for (int h = 0; h < hp.n_head; ++h) rms_norm(qt + h * hd, w.q_norm.data(), qt + h * hd, hd, hp.rms_eps);
+      if (lp.rope >= 0) rope(qt, hp.n_head, hd, hp.rope_neox, S.rope[size_t(lp.rope)], pos);
+      return;
+    }
+    if (v_is_k) std::memcpy(vt, kt, size_t(kv_row) * sizeof(float));
     if (!w.bq.empty()) {
       for (int64_t i = 0; i < q_dim; ++i) qt[i] += w.bq[i];
       for (int64_t i = 0; i < kv_row; ++i) kt[i] += w.bk[i];
@@ -210,7 +232,8 @@ void attention(Forward& f, int layer) {
       for (int h = 0; h < hp.n_head; ++h) rms_norm(qt + h * hd, w.q_norm.data(), qt + h * hd, hd, hp.rms_eps);
       for (int h = 0; h < lp.n_head_kv; ++h) rms_norm(kt + h * hd, w.k_norm.data(), kt + h * hd, hd, hp.rms_eps);
     }
-    const int32_t pos = f.pos(t);
+    if (hp.v_norm)
+      for (int h = 0; h < lp.n_head_kv; ++h) rms_norm_plain(vt + h * hd, hd, hp.rms_eps);
     if (lp.rope >= 0) {
       const RopeTable& tab = S.rope[size_t(lp.rope)];
       rope(qt, hp.n_head, hd, hp.rope_neox, tab, pos);
@@ -340,7 +363,7 @@ WeightView row_slice(const WeightView& w, int64_t first, int64_t n) {
 
 void load_attention(WeightLoader& L, const HParams& hp, int layer, const AttentionTensors& opt, AttnWeights& w) {
   const std::string p = "blk." + std::to_string(layer) + ".";
-  const int64_t E = hp.n_embd, hd = hp.head_dim, q_dim = int64_t(hp.n_head) * hd;
+  const int64_t E = hp.n_embd, hd = hp.layers[size_t(layer)].head_dim, q_dim = int64_t(hp.n_head) * hd;
   const int64_t kv_dim = int64_t(hp.layers[size_t(layer)].n_head_kv) * hd;
   w.wq = L.matrix(p + "attn_q.weight", q_dim, E);
   w.wk = L.matrix(p + "attn_k.weight", kv_dim, E);

@@ -75,6 +75,12 @@ struct Forward {
   }
 };
 
+// out = rms_norm(x) * w over n floats (x == out allowed): the norm every block uses (sum of squares
+// in double, as ggml's rms_norm).
+void rms_norm_row(const float* x, const float* w, float* out, int64_t n, float eps);
+// gate[i] = GELU_tanh(gate[i]) * up[i], GELU through ggml's F16 table as the GELU-gated FFN.
+void gelu_tanh_mul(int n, float* gate, const float* up);
+
 // x = scale * token_embd[toks] (the dequantized rows).
 void embed(Forward& f, float scale);
 // xn = rms_norm(x) * w.

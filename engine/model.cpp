@@ -45,6 +45,7 @@ void repack_weights(Model::Impl& I, const GgufFile& file, ThreadPool* pool) {
   std::vector<WeightView*> mats;
   for (LayerWeights& w : I.layers) for_each_matrix(w, [&](WeightView& v) { mats.push_back(&v); });
   mats.push_back(&I.output);
+  if (I.ple_model_proj.data) mats.push_back(&I.ple_model_proj);
   size_t total = 0;
   for (const WeightView* v : mats) total += packed_bytes(*I.kernels, v->type, v->rows, v->cols);
   if (total == 0) return;
@@ -170,6 +171,16 @@ Result<std::shared_ptr<Model>> Model::from_gguf(std::unique_ptr<GgufFile> file, 
     h.pod(lp.kind);
     h.pod(lp.moe);
     for (int32_t v : {lp.n_head_kv, lp.n_ff, lp.window, lp.rope}) h.pod(v);
+    // gemma4's per-layer shapes; hashed only where used, so that the fingerprints (and prompt-cache
+    // files) of the other architectures stay what they were.
+    if (lp.head_dim != hp.head_dim || lp.kv_source >= 0)
+      for (int32_t v : {lp.head_dim, lp.kv_source}) h.pod(v);
+  }
+  if (hp.arch == Arch::Gemma4) {
+    for (int32_t d : hp.rope_dims) h.pod(d);
+    h.pod(hp.n_embd_per_layer);
+    h.pod(hp.v_norm);
+    h.pod(hp.logit_softcap);
   }
   for (const GgufTensor& t : file->tensors()) {
     h.str(t.name);
@@ -195,7 +206,7 @@ Result<std::shared_ptr<Model>> Model::from_gguf(std::unique_ptr<GgufFile> file, 
     auto invariant = [&](const WeightView& v) {
       return v.packed != nullptr || I.kernels->gemm[static_cast<uint32_t>(v.type)].run == nullptr || v.rows % 16 != 0;
     };
-    I.batch_invariant = invariant(I.output);
+    I.batch_invariant = invariant(I.output) && (!I.ple_model_proj.data || invariant(I.ple_model_proj));
     for (LayerWeights& w : I.layers) for_each_matrix(w, [&](WeightView& v) { I.batch_invariant &= invariant(v); });
   }
   I.file = std::move(file);
@@ -245,7 +256,7 @@ Session::Session(std::shared_ptr<const Model> model, ThreadPool& pool, const Ses
   const HParams& hp = S.m->hp;
   S.n_ctx = opts.n_ctx > 0 ? opts.n_ctx : std::min(hp.n_ctx_train, 4096);
   if (S.opts.n_batch <= 0) S.opts.n_batch = 64;
-  S.kv_row = int64_t(hp.n_head_kv) * hp.head_dim;
+  S.kv_row.assign(size_t(hp.n_layer), 0);
   // Window layers: a ring of window + (largest micro-batch: n_batch + 1) - 1 slots, rounded up to
   // whole attention blocks; no ring where that would not be smaller than n_ctx.
   S.kv_off.resize(size_t(hp.n_layer));
@@ -257,28 +268,37 @@ Session::Session(std::shared_ptr<const Model> model, ThreadPool& pool, const Ses
     const int64_t ring = (w + S.opts.n_batch + kAttentionBlock - 1) / kAttentionBlock * kAttentionBlock;
     if (S.opts.ring_kv && w > 0 && ring < S.n_ctx) S.kv_ring[size_t(l)] = int32_t(ring);
     S.kv_off[size_t(l)] = kv_elems;
+    const LayerHParams& lp = hp.layers[size_t(l)];
     // A recurrent layer (hybrid models) has no K/V rows: its state is in S.rec.
-    if (hp.layers[size_t(l)].kind != LayerKind::Attention) continue;
-    kv_elems += size_t(S.kv_ring[size_t(l)] ? S.kv_ring[size_t(l)] : S.n_ctx) * size_t(S.kv_row);
+    if (lp.kind != LayerKind::Attention) continue;
+    if (lp.kv_source >= 0) {  // reads its source's K/V (an earlier layer of the same window)
+      S.kv_off[size_t(l)] = S.kv_off[size_t(lp.kv_source)];
+      S.kv_ring[size_t(l)] = S.kv_ring[size_t(lp.kv_source)];
+      continue;
+    }
+    S.kv_row[size_t(l)] = int64_t(lp.n_head_kv) * lp.head_dim;
+    kv_elems += size_t(S.kv_ring[size_t(l)] ? S.kv_ring[size_t(l)] : S.n_ctx) * size_t(S.kv_row[size_t(l)]);
   }
   init_recurrent_state(S.rec, hp);
   S.k_cache.assign(kv_elems, 0);
   S.v_cache.assign(kv_elems, 0);
-  const int half = hp.n_rot / 2;  // rotated pairs (n_rot == head_dim unless RoPE is partial)
   // LongRoPE (phi3): the long factors for a context beyond the original one, as llama.cpp decides.
   const std::vector<float>& factors = hp.rope_long_ctx > 0 && S.n_ctx > hp.rope_long_ctx
                                           ? S.m->rope_freq_factors_long
                                           : S.m->rope_freq_factors;
   S.rope.resize(hp.rope_bases.size());
   for (size_t r = 0; r < hp.rope_bases.size(); ++r) {
+    // rotated pairs (n_rot == head_dim unless RoPE is partial)
+    const int n_rot = r < hp.rope_dims.size() && hp.rope_dims[r] > 0 ? hp.rope_dims[r] : hp.n_rot;
+    const int half = n_rot / 2;
     RopeTable& tab = S.rope[r];
     tab.half = half;
     tab.cos.resize(size_t(S.n_ctx) * half);
     tab.sin.resize(size_t(S.n_ctx) * half);
     for (int i = 0; i < half; ++i) {
       // theta_i = base^(-2i/n_rot), computed in double so long contexts keep their phase accurate.
-      double theta = std::pow(double(hp.rope_bases[r]), -2.0 * i / hp.n_rot);
-      if (!factors.empty()) theta /= double(factors[size_t(i)]);
+      double theta = std::pow(double(hp.rope_bases[r]), -2.0 * i / n_rot);
+      if (r == 0 && size_t(i) < factors.size()) theta /= double(factors[size_t(i)]);
       for (int32_t p = 0; p < S.n_ctx; ++p) {
         const double a = p * theta;
         tab.cos[size_t(p) * half + i] = static_cast<float>(std::cos(a)) * hp.rope_mscale;
@@ -297,7 +317,13 @@ std::shared_ptr<EvalWorkspace> make_eval_workspace() { return std::make_shared<E
 void EvalWorkspace::ensure(const HParams& hp, int n_workers, int64_t T) {
   const size_t t = size_t(T);
   const size_t wide = std::max<size_t>(size_t(hp.n_embd), size_t(hp.n_head) * size_t(hp.head_dim));
-  const size_t kv = size_t(hp.n_head_kv) * size_t(hp.head_dim);
+  size_t kv = 0;
+  int min_kv_heads = hp.n_head_kv;
+  for (const LayerHParams& lp : hp.layers) {
+    if (lp.kind != LayerKind::Attention) continue;
+    kv = std::max(kv, size_t(lp.n_head_kv) * size_t(lp.head_dim));
+    min_kv_heads = std::min(min_kv_heads, lp.n_head_kv);
+  }
   auto grow = [](auto& v, size_t n) {
     if (v.size() < n) v.resize(n);
   };
@@ -309,9 +335,14 @@ void EvalWorkspace::ensure(const HParams& hp, int n_workers, int64_t T) {
   grow(gate, t * hp.n_ff);
   grow(toks, t);
   grow(row_seg, t);
-  // Attention tiles of about kTileRows query rows share each K/V block converted to f32.
+  if (hp.n_embd_per_layer > 0) {
+    grow(ple, t * size_t(hp.n_layer) * size_t(hp.n_embd_per_layer));
+    grow(ple_gate, t * size_t(hp.n_layer) * size_t(hp.n_embd_per_layer));  // also a token's table row
+  }
+  // Attention tiles of about kTileRows query rows share each K/V block converted to f32 (sized for
+  // the layer with the most query heads per KV head).
   constexpr int kTileRows = 128;
-  const int group = hp.n_head / hp.n_head_kv;
+  const int group = hp.n_head / std::max(1, min_kv_heads);
   attn_tile_tokens = std::max(1, kTileRows / group);
   const size_t stride = (attention_work_bytes(hp.head_dim, attn_tile_tokens * group) + 63) / 64 * 64;
   if (stride > attn_work_stride || attn_work.size() < stride * size_t(n_workers) + 64) {
@@ -323,7 +354,8 @@ void EvalWorkspace::ensure(const HParams& hp, int n_workers, int64_t T) {
 
 size_t EvalWorkspace::bytes() const {
   auto b = [](const auto& v) { return v.capacity() * sizeof(v[0]); };
-  return b(x) + b(xn) + b(q) + b(k) + b(v) + b(gate) + b(toks) + b(row_seg) + b(logits) + b(attn_work) + rec.bytes() + moe.bytes();
+  return b(x) + b(xn) + b(q) + b(k) + b(v) + b(gate) + b(ple) + b(ple_gate) + b(toks) + b(row_seg) + b(logits) +
+         b(attn_work) + rec.bytes() + moe.bytes();
 }
 
 namespace {
@@ -549,7 +581,10 @@ Status Session::restore_state(const StateSnapshot& snap) {
   return Ok{};
 }
 
-size_t Session::kv_bytes_per_position_per_layer() const { return size_t(impl_->kv_row) * sizeof(uint16_t); }
+size_t Session::kv_bytes_per_position_per_layer() const {
+  return size_t(*std::max_element(impl_->kv_row.begin(), impl_->kv_row.end())) * sizeof(uint16_t);
+}
+size_t Session::kv_row_bytes(int32_t layer) const { return size_t(impl_->kv_row[size_t(layer)]) * sizeof(uint16_t); }
 uint16_t* Session::k_cache(int32_t layer) { return impl_->k_layer(layer); }
 uint16_t* Session::v_cache(int32_t layer) { return impl_->v_layer(layer); }
 int32_t Session::kv_window(int32_t layer) const { return impl_->m->hp.layers[size_t(layer)].window; }

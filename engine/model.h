@@ -21,7 +21,7 @@ namespace picolm {
 
 class ThreadPool;
 
-enum class Arch { Llama, Qwen2, Qwen3, Gemma3, Smollm3, Qwen35, Lfm2, Qwen3Moe, Lfm2Moe, Qwen35Moe, Phi3, GraniteHybrid };
+enum class Arch { Llama, Qwen2, Qwen3, Gemma3, Smollm3, Qwen35, Lfm2, Qwen3Moe, Lfm2Moe, Qwen35Moe, Phi3, GraniteHybrid, Gemma4 };
 
 // How a mixture-of-experts layer turns its router logits into expert probabilities (llama.cpp's
 // expert_gating_func: 1 softmax, 2 sigmoid, 3 softmax over the chosen experts' logits only).
@@ -42,6 +42,10 @@ struct LayerHParams {
   int32_t window = 0;  // sliding-window attention: a query sees the last `window` positions; 0: all
   int32_t rope = 0;    // index into HParams::rope_bases; -1: no rotary embedding (NoPE layer)
   bool moe = false;    // the FFN is the routed mixture of experts (engine/moe.h), n_ff unused
+  int32_t head_dim = 0;  // of this layer's q, k and v heads (gemma4: global layers have wider heads)
+  // KV sharing (gemma4): the layer computes only its queries and attends over the K/V of this earlier
+  // layer (same window, heads and head_dim), keeping none of its own; -1: its own K/V.
+  int32_t kv_source = -1;
 };
 
 struct HParams {
@@ -51,8 +55,9 @@ struct HParams {
   int32_t n_embd = 0;
   int32_t n_layer = 0;
   int32_t n_head = 0;
-  int32_t n_head_kv = 0;     // of every attention layer (the KV cache has one row width)
-  int32_t head_dim = 0;      // n_embd / n_head unless the file says otherwise (key_length)
+  int32_t n_head_kv = 0;     // the largest of the attention layers' (most models: of every one)
+  int32_t head_dim = 0;      // n_embd / n_head unless the file says otherwise (key_length); the largest
+                             // of the layers' (LayerHParams::head_dim)
   int32_t n_rot = 0;         // leading dims of each head that RoPE rotates (rope.dimension_count; head_dim)
   int32_t n_ff = 0;          // the largest of the layers'
   int32_t n_ctx_train = 0;
@@ -71,6 +76,9 @@ struct HParams {
   // residual_scale before its residual add, logits divided by logit_scale.
   float embedding_scale = 0.0f, residual_scale = 0.0f, logit_scale = 0.0f;
   std::vector<float> rope_bases;    // distinct RoPE bases the layers use (rope_bases[0] == rope_base)
+  // Rotated dims of each RoPE table (parallel to rope_bases; empty or 0: n_rot). rope_freqs.weight
+  // divides the angles of table 0 only (the global layers').
+  std::vector<int32_t> rope_dims;
   std::vector<LayerHParams> layers;  // [n_layer]
   // Recurrent mixers (hybrid architectures); zero when the model has none of that kind.
   // Gated delta net (qwen35 ssm.*): K heads (group_count), V heads (time_step_rank, a multiple of
@@ -88,6 +96,11 @@ struct HParams {
   // Mamba-2 (granitehybrid ssm.*): heads (time_step_rank), head dim (inner_size / heads), state size
   // per head dim (state_size), B/C groups (group_count, heads a multiple of it), conv taps (conv_kernel).
   int32_t m2_heads = 0, m2_head_dim = 0, m2_state = 0, m2_groups = 0, m2_conv = 0;
+  // gemma4: per-layer embeddings of n_embd_per_layer dims (0: none), the weightless RMS norm of each
+  // V head, and the final logit soft-cap (logits = cap * tanh(logits / cap); 0: none).
+  int32_t n_embd_per_layer = 0;
+  bool v_norm = false;
+  float logit_softcap = 0.0f;
 };
 
 // Whether the weight matrices are repacked at load into the interleaved panels of
@@ -206,7 +219,11 @@ class Session {
   // KV cache layout (for the prompt cache): fp16, per layer K then V, each
   // [slot][n_head_kv][head_dim]; position p is in slot p, or in slot p % kv_ring(layer) for a
   // window layer. Bytes of one layer's K (or V) for one position:
+  // (Of every layer with K/V where they are alike; the largest where they differ, gemma4.)
   size_t kv_bytes_per_position_per_layer() const;
+  // Bytes of layer l's K (or V) for one position; 0 for a layer without K/V of its own (a recurrent
+  // layer, or a gemma4 layer reading another's: Model::hparams().layers[l].kv_source).
+  size_t kv_row_bytes(int32_t layer) const;
   uint16_t* k_cache(int32_t layer);  // pointer to slot 0
   uint16_t* v_cache(int32_t layer);
   int32_t kv_window(int32_t layer) const;  // the layer's attention window; 0: it sees every position

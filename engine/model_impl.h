@@ -113,6 +113,11 @@ struct LayerWeights {
   ShortConvWeights sc; // LayerKind::ShortConv only
   MoeWeights moe;      // LayerHParams::moe only (ffn unused)
   Mamba2Weights m2;    // LayerKind::Mamba2 only
+  // gemma4 per-layer embeddings: x += post_norm(proj(gelu(inp_gate(x)) * the layer's input))
+  WeightView ple_gate;                 // [n_embd_per_layer][n_embd]
+  WeightView ple_proj;                 // [n_embd][n_embd_per_layer]
+  std::vector<float> ple_post_norm;    // [n_embd]
+  float out_scale = 1.0f;              // gemma4 layer_output_scale: x *= out_scale after the layer
 };
 
 // Every matrix of a layer (repacking, accounting): new weight kinds must be listed here. The stacked
@@ -122,7 +127,7 @@ void for_each_matrix(LayerWeights& w, const Fn& fn) {
   for (WeightView* v : {&w.attn.wq, &w.attn.wk, &w.attn.wv, &w.attn.wo, &w.ffn.gate, &w.ffn.up, &w.ffn.down,
                         &w.dn.qkv, &w.dn.z, &w.dn.beta, &w.dn.alpha, &w.dn.out, &w.sc.in_proj, &w.sc.out_proj,
                         &w.moe.router, &w.moe.shared.gate, &w.moe.shared.up, &w.moe.shared.down,
-                        &w.m2.z, &w.m2.xbc, &w.m2.dt, &w.m2.out})
+                        &w.m2.z, &w.m2.xbc, &w.m2.dt, &w.m2.out, &w.ple_gate, &w.ple_proj})
     if (v->data) fn(*v);
 }
 
@@ -144,6 +149,12 @@ struct Model::Impl {
   // session's context exceeds HParams::rope_long_ctx).
   std::vector<float> rope_freq_factors_long;
   std::vector<LayerWeights> layers;
+  // gemma4 per-layer embeddings (HParams::n_embd_per_layer > 0). The token table is read a row per
+  // token from the map (dequantize_row), never repacked or copied: it is the largest tensor of the
+  // small Gemma 4 models (n_vocab x n_layer x n_embd_per_layer).
+  WeightView ple_tok_embd;            // [n_vocab][n_layer * n_embd_per_layer]
+  WeightView ple_model_proj;          // [n_layer * n_embd_per_layer][n_embd]
+  std::vector<float> ple_proj_norm;   // [n_embd_per_layer]
   uint64_t fingerprint = 0;
   bool locked = false;  // mlock succeeded
   AnonMemory packed;    // repacked weights (WeightView::packed points into it)

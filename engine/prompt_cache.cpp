@@ -126,7 +126,11 @@ constexpr const char* kTmpExt = ".tmp";
 // last `window` positions before n_past are ever read again, so that is all a cache entry keeps.
 struct LayerKv {
   int32_t window = 0, ring = 0;
-  bool kv = true;  // false: a recurrent layer of a hybrid model (no K/V; its state is in the tail)
+  // false: a recurrent layer of a hybrid model (no K/V; its state is in the tail), or a gemma4 layer
+  // that reads another layer's K/V (window and ring are then 0: nothing of it is stored)
+  bool kv = true;
+  size_t row_bytes = 0;  // one position's K (or V) of this layer (layers differ in gemma4)
+  size_t row() const { return row_bytes / 2; }  // the same in fp16 elements
 };
 // The layer table's entry of a recurrent layer (a window is never this large).
 constexpr uint32_t kRecurrentLayer = 0xFFFFFFFFu;
@@ -136,7 +140,6 @@ struct Identity {
   uint64_t tokenizer_fp = 0;
   uint32_t dtype = kDtypeF16;
   uint32_t n_layer = 0, n_head_kv = 0, head_dim = 0;
-  size_t row_bytes = 0;  // one layer's K (or V) for one position
   std::vector<LayerKv> layers;
   uint32_t n_ring = 0;  // layers with a window
   uint32_t n_kv = 0;    // layers with K/V (all but a hybrid's recurrent layers)
@@ -184,10 +187,10 @@ Identity identity_of(const Session& s) {
   id.n_layer = uint32_t(hp.n_layer);
   id.n_head_kv = uint32_t(hp.n_head_kv);
   id.head_dim = uint32_t(hp.head_dim);
-  id.row_bytes = s.kv_bytes_per_position_per_layer();
   id.layers.resize(id.n_layer);
   for (uint32_t l = 0; l < id.n_layer; ++l) {
-    id.layers[l] = {s.kv_window(int32_t(l)), s.kv_ring(int32_t(l)), hp.layers[l].kind == LayerKind::Attention};
+    const size_t row = s.kv_row_bytes(int32_t(l));
+    id.layers[l] = row ? LayerKv{s.kv_window(int32_t(l)), s.kv_ring(int32_t(l)), true, row} : LayerKv{0, 0, false, 0};
     id.n_ring += id.layers[l].kv && id.layers[l].window > 0;
     id.n_kv += id.layers[l].kv;
   }
@@ -229,7 +232,7 @@ class PrefixKeys {
 struct FileLayout {
   uint32_t n_tokens = 0, block_tokens = 0, n_blocks = 0;
   uint64_t meta_bytes = 0;   // header + tokens + block table + layer table + tail and meta checksums
-  uint64_t block_bytes = 0;  // one KV block: (layers without window) * (K, V) * block_tokens * row_bytes
+  uint64_t block_bytes = 0;  // one KV block: over the layers without window, (K, V) * block_tokens * row_bytes
   uint64_t tail_off = 0;     // window layers' last positions: after the blocks
   uint64_t tail_bytes = 0;
   uint64_t file_bytes = 0;
@@ -242,10 +245,11 @@ FileLayout layout_of(const Identity& id, uint32_t n_tokens, uint32_t block_token
   L.block_tokens = block_tokens;
   L.n_blocks = block_tokens ? n_tokens / block_tokens : 0;
   L.meta_bytes = L.layers_off() + 4ull * id.n_layer + 8 + 8;
-  L.block_bytes = uint64_t(id.n_kv - id.n_ring) * 2 * block_tokens * id.row_bytes;
+  for (uint32_t l = 0; l < id.n_layer; ++l)
+    if (id.layers[l].kv && !id.layers[l].window) L.block_bytes += 2ull * block_tokens * id.layers[l].row_bytes;
   L.tail_off = L.meta_bytes + L.block_bytes * L.n_blocks;
   for (uint32_t l = 0; l < id.n_layer; ++l)
-    if (id.layers[l].window) L.tail_bytes += 2 * uint64_t(id.kept(l, n_tokens)) * id.row_bytes;
+    if (id.layers[l].window) L.tail_bytes += 2 * uint64_t(id.kept(l, n_tokens)) * id.layers[l].row_bytes;
   if (id.state_bytes) L.tail_bytes += 8 + id.state_bytes;  // token-prefix hash, then the state
   L.file_bytes = L.tail_off + L.tail_bytes;
   return L;
@@ -586,18 +590,17 @@ struct PromptCacheStore::Impl {
   // Copies positions [from, n) of a snapshot into the session; window layers get the snapshot's
   // last positions (then n is the snapshot's length: entry_match).
   static void copy_from_ram(const RamSnapshot& s, Session& session, const Identity& id, size_t from, size_t n) {
-    const size_t row = id.row_bytes / 2;
     for (uint32_t l = 0; l < id.n_layer; ++l) {
       if (!id.layers[l].kv) continue;
       const size_t total = s.tokens.size(), stored_first = total - id.kept(l, total);  // 0 unless a window
       const size_t first = id.layers[l].window ? stored_first : from;
-      const uint16_t* sk = s.k.data() + s.offset[l] + (first - stored_first) * row;
-      const uint16_t* sv = s.v.data() + s.offset[l] + (first - stored_first) * row;
-      for_runs(session.k_cache(int32_t(l)), id.layers[l], row, first, n, [&](uint16_t* p, size_t cnt) {
+      const uint16_t* sk = s.k.data() + s.offset[l] + (first - stored_first) * id.layers[l].row();
+      const uint16_t* sv = s.v.data() + s.offset[l] + (first - stored_first) * id.layers[l].row();
+      for_runs(session.k_cache(int32_t(l)), id.layers[l], id.layers[l].row(), first, n, [&](uint16_t* p, size_t cnt) {
         std::memcpy(p, sk, cnt * 2);
         sk += cnt;
       });
-      for_runs(session.v_cache(int32_t(l)), id.layers[l], row, first, n, [&](uint16_t* p, size_t cnt) {
+      for_runs(session.v_cache(int32_t(l)), id.layers[l], id.layers[l].row(), first, n, [&](uint16_t* p, size_t cnt) {
         std::memcpy(p, sv, cnt * 2);
         sv += cnt;
       });
@@ -612,7 +615,7 @@ struct PromptCacheStore::Impl {
   // Hybrid models: `state` receives the recurrent state at n (the tail's last part).
   static size_t load_file(int fd, const DiskEntry& e, Session& session, const Identity& id, size_t from, size_t n,
                           std::string& why, StateSnapshot& state) {
-    const size_t B = e.block_tokens, row = id.row_bytes / 2;
+    const size_t B = e.block_tokens;
     std::vector<std::pair<const uint16_t*, size_t>> pieces;
     std::vector<iovec> iov;
     for (size_t b = from / B; b < n / B; ++b) {
@@ -620,12 +623,12 @@ struct PromptCacheStore::Impl {
       iov.clear();
       for (uint32_t l = 0; l < id.n_layer; ++l) {
         if (id.layers[l].window || !id.layers[l].kv) continue;  // in the tail, or no K/V
-        uint16_t* kp = session.k_cache(int32_t(l)) + b * B * row;
-        uint16_t* vp = session.v_cache(int32_t(l)) + b * B * row;
-        pieces.push_back({kp, B * id.row_bytes});
-        pieces.push_back({vp, B * id.row_bytes});
-        iov.push_back({kp, B * id.row_bytes});
-        iov.push_back({vp, B * id.row_bytes});
+        uint16_t* kp = session.k_cache(int32_t(l)) + b * B * id.layers[l].row();
+        uint16_t* vp = session.v_cache(int32_t(l)) + b * B * id.layers[l].row();
+        pieces.push_back({kp, B * id.layers[l].row_bytes});
+        pieces.push_back({vp, B * id.layers[l].row_bytes});
+        iov.push_back({kp, B * id.layers[l].row_bytes});
+        iov.push_back({vp, B * id.layers[l].row_bytes});
       }
       // Scatter-read straight into the session (no staging copy), then verify in place.
       uint64_t off = e.layout.meta_bytes + b * e.layout.block_bytes;
@@ -667,8 +670,8 @@ struct PromptCacheStore::Impl {
     size_t off = 0;
     for (size_t l = 0; l < id.n_layer; ++l) {
       if (!id.layers[l].window) continue;
-      for (int kv = 0; kv < 2; ++kv, off += id.kept(uint32_t(l), n) * row)
-        pieces.push_back({tail.data() + off, id.kept(uint32_t(l), n) * id.row_bytes});
+      for (int kv = 0; kv < 2; ++kv, off += id.kept(uint32_t(l), n) * id.layers[l].row())
+        pieces.push_back({tail.data() + off, id.kept(uint32_t(l), n) * id.layers[l].row_bytes});
     }
     if (id.state_bytes) pieces.push_back({tail.data() + off, 8 + id.state_bytes});
     if (block_checksum(pieces, e.layout.n_blocks) != e.tail_sum) {
@@ -686,7 +689,7 @@ struct PromptCacheStore::Impl {
       for (int kv = 0; kv < 2; ++kv, ++i) {
         const uint16_t* src = pieces[i].first;
         uint16_t* base = kv ? session.v_cache(int32_t(l)) : session.k_cache(int32_t(l));
-        for_runs(base, id.layers[l], row, n - id.kept(uint32_t(l), n), n, [&](uint16_t* p, size_t cnt) {
+        for_runs(base, id.layers[l], id.layers[l].row(), n - id.kept(uint32_t(l), n), n, [&](uint16_t* p, size_t cnt) {
           std::memcpy(p, src, cnt * 2);
           src += cnt;
         });
@@ -699,11 +702,10 @@ struct PromptCacheStore::Impl {
   // window layer K then V, each up to two runs of ring slots).
   static std::vector<std::pair<const uint16_t*, size_t>> tail_pieces(Session& session, const Identity& id, size_t n) {
     std::vector<std::pair<const uint16_t*, size_t>> pieces;
-    const size_t row = id.row_bytes / 2;
     for (uint32_t l = 0; l < id.n_layer; ++l) {
       if (!id.layers[l].window) continue;
       for (uint16_t* base : {session.k_cache(int32_t(l)), session.v_cache(int32_t(l))})
-        for_runs(base, id.layers[l], row, n - id.kept(l, n), n,
+        for_runs(base, id.layers[l], id.layers[l].row(), n - id.kept(l, n), n,
                  [&](uint16_t* p, size_t cnt) { pieces.push_back({p, cnt * 2}); });
     }
     return pieces;
@@ -728,7 +730,6 @@ struct PromptCacheStore::Impl {
     err = 0;
     const uint32_t B = uint32_t(opts.block_tokens);
     const FileLayout L = layout_of(id, uint32_t(toks.size()), B);
-    const size_t row = id.row_bytes / 2;
     // Block checksums first (they go into the header), from the session's K/V.
     std::vector<uint64_t> sums(L.n_blocks);
     std::vector<std::pair<const uint16_t*, size_t>> pieces;
@@ -736,8 +737,8 @@ struct PromptCacheStore::Impl {
       pieces.clear();
       for (uint32_t l = 0; l < id.n_layer; ++l) {
         if (id.layers[l].window || !id.layers[l].kv) continue;
-        pieces.push_back({session.k_cache(int32_t(l)) + b * B * row, B * id.row_bytes});
-        pieces.push_back({session.v_cache(int32_t(l)) + b * B * row, B * id.row_bytes});
+        pieces.push_back({session.k_cache(int32_t(l)) + b * B * id.layers[l].row(), B * id.layers[l].row_bytes});
+        pieces.push_back({session.v_cache(int32_t(l)) + b * B * id.layers[l].row(), B * id.layers[l].row_bytes});
       }
       sums[b] = block_checksum(pieces, b);
     }
@@ -759,8 +760,8 @@ struct PromptCacheStore::Impl {
     off = 0;
     for (size_t l = 0; l < id.n_layer; ++l) {
       if (!id.layers[l].window) continue;
-      for (int kv = 0; kv < 2; ++kv, off += id.kept(uint32_t(l), toks.size()) * row)
-        pieces.push_back({tail.data() + off, id.kept(uint32_t(l), toks.size()) * id.row_bytes});
+      for (int kv = 0; kv < 2; ++kv, off += id.kept(uint32_t(l), toks.size()) * id.layers[l].row())
+        pieces.push_back({tail.data() + off, id.kept(uint32_t(l), toks.size()) * id.layers[l].row_bytes});
     }
     if (id.state_bytes) pieces.push_back({tail.data() + off, 8 + id.state_bytes});
     const uint64_t tail_sum = block_checksum(pieces, L.n_blocks);
@@ -814,8 +815,8 @@ struct PromptCacheStore::Impl {
     for (size_t b = 0; ok && b < L.n_blocks; ++b)
       for (uint32_t l = 0; ok && l < id.n_layer; ++l) {
         if (id.layers[l].window || !id.layers[l].kv) continue;
-        ok = write_part(f.fd, session.k_cache(int32_t(l)) + b * B * row, B * id.row_bytes, written) &&
-             write_part(f.fd, session.v_cache(int32_t(l)) + b * B * row, B * id.row_bytes, written);
+        ok = write_part(f.fd, session.k_cache(int32_t(l)) + b * B * id.layers[l].row(), B * id.layers[l].row_bytes, written) &&
+             write_part(f.fd, session.v_cache(int32_t(l)) + b * B * id.layers[l].row(), B * id.layers[l].row_bytes, written);
       }
     if (ok) ok = write_part(f.fd, tail.data(), L.tail_bytes, written);
     // fsync before rename: after a crash the final name holds either nothing or the whole file.
@@ -1041,7 +1042,6 @@ size_t PromptCacheStore::store(Session& session, size_t stable_len) {
     state = std::move(*at);
   }
   const std::span<const int32_t> toks(session.tokens().data(), n);
-  const size_t row = id.row_bytes / 2;
   Impl::Logs logs;
   for (uint32_t l = 0; l < id.n_layer; ++l)
     if (id.layers[l].window && size_t(session.kv_ring_first(int32_t(l))) > n - id.kept(l, n)) {
@@ -1072,7 +1072,7 @@ size_t PromptCacheStore::store(Session& session, size_t stable_len) {
       s->offset.resize(id.n_layer);
       for (uint32_t l = 0; l < id.n_layer; ++l) {
         s->offset[l] = elems;
-        elems += id.kept(l, n) * row;
+        elems += id.kept(l, n) * id.layers[l].row();
       }
       if (s->bytes() + 2 * elems * 2 <= I.opts.max_ram_bytes) {
         s->k.resize(elems);
@@ -1081,11 +1081,11 @@ size_t PromptCacheStore::store(Session& session, size_t stable_len) {
           if (!id.layers[l].kv) continue;
           uint16_t* dk = s->k.data() + s->offset[l];
           uint16_t* dv = s->v.data() + s->offset[l];
-          for_runs(session.k_cache(int32_t(l)), id.layers[l], row, n - id.kept(l, n), n, [&](uint16_t* p, size_t cnt) {
+          for_runs(session.k_cache(int32_t(l)), id.layers[l], id.layers[l].row(), n - id.kept(l, n), n, [&](uint16_t* p, size_t cnt) {
             std::memcpy(dk, p, cnt * 2);
             dk += cnt;
           });
-          for_runs(session.v_cache(int32_t(l)), id.layers[l], row, n - id.kept(l, n), n, [&](uint16_t* p, size_t cnt) {
+          for_runs(session.v_cache(int32_t(l)), id.layers[l], id.layers[l].row(), n - id.kept(l, n), n, [&](uint16_t* p, size_t cnt) {
             std::memcpy(dv, p, cnt * 2);
             dv += cnt;
           });

@@ -29,6 +29,10 @@ struct RopeTable {
 // sized for either use. Grows to the largest micro-batch and model it has served, never shrinks.
 struct EvalWorkspace {
   std::vector<float> x, xn, q, k, v, gate;  // gate: act(gate) * up, the input of ffn_down
+  // gemma4 per-layer embeddings: every layer's input [row][n_layer][n_embd_per_layer], and one
+  // layer's gated input of its projection [row][n_embd_per_layer] (sized [row][n_layer *
+  // n_embd_per_layer]: it first holds each row's dequantized per-layer token table row).
+  std::vector<float> ple, ple_gate;
   std::vector<int32_t> toks;                // [row]: the micro-batch's tokens
   std::vector<int32_t> row_seg;             // [row]: index of the row's Forward::segs entry
   // Logits of output rows that go to several sessions: [n_out][n_vocab], copied out after the
@@ -57,8 +61,9 @@ struct Session::Impl {
   // empty and grown on first use). eval_batch uses the first item's.
   std::shared_ptr<EvalWorkspace> ws;
   int32_t n_ctx = 0;
-  int64_t kv_row = 0;                 // n_head_kv * head_dim
+  std::vector<int64_t> kv_row;        // [n_layer]: the layer's n_head_kv * head_dim (0: no K/V of its own)
   std::vector<uint16_t> k_cache;      // fp16, [layer][slot][kv_head][head_dim], layer l from kv_off[l]
+                                      // (a KV-sharing layer's kv_off is its source's)
   std::vector<uint16_t> v_cache;      // fp16, same layout
   // Layer l has n_ctx slots (kv_ring[l] == 0, position p in slot p) or, on a sliding-window layer,
   // a ring of kv_ring[l] slots (position p in slot p % kv_ring[l]): a multiple of kAttentionBlock

@@ -182,6 +182,10 @@ class VocabTokenizer final : public Tokenizer {
   PreTokenizer pretok_;
   int32_t bos_ = -1, eos_ = -1, unk_ = -1, eot_ = -1, eom_ = -1;
   bool add_bos_ = false, add_eos_ = false, add_space_prefix_ = false, ignore_merges_ = false;
+  // Gemma 4's "SPM-style BPE" (tokenizer.ggml.model "gemma4"): merges by rank over the raw UTF-8
+  // characters (no byte-level mapping) of text whose spaces are written U+2581, split only into runs
+  // of newlines and runs of anything else; byte fallback through "<0xXX>" tokens (llama.cpp 3f545be).
+  bool spm_bpe_ = false;
   uint64_t fingerprint_ = 0;
 };
 
@@ -195,6 +199,9 @@ Status VocabTokenizer::load(const GgufFile& g) {
     bos_ = 1, eos_ = 2, unk_ = 0;  // llama.cpp's defaults for SentencePiece vocabularies
     add_bos_ = true;
     add_space_prefix_ = true;
+  } else if (model_name_ == "gemma4") {
+    kind_ = VocabKind::Bpe;
+    spm_bpe_ = true;
   } else if (model_name_ == "gpt2") {
     kind_ = VocabKind::Bpe;
     // llama.cpp defaults BOS/EOS to 11 here, a GPT-2-era placeholder; we leave them unset so a file
@@ -207,7 +214,7 @@ Status VocabTokenizer::load(const GgufFile& g) {
       if (pre_name_ == n) ignore_merges_ = add_bos_ = true;
     }
   } else {
-    return Error{g.name() + ": unsupported tokenizer.ggml.model '" + model_name_ + "' (supported: llama, gpt2)"};
+    return Error{g.name() + ": unsupported tokenizer.ggml.model '" + model_name_ + "' (supported: llama, gpt2, gemma4)"};
   }
   if (auto v = g.get_bool("tokenizer.ggml.add_space_prefix")) add_space_prefix_ = *v;
 
@@ -263,15 +270,17 @@ Status VocabTokenizer::load(const GgufFile& g) {
     }
     for (int b = 0; b < 256; ++b) {
       byte_chars_[b].clear();
-      append_utf8(byte_chars_[b], gpt2_byte_to_codepoint(static_cast<uint8_t>(b)));
+      if (spm_bpe_) byte_chars_[b].push_back(static_cast<char>(b));  // raw UTF-8
+      else append_utf8(byte_chars_[b], gpt2_byte_to_codepoint(static_cast<uint8_t>(b)));
     }
-  } else {
+  }
+  if (kind_ == VocabKind::Spm || spm_bpe_) {
     byte_token_.fill(-1);
     for (int b = 0; b < 256; ++b) {
       char buf[8];
       std::snprintf(buf, sizeof buf, "<0x%02X>", b);
       int32_t id = text_to_token(buf);
-      if (id < 0) id = text_to_token(std::string(1, static_cast<char>(b)));  // vocabularies without byte tokens
+      if (id < 0 && !spm_bpe_) id = text_to_token(std::string(1, static_cast<char>(b)));  // vocabularies without byte tokens
       byte_token_[b] = id;
     }
   }
@@ -292,6 +301,7 @@ Status VocabTokenizer::load(const GgufFile& g) {
   if (unk_ >= static_cast<int32_t>(n)) unk_ = -1;
   if (auto v = g.get_bool("tokenizer.ggml.add_bos_token")) add_bos_ = *v;
   if (auto v = g.get_bool("tokenizer.ggml.add_eos_token")) add_eos_ = *v;
+  if (spm_bpe_) add_bos_ = true;  // llama.cpp overrides a false add_bos_token for Gemma 4
 
   // End of generation: llama.cpp recognises these texts (end of turn / message, and the FIM
   // padding, repository and file separators) and forces them to Control, which also changes how
@@ -317,12 +327,16 @@ Status VocabTokenizer::load(const GgufFile& g) {
       eom_ = id;
       t.type = TokenType::Control;
     }
-    if (contains(kEogTexts, t.text) || contains(kFimEogTexts, t.text)) {
+    // Gemma 4 ends a turn with <turn|>, and a model's tool call with <|tool_response> (llama.cpp 3f545be).
+    const bool gemma4_eog = spm_bpe_ && (t.text == "<eos>" || t.text == "<turn|>" || t.text == "<|tool_response>");
+    if (contains(kEogTexts, t.text) || contains(kFimEogTexts, t.text) || gemma4_eog) {
       eog.push_back(id);
       t.type = TokenType::Control;
     }
-    // Not in llama.cpp's list, but "</s>" ends generation wherever it exists.
-    if (t.text == "</s>" && (t.type == TokenType::Control || t.type == TokenType::UserDefined)) eog.push_back(id);
+    // Not in llama.cpp's list, but "</s>" ends generation wherever it exists (not in Gemma 4's
+    // vocabulary, where llama.cpp 3f545be drops it from the end-of-generation set).
+    if (!spm_bpe_ && t.text == "</s>" && (t.type == TokenType::Control || t.type == TokenType::UserDefined))
+      eog.push_back(id);
   }
   for (int32_t id : {eos_, eot_, eom_}) {
     if (id >= 0) eog.push_back(id);
@@ -361,7 +375,7 @@ Status VocabTokenizer::load(const GgufFile& g) {
   }
   h.str(merge_keys_);
   for (int32_t v : {bos_, eos_, unk_, eot_, eom_}) h.pod(v);
-  for (bool v : {add_bos_, add_eos_, add_space_prefix_, ignore_merges_}) h.pod(v);
+  for (bool v : {add_bos_, add_eos_, add_space_prefix_, ignore_merges_, spm_bpe_}) h.pod(v);
   fingerprint_ = h.value();
   return Ok{};
 }
@@ -378,7 +392,7 @@ std::string VocabTokenizer::make_piece(int32_t id) const {
     case TokenType::Normal:
       break;
     case TokenType::Byte:
-      if (kind_ == VocabKind::Spm && t.text.size() == 6 && t.text.compare(0, 3, "<0x") == 0) {
+      if ((kind_ == VocabKind::Spm || spm_bpe_) && t.text.size() == 6 && t.text.compare(0, 3, "<0x") == 0) {
         return std::string(1, static_cast<char>(std::strtol(t.text.substr(3, 2).c_str(), nullptr, 16)));
       }
       return {};
@@ -386,7 +400,7 @@ std::string VocabTokenizer::make_piece(int32_t id) const {
       return {};  // Unused / Undefined tokens have no text
   }
   std::string out;
-  if (kind_ == VocabKind::Spm) {
+  if (kind_ == VocabKind::Spm || spm_bpe_) {
     // Unescape "▁" to ' '.
     const std::string& s = t.text;
     for (size_t i = 0; i < s.size();) {
@@ -630,7 +644,22 @@ void VocabTokenizer::spm_tokenize(std::string_view text, std::vector<int32_t>& o
 
 void VocabTokenizer::bpe_tokenize(std::string_view text, std::vector<int32_t>& out) const {
   std::vector<std::string> words;
-  pretok_.split(text, words);
+  if (spm_bpe_) {  // spaces as U+2581, then runs of newlines and runs of anything else
+    std::string escaped;
+    for (char c : text) {
+      if (c == ' ') escaped += kSpmSpace;
+      else escaped.push_back(c);
+    }
+    for (size_t i = 0; i < escaped.size();) {
+      const bool nl = escaped[i] == '\n';
+      size_t j = i;
+      while (j < escaped.size() && (escaped[j] == '\n') == nl) ++j;
+      words.push_back(escaped.substr(i, j - i));
+      i = j;
+    }
+  } else {
+    pretok_.split(text, words);
+  }
   std::string word, key;
   std::vector<Symbol> sym;
   struct Bigram {
@@ -644,7 +673,8 @@ void VocabTokenizer::bpe_tokenize(std::string_view text, std::vector<int32_t>& o
     word.clear();
     for (char c : raw) word += byte_chars_[static_cast<uint8_t>(c)];
     sym.clear();
-    if (ignore_merges_) {
+    // A run of newlines that is a token stays whole (llama.cpp's Gemma 4 rule; its merges would split it).
+    if (ignore_merges_ || (spm_bpe_ && word.find_first_not_of('\n') == std::string::npos)) {
       if (int32_t id = text_to_token(word); id >= 0) {
         out.push_back(id);
         continue;
@@ -688,9 +718,10 @@ void VocabTokenizer::bpe_tokenize(std::string_view text, std::vector<int32_t>& o
         continue;
       }
       // Not a token (a vocabulary without all 256 byte symbols): llama.cpp emits single-byte
-      // tokens where they exist and drops the rest.
+      // tokens where they exist ("<0xXX>" in Gemma 4's) and drops the rest.
       for (char c : piece) {
-        if (int32_t id = text_to_token(std::string_view(&c, 1)); id >= 0) out.push_back(id);
+        const int32_t id = spm_bpe_ ? byte_token_[static_cast<uint8_t>(c)] : text_to_token(std::string_view(&c, 1));
+        if (id >= 0) out.push_back(id);
       }
     }
   }

@@ -196,6 +196,17 @@ TEST_CASE("eval_batch: every sequence's logits equal its own eval's (N = 1..4, d
   }
 }
 
+// gemma4 (tests/models): sliding and global layers with their own head sizes and KV heads, KV-sharing
+// layers reading their source's ring or cache, per-layer embeddings; n_batch 8 wraps the 64-slot rings.
+TEST_CASE("eval_batch: gemma4 sequences equal their own evals", "[batch][gemma4]") {
+  const Case cases[] = {{"gemma4-tiny-q4km.gguf", 8, true}, {"gemma4-tiny-f16.gguf", 16, false}};
+  ThreadPool pool(2);
+  for (const Case& c : cases) {
+    check_batches(pool, c, Repack::On, {1, 2, 4});
+    if (c.file_rows) check_batches(pool, c, Repack::Off, {2, 4});
+  }
+}
+
 // The same on two small models only, for slow runs (ARM under qemu: scripts/test-arm.sh).
 TEST_CASE("eval_batch: quick: four sequences, llama and gemma3", "[batch][quick]") {
   ThreadPool pool(2);
@@ -293,7 +304,7 @@ TEST_CASE("eval_batch: hybrid truncate returns to the snapshot inside a batch", 
 
 TEST_CASE("eval_batch: Exact activations are batch-invariant too", "[batch]") {
   ThreadPool pool(2);
-  for (const char* file : {"zoo-Q4_K.gguf", "gemma3-tiny-q8_0.gguf"}) {
+  for (const char* file : {"zoo-Q4_K.gguf", "gemma3-tiny-q8_0.gguf", "gemma4-tiny-q8_0.gguf"}) {
     INFO(file);
     ModelOptions mo;
     mo.activations = ActivationMode::Exact;

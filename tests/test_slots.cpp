@@ -24,6 +24,7 @@
 
 #include "server.h"
 #include "server_fixture.h"
+#include "test_util.h"
 
 using namespace picolm;
 namespace dom = simdjson::dom;
@@ -459,13 +460,11 @@ TEST_CASE("a conversation longer than the context drops its oldest whole turns",
   }
 }
 
-// Hybrid models (qwen35, lfm2): a recurrent state cannot be cut back, so a slot reused by a prompt
-// that diverges from what it holds goes back to a state snapshot (the stable prefix's, which the
-// prefill keeps) or to 0. Oracle: the same request's reply on the fresh server (cached 0). Without
-// a prompt cache the reuse comes from the slot's own snapshots; with one, also from the store.
-// Two hybrid sequences evaluated together give what each gives alone. The same for the
-// mixture-of-experts models.
-TEST_CASE("hybrid models: slot reuse goes back to a state snapshot, replies unchanged", "[server][slots]") {
+namespace {
+
+// A slot reused by a prompt that diverges from what it holds, with and without a prompt cache, and
+// two sequences side by side: each reply equals the same request's on the fresh server.
+void slot_reuse_replies_unchanged(const std::string& model) {
   signal(SIGPIPE, SIG_IGN);
   const std::string sys = "You control the lights of a big house by the sea with many rooms and a garden.";
   auto body = [&](const std::string& user) {  // run_together adds "stream":true
@@ -485,18 +484,10 @@ TEST_CASE("hybrid models: slot reuse goes back to a state snapshot, replies unch
     return Reply{str(j.root["choices"].at(0)["message"]["content"]),
                  int64_t(j.root["usage"]["prompt_tokens_details"]["cached_tokens"])};
   };
-  // Issue 32's models from the repository's tests/models: the mixture-of-experts ones (qwen3moe
-  // reuses K/V only, lfm2moe and qwen35moe are hybrids as well), granitehybrid (Mamba-2 state) and
-  // phi3 (an attention-only model: its slot reuse cuts the KV back).
-  const std::string repo = std::string(PICOLM_TEST_DATA_DIR) + "/models/";
-  for (const std::string& path : {kShared + "/models/qwen35-tiny-q8_0.gguf", kShared + "/models/lfm2-tiny-q8_0.gguf",
-                                  repo + "qwen3moe-tiny-q4km.gguf", repo + "lfm2moe-tiny-q4km.gguf",
-                                  repo + "qwen35moe-tiny-q4km.gguf", repo + "granitehybrid-tiny-q8_0.gguf",
-                                  repo + "phi3-tiny-q8_0.gguf"}) {
-    const std::string file = path.substr(path.rfind('/') + 1);
+  {
     for (size_t ram_mb : {size_t(0), size_t(64)}) {
-      INFO(file << ", prompt cache RAM " << ram_mb << " MiB");
-      Started s = start_server(path, 1024, 2, ContextOverflow::DropOldest, ram_mb);
+      INFO(model << ", prompt cache RAM " << ram_mb << " MiB");
+      Started s = start_server(model, 1024, 2, ContextOverflow::DropOldest, ram_mb);
       const Reply a1 = post(s.port, body("Tell me a story about a dog"));
       CHECK(a1.cached == 0);
       CHECK(!a1.content.empty());
@@ -519,6 +510,29 @@ TEST_CASE("hybrid models: slot reuse goes back to a state snapshot, replies unch
       CHECK(together[1].content == b1.content);
     }
   }
+}
+
+}  // namespace
+
+// Hybrid models (qwen35, lfm2): a recurrent state cannot be cut back, so a slot reused by a prompt
+// that diverges from what it holds goes back to a state snapshot (the stable prefix's, which the
+// prefill keeps) or to 0. Oracle: the same request's reply on the fresh server (cached 0). Without
+// a prompt cache the reuse comes from the slot's own snapshots; with one, also from the store.
+// Two hybrid sequences evaluated together give what each gives alone.
+TEST_CASE("hybrid models: slot reuse goes back to a state snapshot, replies unchanged", "[server][slots]") {
+  for (const char* file : {"qwen35-tiny-q8_0.gguf", "lfm2-tiny-q8_0.gguf"}) slot_reuse_replies_unchanged(kShared + "/models/" + file);
+  // Issue 32's models from the repository's tests/models: the mixture-of-experts ones (qwen3moe
+  // reuses K/V only, lfm2moe and qwen35moe are hybrids as well), granitehybrid (Mamba-2 state) and
+  // phi3 (an attention-only model: its slot reuse cuts the KV back).
+  for (const char* file : {"qwen3moe-tiny-q4km.gguf", "lfm2moe-tiny-q4km.gguf", "qwen35moe-tiny-q4km.gguf",
+                           "granitehybrid-tiny-q8_0.gguf", "phi3-tiny-q8_0.gguf"})
+    slot_reuse_replies_unchanged(std::string(PICOLM_TEST_DATA_DIR) + "/models/" + file);
+}
+
+// gemma4: sliding-window and KV-sharing layers (the shared layers keep no K/V: the prompt cache and
+// the slots store and restore only the others'), per-layer embeddings.
+TEST_CASE("gemma4: slot reuse and the prompt cache, replies unchanged", "[server][slots][gemma4]") {
+  slot_reuse_replies_unchanged(test_util::model_path("gemma4-tiny-q8_0.gguf"));
 }
 
 TEST_CASE("the default slot count fits the memory", "[slots]") {

@@ -631,3 +631,32 @@ TEST_CASE("synth: phi-4-mini and granite-4.0-h-tiny shapes load, run, and prefil
     else CHECK(r.max_diff <= 0.1f);
   }
 }
+
+TEST_CASE("synth: gemma4 shapes (E2B, E4B) load, run, and prefill equals one token at a time", "[synth][gemma4]") {
+  TempDir dir;
+  // --layers 10 of E2B: globals at 4 and 9 (period 5); the KV-sharing part keeps its share of 20/35,
+  // starting after the global layer 4: layers 5-9 read layer 3's (sliding) or layer 4's (global) K/V.
+  const std::string out = dir.file("gemma4.gguf");
+  REQUIRE(run(bin("picolm-synth") + " --shape gemma4-e2b --type q4_k_m --layers 10 --vocab 2048 --window 16 -o " +
+              out) == 0);
+  auto m = Model::load(out);
+  REQUIRE(m.ok());
+  const HParams& hp = m.value()->hparams();
+  CHECK(hp.arch == Arch::Gemma4);
+  CHECK((hp.n_embd == 1536 && hp.n_head == 8 && hp.n_head_kv == 1 && hp.head_dim == 512));
+  CHECK((hp.n_embd_per_layer == 256 && hp.logit_softcap == 30.0f && hp.v_norm));
+  REQUIRE(hp.layers.size() == 10);
+  for (int l = 0; l < 10; ++l) {
+    const LayerHParams& lp = hp.layers[size_t(l)];
+    const bool global = l % 5 == 4;
+    CHECK(lp.window == (global ? 0 : 16));
+    CHECK(lp.head_dim == (global ? 512 : 256));
+    CHECK(lp.n_ff == (l < 5 ? 6144 : 12288));
+    CHECK(lp.kv_source == (l < 5 ? -1 : global ? 4 : 3));
+  }
+  CHECK(m.value()->gguf().tensor("blk.5.attn_k.weight") == nullptr);
+  check_runs(m.value());
+  auto r = prefill_vs_sequential(m.value(), some_tokens(40, hp.n_vocab));
+  if (m.value()->packed_bytes() > 0) CHECK(r.max_diff == 0.0f);
+  else CHECK(r.max_diff <= 0.1f);
+}

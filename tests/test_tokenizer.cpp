@@ -408,3 +408,42 @@ TEST_CASE("gpt-4o pre-tokenizer: GPT-2's vocabulary retagged gives llama.cpp's i
     std::printf("gpt-4o pre-tokenizer on %s: %d/%zu as llama.cpp\n", set.inp.c_str(), pass, cases.size());
   }
 }
+
+// Gemma 4's tokenizer type ("gemma4": BPE by merge rank over raw UTF-8 with spaces as U+2581, split
+// only at runs of newlines, "<0xXX>" byte fallback, BOS always added). tests/models/gemma4-vocab.gguf is a
+// small vocabulary of that type (tools/golden/synth_gemma4_vocab.py); the ids are llama.cpp 3f545be's
+// (llama-tokenize on a tiny gemma4 model carrying it, add_special and parse_special as here).
+TEST_CASE("gemma4 tokenizer: ids equal llama.cpp's and decode gives the text back", "[tokenizer][gemma4]") {
+  auto g = GgufFile::open(std::string(PICOLM_SOURCE_DIR) + "/tests/models/gemma4-vocab.gguf");
+  REQUIRE(g.ok());
+  auto t = Tokenizer::create(*g.value());
+  REQUIRE(t.ok());
+  const std::vector<std::pair<std::string, std::vector<int32_t>>> cases = {
+      {"Once upon a time, Lily saw a ball.", {2, 336, 347, 295, 291, 290, 328, 277, 305, 285, 288, 281, 314, 335, 293, 277, 297, 301, 341, 278, 337, 287, 269}},
+      {"Hi é 😀 Tom", {2, 76, 285, 301, 199, 173, 301, 244, 163, 156, 132, 301, 275, 290, 288}},
+      {"  two  spaces  and a\nnewline", {2, 301, 305, 297, 290, 331, 293, 291, 277, 279, 281, 293, 301, 365, 277, 302, 289, 281, 297, 287, 312, 281}},
+      {"a\n\nb\n\n\nc\n", {2, 277, 303, 278, 302, 302, 302, 279, 302}},
+      {"<|turn>user\nWhat is the weather in Paris?<turn|>\n<|turn>model\n", {2, 260, 295, 293, 317, 302, 91, 284, 277, 294, 301, 285, 293, 307, 297, 281, 277, 294, 352, 301, 312, 301, 273, 310, 285, 293, 67, 261, 302, 260, 288, 290, 280, 281, 287, 302}},
+      {"<|tool_call>call:get_weather{city:<|\"|>Paris<|\"|>}<tool_call|>", {2, 262, 279, 337, 287, 270, 283, 351, 276, 297, 281, 277, 294, 352, 299, 279, 320, 298, 270, 264, 273, 310, 285, 293, 264, 300, 263}},
+      {"ZQXJ zebra quiz", {2, 94, 85, 92, 78, 301, 126, 281, 278, 292, 341, 117, 295, 285, 126}},
+      {"\ttab\r\nwindows", {2, 13, 294, 277, 278, 17, 302, 297, 312, 349, 297, 293}},
+      {"def main():\n    return {\"name\": \"get_weather\"}", {2, 280, 281, 282, 301, 288, 277, 312, 266, 267, 270, 302, 331, 331, 292, 351, 295, 292, 328, 364, 354, 281, 332, 283, 351, 276, 297, 281, 277, 294, 352, 265, 300}},
+      {"ééé", {2, 199, 173, 199, 173, 199, 173}},
+      {" ", {2, 301}},
+      {"\n", {2, 302}},
+  };
+  for (const auto& [text, ids] : cases) {
+    INFO(text);
+    const std::vector<int32_t> got = t.value()->encode(text, /*add_special=*/true, /*parse_special=*/true);
+    CHECK(got == ids);
+    // Without the BOS, the pieces (special tokens as their text, byte tokens as their bytes) are the text.
+    CHECK(t.value()->decode(std::vector<int32_t>(got.begin() + 1, got.end()), /*special=*/true) == text);
+  }
+  // End of generation: <eos> (the file's EOS), and as in llama.cpp <turn|> (end of a turn) and
+  // <|tool_response> (a tool call is complete); <|turn> is not.
+  const Tokenizer& tk = *t.value();
+  CHECK(tk.is_eog(tk.find_token("<eos>")));
+  CHECK(tk.is_eog(tk.find_token("<turn|>")));
+  CHECK(!tk.is_eog(tk.find_token("<|turn>")));
+  CHECK(tk.is_eog(tk.find_token("<|tool_response>")) == (tk.find_token("<|tool_response>") >= 0));
+}

@@ -400,15 +400,15 @@ int main(int argc, char** argv) {
   const Stats spp = stats(pp), stg = stats(tg), spp_cpu = stats(pp_cpu), stg_cpu = stats(tg_cpu);
   const double peak_rss_mb = status_kb("VmHWM") / 1024.0;
   const double private_mb = private_kb / 1024.0;
-  // The session's FP16 KV cache (K and V, every attention layer, n_ctx positions): allocated and
-  // written at construction, so all of it is resident and private. Hybrid models: the recurrent
-  // layers' state instead of K/V (counted with it).
-  const HParams& hpk = model->hparams();
-  int n_kv_layers = 0;
-  for (const LayerHParams& lp : hpk.layers) n_kv_layers += lp.kind == LayerKind::Attention;
-  const double state_mb = double(Session(model, pool, SessionOptions{16, 1}).recurrent_state_bytes()) / (1024.0 * 1024.0);
-  const double kv_mb =
-      2.0 * n_kv_layers * so.n_ctx * hpk.n_head_kv * hpk.head_dim * 2.0 / (1024.0 * 1024.0) + state_mb;
+  // The session's FP16 KV cache (K and V of every layer with K/V of its own: n_ctx positions, or a
+  // sliding-window layer's ring; each layer's own row width): allocated and written at construction,
+  // so all of it is resident and private. Hybrid models: the recurrent layers' state instead of K/V
+  // (counted with it). Measured on a session made with the benchmark's options.
+  const Session probe(model, pool, so);
+  const double state_mb = double(probe.recurrent_state_bytes()) / (1024.0 * 1024.0);
+  const double kv_mb = double(probe.kv_bytes()) / (1024.0 * 1024.0) + state_mb;
+  int n_kv_layers = 0;  // layers with K/V of their own
+  for (int32_t l = 0; l < model->hparams().n_layer; ++l) n_kv_layers += probe.kv_row_bytes(l) > 0;
   const double file_mb = status_kb("RssFile") / 1024.0;
   Bandwidth bwr;
   if (a.bandwidth) bwr = probe_read_bandwidth(pool, size_t(512) << 20);

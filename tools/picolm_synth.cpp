@@ -58,6 +58,12 @@ struct Shape {
   // granitehybrid: Mamba-2 heads of m2_head_dim, d_state, B/C groups, conv taps; Granite's multipliers.
   int m2_heads = 0, m2_head_dim = 0, m2_state = 0, m2_groups = 0, m2_conv = 0;
   float embedding_scale = 0.0f, residual_scale = 0.0f, logit_scale = 0.0f, attention_scale = 0.0f;
+  // gemma4: global (full-attention) layers every swa_period-th layer with heads of global_head_dim
+  // (head_dim is the sliding layers'); the last n_kv_shared layers read earlier layers' K/V;
+  // per-layer embeddings of n_pl; FFN twice as wide on the KV-sharing layers when double_wide.
+  int global_head_dim = 0, swa_period = 0, n_kv_shared = 0, n_pl = 0;
+  bool double_wide = false;
+  float softcap = 0.0f;
 };
 
 // Hyper-parameters as published in each model's config.json. n_vocab 0: the demo's vocabulary size.
@@ -105,6 +111,17 @@ constexpr Shape kShapes[] = {
      .attn_layers = (1ull << 5) | (1ull << 15) | (1ull << 25) | (1ull << 35), .m2_heads = 48, .m2_head_dim = 64,
      .m2_state = 128, .m2_groups = 1, .m2_conv = 4, .embedding_scale = 12.0f, .residual_scale = 0.22f,
      .logit_scale = 6.0f, .attention_scale = 0.0078125f},
+    // Gemma 4 E2B / E4B (text_config): 4 (E4B: 5) sliding layers of head_dim 256 per global layer of 512,
+    // window 512, the last 20 (18) layers sharing K/V, per-layer embeddings of 256, soft-cap 30. The
+    // global layers' proportional RoPE (rope_freqs) is written as plain RoPE: it changes no cost.
+    {.name = "gemma4-e2b", .arch = "gemma4", .n_layer = 35, .n_embd = 1536, .n_head = 8, .n_head_kv = 1, .n_ff = 6144,
+     .n_vocab = 262144, .n_ctx = 131072, .rope_base = 1000000.0f, .rms_eps = 1e-6f, .tied = true, .qkv_bias = false,
+     .head_dim = 256, .qk_norm = true, .post_norms = true, .window = 512, .global_head_dim = 512, .swa_period = 5,
+     .n_kv_shared = 20, .n_pl = 256, .double_wide = true, .softcap = 30.0f},
+    {.name = "gemma4-e4b", .arch = "gemma4", .n_layer = 42, .n_embd = 2560, .n_head = 8, .n_head_kv = 2, .n_ff = 10240,
+     .n_vocab = 262144, .n_ctx = 131072, .rope_base = 1000000.0f, .rms_eps = 1e-6f, .tied = true, .qkv_bias = false,
+     .head_dim = 256, .qk_norm = true, .post_norms = true, .window = 512, .global_head_dim = 512, .swa_period = 6,
+     .n_kv_shared = 18, .n_pl = 256, .double_wide = false, .softcap = 30.0f},
 };
 
 // ---- type mixes (llama.cpp's llama_tensor_get_type rules for these recipes) -------------------
@@ -518,7 +535,7 @@ void usage(FILE* out) {
                "  --shape NAME        tinyllama-1.1b | qwen2.5-0.5b | qwen2.5-1.5b | smollm2-360m | llama-3.2-1b |\n"
                "                      qwen3-0.6b | qwen3-1.7b | gemma3-270m | gemma3-1b | smollm3-3b | qwen3.5-0.8b |\n"
                "                      qwen3.5-2b | lfm2.5-1.2b | qwen3-30b-a3b | lfm2-8b-a1b | phi-4-mini |\n"
-               "                      granite-4.0-h-tiny (its dense part) | demo\n"
+               "                      granite-4.0-h-tiny (its dense part) | gemma4-e2b | gemma4-e4b | demo\n"
                "  --type MIX          q4_k_m | q8_0 | q4_0 | f16 | f32 (llama.cpp's per-tensor rules)\n"
                "  -o, --output FILE   output GGUF (written to FILE.tmp, then renamed)\n"
                "  --vocab-from FILE   copy all tokenizer.* keys from another GGUF (n_vocab must be >= its vocabulary)\n"
@@ -643,6 +660,37 @@ int run(const Args& a) {
   }
   if (shape->window > 0)
     w.set_u32(arch + ".attention.sliding_window", static_cast<uint32_t>(a.window > 0 ? a.window : shape->window));
+  // gemma4: layer l is global when l % swa_period == swa_period - 1. With --layers the KV-sharing
+  // part keeps its share, and starts after a global layer (llama.cpp's sources: the last sliding
+  // and the last global layer before it).
+  const bool gemma4 = shape->swa_period > 0;
+  auto g4_global = [&](int l) { return gemma4 && l % shape->swa_period == shape->swa_period - 1; };
+  int g4_first_shared = n_layer;
+  if (gemma4) {
+    const int P = shape->swa_period;
+    const int own = n_layer - n_layer * shape->n_kv_shared / shape->n_layer;
+    g4_first_shared = std::min(n_layer, std::max(P, (own + P - 1) / P * P));
+    std::vector<int32_t> ff(static_cast<size_t>(n_layer)), kv(static_cast<size_t>(n_layer));
+    std::vector<uint8_t> swa(static_cast<size_t>(n_layer));
+    for (int l = 0; l < n_layer; ++l) {
+      ff[size_t(l)] = shape->double_wide && l >= g4_first_shared ? 2 * n_ff : n_ff;
+      kv[size_t(l)] = shape->n_head_kv;
+      swa[size_t(l)] = g4_global(l) ? 0 : 1;
+    }
+    w.set_i32_array(arch + ".feed_forward_length", ff);
+    w.set_i32_array(arch + ".attention.head_count_kv", kv);
+    w.set_array(arch + ".attention.sliding_window_pattern", GgufValueType::BOOL, swa.data(), swa.size());
+    w.set_u32(arch + ".attention.shared_kv_layers", static_cast<uint32_t>(n_layer - g4_first_shared));
+    w.set_u32(arch + ".attention.key_length", static_cast<uint32_t>(shape->global_head_dim));
+    w.set_u32(arch + ".attention.value_length", static_cast<uint32_t>(shape->global_head_dim));
+    w.set_u32(arch + ".attention.key_length_swa", static_cast<uint32_t>(head_dim));
+    w.set_u32(arch + ".attention.value_length_swa", static_cast<uint32_t>(head_dim));
+    w.set_u32(arch + ".rope.dimension_count", static_cast<uint32_t>(shape->global_head_dim));
+    w.set_u32(arch + ".rope.dimension_count_swa", static_cast<uint32_t>(head_dim));
+    w.set_f32(arch + ".rope.freq_base_swa", 10000.0f);
+    w.set_u32(arch + ".embedding_length_per_layer_input", static_cast<uint32_t>(shape->n_pl));
+    w.set_f32(arch + ".final_logit_softcapping", shape->softcap);
+  }
 
   // Tokenizer: copied, or a synthetic byte-level BPE vocabulary.
   int n_vocab = a.vocab > 0 ? a.vocab : shape->n_vocab;
@@ -734,6 +782,15 @@ int run(const Args& a) {
     vec("rope_factors_long.weight", shape->n_rot / 2, 8.0f, 1.0f);  // > 0 (the loader refuses others)
     vec("rope_factors_short.weight", shape->n_rot / 2, 1.0f, 0.05f);
   }
+  const int64_t n_pl_all = int64_t(n_layer) * shape->n_pl;
+  if (gemma4) {
+    vec("rope_freqs.weight", shape->global_head_dim / 2, 1.0f, 0.0f);
+    mat("per_layer_token_embd.weight", Kind::Other, 0, n_vocab, n_pl_all, 1.0f / std::sqrt(float(shape->n_pl)));
+    // llama.cpp's quantize keeps per_layer_model_proj as converted (BF16/F16 in the published files).
+    plan.push_back({"per_layer_model_proj.weight", mix == Mix::F32 ? GgmlType::F32 : GgmlType::F16, E, n_pl_all, 0.0f,
+                    inv_e});
+    vec("per_layer_proj_norm.weight", shape->n_pl, 1.0f, 0.05f);
+  }
   for (int l = 0; l < n_layer; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";
     vec(p + "attn_norm.weight", E, 1.0f, 0.05f);
@@ -769,6 +826,30 @@ int run(const Args& a) {
       mat(p + "ffn_gate.weight", Kind::FfnGate, l, n_ff, E, inv_e);
       mat(p + "ffn_up.weight", Kind::FfnUp, l, n_ff, E, inv_e);
       mat(p + "ffn_down.weight", Kind::FfnDown, l, E, n_ff, rs / std::sqrt(static_cast<float>(n_ff)));
+      continue;
+    }
+    if (gemma4) {
+      const int hd = g4_global(l) ? shape->global_head_dim : head_dim;
+      const int qd = shape->n_head * hd, kvd = shape->n_head_kv * hd;
+      const int ff = shape->double_wide && l >= g4_first_shared ? 2 * n_ff : n_ff;
+      mat(p + "attn_q.weight", Kind::AttnQ, l, qd, E, 1.4f * inv_e);
+      vec(p + "attn_q_norm.weight", hd, 1.0f, 0.05f);
+      if (l < g4_first_shared) {  // the KV-sharing layers have no K/V projections
+        mat(p + "attn_k.weight", Kind::AttnK, l, kvd, E, 1.4f * inv_e);
+        mat(p + "attn_v.weight", Kind::AttnV, l, kvd, E, inv_e);
+        vec(p + "attn_k_norm.weight", hd, 1.0f, 0.05f);
+      }
+      mat(p + "attn_output.weight", Kind::AttnO, l, E, qd, 1.0f / std::sqrt(static_cast<float>(qd)));
+      vec(p + "post_attention_norm.weight", E, 1.0f, 0.05f);
+      vec(p + "ffn_norm.weight", E, 1.0f, 0.05f);
+      mat(p + "ffn_gate.weight", Kind::FfnGate, l, ff, E, inv_e);
+      mat(p + "ffn_up.weight", Kind::FfnUp, l, ff, E, inv_e);
+      mat(p + "ffn_down.weight", Kind::FfnDown, l, E, ff, 1.0f / std::sqrt(static_cast<float>(ff)));
+      vec(p + "post_ffw_norm.weight", E, 1.0f, 0.05f);
+      mat(p + "inp_gate.weight", Kind::Other, l, shape->n_pl, E, 0.5f * inv_e);
+      mat(p + "proj.weight", Kind::Other, l, E, shape->n_pl, 1.0f / std::sqrt(float(shape->n_pl)));
+      vec(p + "post_norm.weight", E, 1.0f, 0.05f);
+      vec(p + "layer_output_scale.weight", 1, 0.9f, 0.0f);
       continue;
     }
     if (!is_attention(l) || qwen35) {

@@ -9,9 +9,9 @@
 namespace picolm {
 namespace {
 
-const Architecture* const kAll[] = {&kArchLlama,    &kArchQwen2,    &kArchQwen3,     &kArchGemma3, &kArchSmollm3,
-                                     &kArchQwen35,   &kArchLfm2,     &kArchQwen3Moe,  &kArchLfm2Moe, &kArchQwen35Moe,
-                                     &kArchPhi3,     &kArchGraniteHybrid};
+const Architecture* const kAll[] = {&kArchLlama,  &kArchQwen2, &kArchQwen3,    &kArchGemma3,  &kArchSmollm3,
+                                     &kArchQwen35, &kArchLfm2,  &kArchQwen3Moe, &kArchLfm2Moe, &kArchQwen35Moe,
+                                     &kArchPhi3,   &kArchGraniteHybrid,         &kArchGemma4};
 
 // Integers are checked in 64 bits before they are narrowed: a uint64 of 2^32 + 64 must not pass as
 // 64 (issue 15 item 10). Values outside int32 are refused here; plausibility is validate_hparams'.
@@ -114,6 +114,7 @@ Status read_common_hparams(const GgufFile& f, HParams& hp) {
     LayerHParams& lp = hp.layers[size_t(l)];
     lp.n_ff = n_ff[size_t(l)];
     lp.n_head_kv = n_kv[size_t(l)];
+    lp.head_dim = hp.head_dim;
   }
   return Ok{};
 }
@@ -157,12 +158,24 @@ Status validate_hparams(HParams& hp) {
     }
     if (bad(lp.n_head_kv, 1, hp.n_head)) return Error{"implausible head_count_kv" + at};
     if (hp.n_head % lp.n_head_kv != 0) return Error{"head_count is not a multiple of head_count_kv" + at};
-    // One KV row width for the whole cache (the prompt cache's layout relies on it).
-    if (hp.n_head_kv != 0 && lp.n_head_kv != hp.n_head_kv)
-      return Error{"layers with different head_count_kv are not supported" + at};
+    if (lp.head_dim <= 0 || lp.head_dim % 2 != 0 || lp.head_dim > 1024) return Error{"invalid head dimension" + at};
     if (lp.window < 0) return Error{"negative sliding window" + at};
     if (lp.rope < -1 || lp.rope >= int32_t(hp.rope_bases.size())) return Error{"invalid rope table" + at};
-    hp.n_head_kv = lp.n_head_kv;
+    if (lp.rope >= 0) {
+      const size_t r = size_t(lp.rope);
+      const int32_t dims = r < hp.rope_dims.size() && hp.rope_dims[r] > 0 ? hp.rope_dims[r] : hp.n_rot;
+      if (dims % 2 != 0 || dims > lp.head_dim) return Error{"invalid rope dimension count" + at};
+    }
+    if (lp.kv_source >= 0) {  // reads an earlier layer's K/V: it must be laid out as this layer's
+      if (lp.kv_source >= l) return Error{"a layer shares the K/V of a later layer" + at};
+      const LayerHParams& src = hp.layers[size_t(lp.kv_source)];
+      if (src.kind != LayerKind::Attention || src.kv_source >= 0 || src.window != lp.window ||
+          src.head_dim != lp.head_dim || src.n_head_kv != lp.n_head_kv || src.rope != lp.rope)
+        return Error{"the K/V source layer " + std::to_string(lp.kv_source) +
+                     " differs in kind, window, heads or RoPE" + at};
+    }
+    hp.n_head_kv = std::max(hp.n_head_kv, lp.n_head_kv);
+    hp.head_dim = std::max(hp.head_dim, lp.head_dim);
     hp.n_ff = std::max(hp.n_ff, lp.n_ff);
   }
   // Every model has attention layers; the session's attention scratch is sized from them.

@@ -46,5 +46,6 @@ extern const Architecture kArchLfm2Moe;
 extern const Architecture kArchQwen35Moe;
 extern const Architecture kArchPhi3;
 extern const Architecture kArchGraniteHybrid;
+extern const Architecture kArchGemma4;
 
 }  // namespace picolm
