@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <optional>
 #include <random>
 #include <span>
@@ -299,7 +301,8 @@ struct Engine::Impl {
   std::shared_ptr<const grammar::Vocabulary> vocab;
   EngineMemoryBudget memory_budget;  // set by create()
   grammar::GrammarCache grammars{opts.grammar_cache_mb << 20, opts.max_parallel_compiles};  // opts is initialized first
-  TemplateFamily family = TemplateFamily::ChatML;
+  ChatTemplate chat_template;  // parsed once; rendered by the HTTP threads (immutable)
+  TemplateFamily family = TemplateFamily::ChatML;  // chat_template.family(): its record (protocols/)
   std::string bos_text, eos_text;
   std::string model_id;
   int32_t n_vocab = 0;  // logits per position
@@ -1190,6 +1193,57 @@ void Engine::shutdown() {
   for (auto& j : left) j->finish(Completion{}, "server shutting down");
 }
 
+// The chat template the engine renders: --chat-template NAME picks a record's reference template;
+// otherwise --chat-template-file or the GGUF's own tokenizer.chat_template, rendered as written,
+// its family (record) detected from the text. Without a template: ChatML. A GGUF template the
+// interpreter cannot parse falls back to ChatML with a warning (the model still serves); a file
+// given on the command line must parse.
+namespace {
+
+Status choose_chat_template(const EngineOptions& opts, const GgufFile& gguf, ChatTemplate& out) {
+  if (!opts.chat_template.empty()) {
+    if (!opts.chat_template_file.empty()) return Error{"--chat-template and --chat-template-file exclude each other"};
+    auto f = family_from_name(opts.chat_template);
+    if (!f) return Error{"unknown chat template '" + opts.chat_template + "'"};
+    out = ChatTemplate::builtin(*f);
+    spdlog::info("chat template: {} (--chat-template, the record's reference template)", family_name(*f));
+    return Ok{};
+  }
+  std::string text, origin;
+  if (!opts.chat_template_file.empty()) {
+    std::ifstream in(opts.chat_template_file, std::ios::binary);
+    if (!in) return Error{"cannot read --chat-template-file " + opts.chat_template_file};
+    text.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    origin = opts.chat_template_file;
+  } else if (auto t = gguf.get_string("tokenizer.chat_template")) {
+    text = std::string(*t);
+    origin = "the GGUF's tokenizer.chat_template";
+  } else {
+    out = ChatTemplate::builtin(TemplateFamily::ChatML);
+    spdlog::info("chat template: the GGUF has none; ChatML");
+    return Ok{};
+  }
+  const TemplateFamily family = detect_template_family(text);
+  std::string error;
+  if (!ChatTemplate::create(text, family, &out, &error)) {
+    if (!opts.chat_template_file.empty()) return Error{"--chat-template-file " + origin + ": " + error};
+    spdlog::warn("chat template: {} cannot be run ({}); rendering ChatML instead", origin, error);
+    out = ChatTemplate::builtin(TemplateFamily::ChatML);
+    return Ok{};
+  }
+  if (family == TemplateFamily::Unknown) {
+    spdlog::warn("chat template: {} ({}) is not recognised by any protocol record; it is rendered as "
+                 "written, tools are described in the system prompt and calls use the JSON envelope "
+                 "{{\"tool_calls\": [...]}}, no thinking markers, the turn ends at the end-of-generation tokens",
+                 origin, describe_template(text));
+  } else {
+    spdlog::info("chat template: {} ({})", family_name(family), origin);
+  }
+  return Ok{};
+}
+
+}  // namespace
+
 Result<std::unique_ptr<Engine>> Engine::create(const EngineOptions& opts, Metrics& metrics) {
   auto impl = std::make_unique<Impl>(opts, metrics);
   const int threads = opts.threads > 0 ? opts.threads : ThreadPool::default_threads();
@@ -1215,16 +1269,8 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineOptions& opts, Metric
   const Tokenizer& tok = impl->model->tokenizer();
   impl->n_vocab = impl->model->hparams().n_vocab;
 
-  // Chat template family: an explicit name wins, then detection from the GGUF; ChatML otherwise.
-  if (!opts.chat_template.empty()) {
-    auto f = family_from_name(opts.chat_template);
-    if (!f) return Error{"unknown chat template '" + opts.chat_template + "'"};
-    impl->family = *f;
-  } else {
-    auto tmpl = impl->model->gguf().get_string("tokenizer.chat_template");
-    TemplateFamily f = tmpl ? detect_template_family(*tmpl) : TemplateFamily::Unknown;
-    impl->family = f == TemplateFamily::Unknown ? TemplateFamily::ChatML : f;
-  }
+  if (Status st = choose_chat_template(opts, impl->model->gguf(), impl->chat_template); !st.ok()) return Error{st.error()};
+  impl->family = impl->chat_template.family();
   if (tok.bos_id() >= 0) impl->bos_text = tok.token_to_piece(tok.bos_id(), true);
   if (tok.eos_id() >= 0) impl->eos_text = tok.token_to_piece(tok.eos_id(), true);
 
@@ -1413,7 +1459,7 @@ std::shared_ptr<Job> Engine::prepare(const ChatRequest& req, ApiError& err) {
     // Thinking: what the request, the --reasoning default and the template decide together.
     job->thinking = plan_thinking(s.family, messages, req.enable_thinking, req.reasoning_effort, s.opts.reasoning,
                                   ro.enable_thinking);
-    ChatRenderResult rendered = render_chat(s.family, messages, ro);
+    ChatRenderResult rendered = render_chat(s.chat_template, messages, ro);
     if (!rendered.ok) {
       err = ApiError{400, "the conversation cannot be rendered with the " + std::string(family_name(s.family)) +
                               " chat template: " + rendered.error,
@@ -1486,10 +1532,10 @@ std::shared_ptr<Job> Engine::prepare(const ChatRequest& req, ApiError& err) {
       // system message only inside the first user turn (Gemma 3) or refuse a conversation without
       // a user turn (Qwen3.5: "No user query found"). Without it if the template refuses that.
       head.push_back(ChatMessage{"user", "", {}, "", "", std::nullopt});
-      ChatRenderResult h = render_chat(s.family, head, hro);
+      ChatRenderResult h = render_chat(s.chat_template, head, hro);
       if (!h.ok) {
         head.pop_back();
-        h = render_chat(s.family, head, hro);
+        h = render_chat(s.chat_template, head, hro);
       }
       if (h.ok) {
         const UnmarkedPrompt hp = unmark_control_text(h.text);
