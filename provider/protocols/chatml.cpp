@@ -24,6 +24,7 @@ const ChatProtocol kChatMLProtocol = {
     .reference_template = kTemplate,
     .reference_origin = "the ChatML template llama.cpp and Hugging Face use for models without one",
     .tools = {"chatml", false, ToolCallStyle::None, "", "", "", false, kStops},
+    .call_grammar = std::nullopt,
     .reasoning = {},
     .thinks = nullptr,
 };

@@ -27,6 +27,7 @@ const ChatProtocol kDeepSeekR1Protocol = {
     .reference_template = kTemplate,
     .reference_origin = "huggingface.co/deepseek-ai/DeepSeek-R1-Distill-Llama-8B tokenizer_config.json (the Qwen distills render the same)",
     .tools = {"deepseek-r1", false, ToolCallStyle::DeepSeekR1, "<｜tool▁calls▁begin｜>", "<｜tool▁call▁end｜>", "", true, kStops},
+    .call_grammar = std::nullopt,
     .reasoning = {true, "<think>", "</think>", "\n\n", true, false},
     .thinks = thinks_always,
     .arguments_as_text = true,

@@ -28,6 +28,7 @@ const ChatProtocol kGemma2Protocol = {
     .reference_template = kTemplate,
     .reference_origin = "huggingface.co/google/gemma-2-2b-it tokenizer_config.json",
     .tools = {"gemma2", false, ToolCallStyle::None, "", "", "", false, kStops},
+    .call_grammar = std::nullopt,
     .reasoning = {},
     .thinks = nullptr,
 };

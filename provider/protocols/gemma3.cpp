@@ -66,6 +66,7 @@ const ChatProtocol kGemma3Protocol = {
     .reference_template = kTemplate,
     .reference_origin = "google/gemma-3-*-it tokenizer_config.json (as llama.cpp and Hugging Face copy it)",
     .tools = {"gemma3", false, ToolCallStyle::None, "", "", "", false, kStops},
+    .call_grammar = std::nullopt,
     .reasoning = {},
     .thinks = nullptr,
 };

@@ -177,6 +177,7 @@ const ChatProtocol kHermesProtocol = {
     .reference_template = kTemplate,
     .reference_origin = "huggingface.co/NousResearch/Hermes-2-Pro-Llama-3-8B tokenizer_config.json, tool_use (Hermes 3 renders the same)",
     .tools = {"hermes", true, ToolCallStyle::TaggedJson, "<tool_call>", "</tool_call>", "arguments", true, kStops},
+    .call_grammar = grammar::ToolCallFormat::Hermes,
     .reasoning = {},
     .thinks = nullptr,
 };

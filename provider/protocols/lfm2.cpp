@@ -62,6 +62,7 @@ const ChatProtocol kLfm2Protocol = {
     .reference_template = kTemplate,
     .reference_origin = "huggingface.co/LiquidAI/LFM2-8B-A1B tokenizer_config.json",
     .tools = {"lfm2", true, ToolCallStyle::PythonList, "<|tool_call_start|>", "<|tool_call_end|>", "", true, kStops},
+    .call_grammar = grammar::ToolCallFormat::PythonList,
     .reasoning = {},
     .thinks = nullptr,
     .calls_in_content = true,

@@ -69,6 +69,7 @@ const ChatProtocol kLfm25Protocol = {
     .reference_template = kTemplate,
     .reference_origin = "huggingface.co/LiquidAI/LFM2.5-1.2B-Instruct tokenizer_config.json",
     .tools = {"lfm2.5", true, ToolCallStyle::PythonList, "<|tool_call_start|>", "<|tool_call_end|>", "", true, kStops},
+    .call_grammar = grammar::ToolCallFormat::PythonList,
     .reasoning = {},
     .thinks = nullptr,
     .calls_in_content = true,

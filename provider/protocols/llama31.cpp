@@ -135,6 +135,7 @@ const ChatProtocol kLlama31Protocol = {
     .reference_template = kTemplate,
     .reference_origin = "huggingface.co/meta-llama/Llama-3.1-8B-Instruct tokenizer_config.json (Llama 3.3 renders the same)",
     .tools = {"llama3.1", true, ToolCallStyle::BareJson, "{\"name\"", "", "parameters", false, kStops},
+    .call_grammar = grammar::ToolCallFormat::JsonObject,
     .reasoning = {},
     .thinks = nullptr,
 };

@@ -119,6 +119,7 @@ const ChatProtocol kLlama32Protocol = {
     .reference_template = kTemplate,
     .reference_origin = "huggingface.co/meta-llama/Llama-3.2-3B-Instruct tokenizer_config.json",
     .tools = {"llama3.2", true, ToolCallStyle::BareJson, "{\"name\"", "", "parameters", false, kStops},
+    .call_grammar = grammar::ToolCallFormat::JsonObject,
     .reasoning = {},
     .thinks = nullptr,
 };

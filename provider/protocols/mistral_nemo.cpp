@@ -112,6 +112,7 @@ const ChatProtocol kMistralNemoProtocol = {
     .reference_template = kTemplate,
     .reference_origin = "huggingface.co/mistralai/Mistral-Nemo-Instruct-2407 tokenizer_config.json",
     .tools = {"mistral-nemo", true, ToolCallStyle::MistralArray, "[TOOL_CALLS]", "", "arguments", true, kStops},
+    .call_grammar = std::nullopt,
     .reasoning = {},
     .thinks = nullptr,
 };

@@ -32,6 +32,7 @@ const ChatProtocol kPhi35Protocol = {
     .reference_template = kTemplate,
     .reference_origin = "huggingface.co/microsoft/Phi-3.5-mini-instruct tokenizer_config.json",
     .tools = {"phi3.5", false, ToolCallStyle::None, "", "", "", false, kStops},
+    .call_grammar = std::nullopt,
     .reasoning = {},
     .thinks = nullptr,
 };

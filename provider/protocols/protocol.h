@@ -25,6 +25,7 @@
 #include <string_view>
 
 #include "chat_template.h"
+#include "grammar/grammar.h"
 
 namespace picolm {
 
@@ -37,6 +38,10 @@ struct ChatProtocol {
   std::string_view reference_template;  // the published template, byte for byte
   std::string_view reference_origin;    // where it was published
   FamilyTraits tools;                   // tool-call syntax and stop strings
+  // The grammar format that constrains the family's own call syntax (Engine::prepare's
+  // native_call_options adds the tags and argument key from `tools`); nullopt: the family has
+  // none we constrain, its calls go through the JSON envelope.
+  std::optional<grammar::ToolCallFormat> call_grammar;
   ReasoningTraits reasoning;
   // Whether the prompt for these messages lets the model think, by the template's own rules.
   // nullptr: never (reasoning.supported is false) or always (prefills_open without switchable).

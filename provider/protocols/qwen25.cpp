@@ -80,6 +80,7 @@ const ChatProtocol kQwen25Protocol = {
     .reference_template = kTemplate,
     .reference_origin = "huggingface.co/Qwen/Qwen2.5-7B-Instruct tokenizer_config.json (via llama.cpp models/templates)",
     .tools = {"qwen2.5", true, ToolCallStyle::TaggedJson, "<tool_call>", "</tool_call>", "arguments", true, kStops},
+    .call_grammar = grammar::ToolCallFormat::Hermes,
     .reasoning = {},
     .thinks = nullptr,
 };

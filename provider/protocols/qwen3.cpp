@@ -111,6 +111,7 @@ const ChatProtocol kQwen3Protocol = {
     .reference_template = kTemplate,
     .reference_origin = "huggingface.co/Qwen/Qwen3-0.6B tokenizer_config.json (the dense Qwen3 line shares it)",
     .tools = {"qwen3", true, ToolCallStyle::TaggedJson, "<tool_call>", "</tool_call>", "arguments", true, kStops},
+    .call_grammar = grammar::ToolCallFormat::Hermes,
     .reasoning = {true, "<think>", "</think>", "\n\n", false, true},
     .thinks = thinks_unless_disabled,
     .null_content_as_empty = true,

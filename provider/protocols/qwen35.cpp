@@ -180,6 +180,7 @@ const ChatProtocol kQwen35Protocol = {
     .reference_template = kTemplate,
     .reference_origin = "huggingface.co/Qwen/Qwen3.5-4B tokenizer_config.json (the Qwen3.5 line shares it)",
     .tools = {"qwen3.5", true, ToolCallStyle::QwenXml, "<tool_call>", "</tool_call>", "", true, kStops},
+    .call_grammar = grammar::ToolCallFormat::QwenXml,
     .reasoning = {true, "<think>", "</think>", "\n\n", true, true},
     .thinks = thinks_unless_disabled,
 };

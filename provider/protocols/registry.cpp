@@ -27,6 +27,7 @@ const ChatProtocol kGenericProtocol = {
     .reference_template = {},
     .reference_origin = {},
     .tools = {"unknown", false, ToolCallStyle::None, "", "", "", false, {}},
+    .call_grammar = std::nullopt,
     .reasoning = {},
     .thinks = nullptr,
 };

@@ -100,6 +100,7 @@ const ChatProtocol kSmolLM3Protocol = {
     .reference_template = kTemplate,
     .reference_origin = "huggingface.co/HuggingFaceTB/SmolLM3-3B as its GGUFs ship it (Unsloth's edit, no tool rendering)",
     .tools = {"smollm3", false, ToolCallStyle::TaggedJson, "<tool_call>", "</tool_call>", "arguments", true, kStops},
+    .call_grammar = grammar::ToolCallFormat::Hermes,
     .reasoning = {true, "<think>", "</think>", "\n", false, true},
     .thinks = smollm3_thinks,
 };

@@ -37,6 +37,7 @@ const ChatProtocol kZephyrProtocol = {
     .reference_template = kTemplate,
     .reference_origin = "the TinyLlama-1.1B-Chat GGUF (shared/golden/llama-spm32k-q4km.json)",
     .tools = {"zephyr", false, ToolCallStyle::None, "", "", "", false, kStops},
+    .call_grammar = std::nullopt,
     .reasoning = {},
     .thinks = nullptr,
 };
