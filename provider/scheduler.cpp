@@ -20,6 +20,7 @@
 #include "prompt_cache.h"
 #include "call_stream.h"
 #include "content_marks.h"
+#include "grammar_vocab.h"
 #include "token_budget.h"
 #include "tool_format.h"
 #include "volatile_lines.h"
@@ -1289,20 +1290,12 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineOptions& opts, Metric
   if (tok.bos_id() >= 0) impl->bos_text = tok.token_to_piece(tok.bos_id(), true);
   if (tok.eos_id() >= 0) impl->eos_text = tok.token_to_piece(tok.eos_id(), true);
 
-  // Grammar vocabulary: the exact bytes of every token; control and unused tokens are "" so the
-  // grammar never picks them inside constrained output.
-  std::vector<std::string> pieces(static_cast<size_t>(impl->n_vocab));
-  for (int32_t id = 0; id < impl->n_vocab && id < tok.n_vocab(); ++id) {
-    TokenType t = tok.token_type(id);
-    // LFM2's <|tool_call_start|> / <|tool_call_end|> are control tokens its calls are written with.
-    const std::string special = t == TokenType::Control ? tok.token_to_piece(id, true) : std::string();
-    const FamilyTraits& ft = family_traits(impl->family);
-    const bool call_tag = ft.tool_call_style == ToolCallStyle::PythonList && !special.empty() &&
-                          (special == ft.tool_call_start || special == ft.tool_call_end);
-    if ((t == TokenType::Control && !call_tag) || t == TokenType::Unused) continue;
-    pieces[static_cast<size_t>(id)] = call_tag ? special : tok.token_to_piece(id, false);
-  }
-  impl->vocab = grammar::Vocabulary::create(std::move(pieces), tok.eog_ids());
+  // Grammar vocabulary (grammar_vocab.h); LFM2's <|tool_call_start|> / <|tool_call_end|> are
+  // control tokens its calls are written with: kept with their text for its call grammar.
+  const FamilyTraits& ft = family_traits(impl->family);
+  std::vector<std::string_view> call_tags;
+  if (ft.tool_call_style == ToolCallStyle::PythonList) call_tags = {ft.tool_call_start, ft.tool_call_end};
+  impl->vocab = grammar_vocabulary(tok, impl->n_vocab, call_tags);
 
   // ---- slots: one Session (KV cache) each, all of the same context ----
   SessionOptions so;
