@@ -1212,8 +1212,9 @@ void Engine::shutdown() {
 // The chat template the engine renders: --chat-template NAME picks a record's reference template;
 // otherwise --chat-template-file or the GGUF's own tokenizer.chat_template, rendered as written,
 // its family (record) detected from the text. Without a template: ChatML. A GGUF template the
-// interpreter cannot parse falls back to ChatML with a warning (the model still serves); a file
-// given on the command line must parse.
+// interpreter cannot parse falls back, with a warning, to its family's reference template, or to
+// ChatML when no record recognises it (the model still serves); a file given on the command line
+// must parse.
 namespace {
 
 Status choose_chat_template(const EngineOptions& opts, const GgufFile& gguf, ChatTemplate& out) {
@@ -1243,8 +1244,11 @@ Status choose_chat_template(const EngineOptions& opts, const GgufFile& gguf, Cha
   std::string error;
   if (!ChatTemplate::create(text, family, &out, &error)) {
     if (!opts.chat_template_file.empty()) return Error{"--chat-template-file " + origin + ": " + error};
-    spdlog::warn("chat template: {} cannot be run ({}); rendering ChatML instead", origin, error);
-    out = ChatTemplate::builtin(TemplateFamily::ChatML);
+    // A recognised family still has its record's published template; otherwise ChatML.
+    const TemplateFamily fallback = family == TemplateFamily::Unknown ? TemplateFamily::ChatML : family;
+    spdlog::warn("chat template: {} cannot be run ({}); rendering the {} reference template instead", origin, error,
+                 family_name(fallback));
+    out = ChatTemplate::builtin(fallback);
     return Ok{};
   }
   if (family == TemplateFamily::Unknown) {

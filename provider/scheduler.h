@@ -249,7 +249,7 @@ class Engine {
   const std::string& model_id() const;
   int n_ctx() const;  // of each slot
   int slots() const;
-  TemplateFamily family() const;
+  TemplateFamily family() const;  // the chat template's family (its record, protocols/); Unknown: rendered as written
   std::string description() const;
   EngineMemoryBudget memory_budget() const;
 

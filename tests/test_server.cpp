@@ -2189,5 +2189,22 @@ TEST_CASE("a chat template no record knows: rendered as written, calls through t
     CHECK(prompt.find("{\"tool_calls\": [{\"name\": <function-name>") != std::string::npos);
     CHECK(prompt.find("set_light") != std::string::npos);
   }
+  // A --chat-template-file the interpreter cannot run is refused at load, naming the line.
+  const fs::path broken = dir / "broken.jinja";
+  std::ofstream(broken, std::ios::binary) << "{{ messages }}\n{% for m in messages %}{{ m.content }";
+  ServerOptions ob;
+  ob.engine.model_path = kStories;
+  ob.engine.threads = 1;
+  ob.engine.n_ctx = 256;
+  ob.engine.cache_ram_mb = 0;
+  ob.engine.chat_template_file = broken.string();
+  ob.host = "127.0.0.1";
+  ob.port = 0;
+  Server bad(ob);
+  REQUIRE(bad.start().ok());
+  const Status st = bad.wait_loaded(std::chrono::seconds(120));
+  REQUIRE_FALSE(st.ok());
+  CHECK(st.error().find("--chat-template-file") != std::string::npos);
+  CHECK(st.error().find("line 2") != std::string::npos);
   fs::remove_all(dir);
 }
