@@ -1,16 +1,14 @@
-// Chat prompt rendering without a Jinja engine.
-//
-// A GGUF model carries its chat template as Jinja text (tokenizer.chat_template). Instead of
-// interpreting Jinja we recognise which published template it is (detect_template_family) and
-// render with hand-written code per family that reproduces that template byte for byte, as
-// Hugging Face transformers renders it (trim_blocks, lstrip_blocks, tojson = json.dumps with
-// ensure_ascii=False and key order kept). tests/test_chat_template.cpp checks every family against
-// python3-jinja2 running the real template files (tests/render_jinja.py).
+// Chat prompt rendering: the model's own Jinja chat template run by the interpreter in
+// provider/jinja/, with the context Hugging Face transformers gives it (trim_blocks, lstrip_blocks,
+// tojson = json.dumps with ensure_ascii=False and key order kept, raise_exception, strftime_now).
+// What a family needs beyond its template (detection, tool-call syntax, reasoning, stop strings,
+// context quirks) is its record in provider/protocols/. tests/test_chat_template.cpp checks every
+// family against python3-jinja2 running the real template files (tests/render_jinja.py).
 //
 // Conventions shared with that oracle, i.e. how an OpenAI-style request maps onto the template
 // variables:
 //   - an assistant message with tool calls and empty content has content = null;
-//   - tool-call arguments are given to the template as a parsed JSON object (the template applies
+//   - tool-call arguments are given to the template as a parsed JSON value (the template applies
 //     tojson), except DeepSeek R1, whose template concatenates the argument text as it is;
 //   - `tools` is defined only when the request has a non-empty tools array;
 //   - Qwen3's template tests `'</think>' in message.content`, which Jinja cannot do on null: for
@@ -21,12 +19,15 @@
 //     any: <|tool_call_start|>[f(a=1, b="x")]<|tool_call_end|>, Python literals, json.dumps
 //     spelling otherwise), and the template renders that content; arguments that are not an
 //     object cannot be written and fail the render;
-//   - `enable_thinking` is defined only when RenderOptions::enable_thinking is set;
-//   - an assistant message's reasoning_content is defined only when ChatMessage::reasoning_content is set;
-//   - when the real template fails (raise_exception, or an operation Jinja rejects such as string +
+//   - `enable_thinking` is defined only when RenderOptions::enable_thinking is set, `date_string`
+//     only when RenderOptions::date_string is not empty;
+//   - an assistant message's reasoning_content is defined only when ChatMessage::reasoning_content
+//     is set; tool_call_id and name only when not empty;
+//   - when the template fails (raise_exception, or an operation Jinja rejects such as string +
 //     null), render_chat fails too, with a message.
 //
-// Thread-safety: everything here is a pure function of its arguments; no shared state.
+// Thread-safety: a ChatTemplate is immutable after create() and may be shared by threads;
+// everything else is a pure function of its arguments.
 #pragma once
 #include <cstdint>
 #include <optional>
@@ -34,6 +35,8 @@
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "jinja.h"
 
 namespace picolm {
 
@@ -67,7 +70,7 @@ struct RenderOptions {
 };
 
 enum class TemplateFamily : uint8_t {
-  Unknown,      // not recognised; callers usually fall back to ChatML
+  Unknown,      // no record recognises the template: rendered as written, calls through the JSON envelope
   ChatML,       // plain <|im_start|>role\n...<|im_end|>\n, no tools
   Qwen25,       // Qwen2.5 instruct: ChatML + "# Tools" system block, <tool_call>, <tool_response>
   Hermes,       // NousResearch Hermes 2 Pro / Hermes 3 tool_use template
@@ -120,9 +123,14 @@ std::string_view family_name(TemplateFamily family);
 // "lfm2", "lfm2.5"/"lfm25"). Case-insensitive; nullopt if unknown.
 std::optional<TemplateFamily> family_from_name(std::string_view name);
 
-// Recognises the family from the template text by distinctive literals. Unknown for templates not
-// listed above (Command-R, Functionary, Firefunction, Llama 3.0, Mistral v1-v3, ...).
+// Recognises the family from the template text by distinctive literals (each record's detect()).
+// Unknown for templates no record knows (Command-R, Functionary, Firefunction, Llama 3.0, Mistral
+// v1-v3, ...): those are still rendered as written.
 TemplateFamily detect_template_family(std::string_view jinja_text);
+
+// For the start-up warning about a template no record recognises: its size, its first line and
+// the turn markers it uses, e.g. `2,113 bytes, first line "{%- for m in messages %}", turn markers: none known`.
+std::string describe_template(std::string_view jinja_text);
 
 // How a family's model writes its reasoning ("thinking") before the answer.
 struct ReasoningTraits {
@@ -147,9 +155,31 @@ struct ChatRenderResult {
   std::string error;  // what is wrong with the conversation, when !ok
 };
 
-// Renders the conversation exactly as the family's template would. Fails on bad input (tools_json
-// or tool-call arguments that are not JSON, conversations the template rejects) and for Unknown.
+// A chat template parsed once (per model) and the family whose record serves it.
+class ChatTemplate {
+ public:
+  ChatTemplate() = default;
+  // The template text as the model ships it (or --chat-template-file); `family` from
+  // detect_template_family (Unknown: rendered as written, calls through the envelope). False, with
+  // a message naming the template line, if the text is not a template the interpreter can run.
+  static bool create(std::string_view text, TemplateFamily family, ChatTemplate* out, std::string* error);
+  // The reference template of a family's record (--chat-template NAME); ChatML for Unknown.
+  static const ChatTemplate& builtin(TemplateFamily family);
+  TemplateFamily family() const { return family_; }
+  ChatRenderResult render(std::span<const ChatMessage> messages, const RenderOptions& options) const;
+
+ private:
+  jinja::Template parsed_;
+  TemplateFamily family_ = TemplateFamily::Unknown;
+};
+
+// Renders the conversation with the family's reference template (ChatTemplate::builtin). Fails on
+// bad input (tools_json or tool-call arguments that are not JSON, conversations the template
+// rejects) and for Unknown.
 ChatRenderResult render_chat(TemplateFamily family, std::span<const ChatMessage> messages,
+                             const RenderOptions& options);
+// Renders the conversation with `tmpl`, under the conventions of tmpl.family()'s record.
+ChatRenderResult render_chat(const ChatTemplate& tmpl, std::span<const ChatMessage> messages,
                              const RenderOptions& options);
 
 // Jinja's `tojson` as the templates above see it (Python json.dumps with ensure_ascii=False, key

@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <optional>
 #include <random>
 #include <span>
@@ -18,9 +20,11 @@
 #include "prompt_cache.h"
 #include "call_stream.h"
 #include "content_marks.h"
+#include "grammar_vocab.h"
 #include "token_budget.h"
 #include "tool_format.h"
 #include "volatile_lines.h"
+#include "protocols/protocol.h"
 
 namespace picolm {
 
@@ -307,7 +311,8 @@ struct Engine::Impl {
   std::shared_ptr<const grammar::Vocabulary> vocab;
   EngineMemoryBudget memory_budget;  // set by create()
   grammar::GrammarCache grammars{opts.grammar_cache_mb << 20, opts.max_parallel_compiles};  // opts is initialized first
-  TemplateFamily family = TemplateFamily::ChatML;
+  ChatTemplate chat_template;  // parsed once; rendered by the HTTP threads (immutable)
+  TemplateFamily family = TemplateFamily::ChatML;  // chat_template.family(): its record (protocols/)
   std::string bos_text, eos_text;
   std::string model_id;
   int32_t n_vocab = 0;  // logits per position
@@ -332,6 +337,20 @@ struct Engine::Impl {
   void step();
   void release(Slot& slot);
   std::string new_call_id();
+
+  // Engine::prepare, step by step (HTTP threads; read the immutable parts only, except the
+  // grammar cache and the volatile-line tracker, which lock).
+  struct Preparing;
+  void choose_output_mode(Preparing& p) const;
+  void select_messages(Preparing& p) const;
+  bool render_prompt(Preparing& p, std::vector<ChatMessage> kept) const;
+  bool fit_context(Preparing& p) const;
+  void keep_evaluated_prompt(Preparing& p) const;
+  void find_stable_prefix(Preparing& p) const;
+  void native_call_options(Preparing& p, grammar::ToolListOptions& to) const;
+  bool compile_grammar(Preparing& p);
+  bool set_budgets(Preparing& p) const;
+  void set_stops_and_sampling(Preparing& p) const;
 };
 
 std::string Engine::Impl::new_call_id() {
@@ -1198,6 +1217,61 @@ void Engine::shutdown() {
   for (auto& j : left) j->finish(Completion{}, "server shutting down");
 }
 
+// The chat template the engine renders: --chat-template NAME picks a record's reference template;
+// otherwise --chat-template-file or the GGUF's own tokenizer.chat_template, rendered as written,
+// its family (record) detected from the text. Without a template: ChatML. A GGUF template the
+// interpreter cannot parse falls back, with a warning, to its family's reference template, or to
+// ChatML when no record recognises it (the model still serves); a file given on the command line
+// must parse.
+namespace {
+
+Status choose_chat_template(const EngineOptions& opts, const GgufFile& gguf, ChatTemplate& out) {
+  if (!opts.chat_template.empty()) {
+    if (!opts.chat_template_file.empty()) return Error{"--chat-template and --chat-template-file exclude each other"};
+    auto f = family_from_name(opts.chat_template);
+    if (!f) return Error{"unknown chat template '" + opts.chat_template + "'"};
+    out = ChatTemplate::builtin(*f);
+    spdlog::info("chat template: {} (--chat-template, the record's reference template)", family_name(*f));
+    return Ok{};
+  }
+  std::string text, origin;
+  if (!opts.chat_template_file.empty()) {
+    std::ifstream in(opts.chat_template_file, std::ios::binary);
+    if (!in) return Error{"cannot read --chat-template-file " + opts.chat_template_file};
+    text.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    origin = opts.chat_template_file;
+  } else if (auto t = gguf.get_string("tokenizer.chat_template")) {
+    text = std::string(*t);
+    origin = "the GGUF's tokenizer.chat_template";
+  } else {
+    out = ChatTemplate::builtin(TemplateFamily::ChatML);
+    spdlog::info("chat template: the GGUF has none; ChatML");
+    return Ok{};
+  }
+  const TemplateFamily family = detect_template_family(text);
+  std::string error;
+  if (!ChatTemplate::create(text, family, &out, &error)) {
+    if (!opts.chat_template_file.empty()) return Error{"--chat-template-file " + origin + ": " + error};
+    // A recognised family still has its record's published template; otherwise ChatML.
+    const TemplateFamily fallback = family == TemplateFamily::Unknown ? TemplateFamily::ChatML : family;
+    spdlog::warn("chat template: {} cannot be run ({}); rendering the {} reference template instead", origin, error,
+                 family_name(fallback));
+    out = ChatTemplate::builtin(fallback);
+    return Ok{};
+  }
+  if (family == TemplateFamily::Unknown) {
+    spdlog::warn("chat template: {} ({}) is not recognised by any protocol record; it is rendered as "
+                 "written, tools are described in the system prompt and calls use the JSON envelope "
+                 "{{\"tool_calls\": [...]}}, no thinking markers, the turn ends at the end-of-generation tokens",
+                 origin, describe_template(text));
+  } else {
+    spdlog::info("chat template: {} ({})", family_name(family), origin);
+  }
+  return Ok{};
+}
+
+}  // namespace
+
 Result<std::unique_ptr<Engine>> Engine::create(const EngineOptions& opts, Metrics& metrics) {
   auto impl = std::make_unique<Impl>(opts, metrics);
   const int threads = opts.threads > 0 ? opts.threads : ThreadPool::default_threads();
@@ -1223,33 +1297,17 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineOptions& opts, Metric
   const Tokenizer& tok = impl->model->tokenizer();
   impl->n_vocab = impl->model->hparams().n_vocab;
 
-  // Chat template family: an explicit name wins, then detection from the GGUF; ChatML otherwise.
-  if (!opts.chat_template.empty()) {
-    auto f = family_from_name(opts.chat_template);
-    if (!f) return Error{"unknown chat template '" + opts.chat_template + "'"};
-    impl->family = *f;
-  } else {
-    auto tmpl = impl->model->gguf().get_string("tokenizer.chat_template");
-    TemplateFamily f = tmpl ? detect_template_family(*tmpl) : TemplateFamily::Unknown;
-    impl->family = f == TemplateFamily::Unknown ? TemplateFamily::ChatML : f;
-  }
+  if (Status st = choose_chat_template(opts, impl->model->gguf(), impl->chat_template); !st.ok()) return Error{st.error()};
+  impl->family = impl->chat_template.family();
   if (tok.bos_id() >= 0) impl->bos_text = tok.token_to_piece(tok.bos_id(), true);
   if (tok.eos_id() >= 0) impl->eos_text = tok.token_to_piece(tok.eos_id(), true);
 
-  // Grammar vocabulary: the exact bytes of every token; control and unused tokens are "" so the
-  // grammar never picks them inside constrained output.
-  std::vector<std::string> pieces(static_cast<size_t>(impl->n_vocab));
-  for (int32_t id = 0; id < impl->n_vocab && id < tok.n_vocab(); ++id) {
-    TokenType t = tok.token_type(id);
-    // LFM2's <|tool_call_start|> / <|tool_call_end|> are control tokens its calls are written with.
-    const std::string special = t == TokenType::Control ? tok.token_to_piece(id, true) : std::string();
-    const FamilyTraits& ft = family_traits(impl->family);
-    const bool call_tag = ft.tool_call_style == ToolCallStyle::PythonList && !special.empty() &&
-                          (special == ft.tool_call_start || special == ft.tool_call_end);
-    if ((t == TokenType::Control && !call_tag) || t == TokenType::Unused) continue;
-    pieces[static_cast<size_t>(id)] = call_tag ? special : tok.token_to_piece(id, false);
-  }
-  impl->vocab = grammar::Vocabulary::create(std::move(pieces), tok.eog_ids());
+  // Grammar vocabulary (grammar_vocab.h); LFM2's <|tool_call_start|> / <|tool_call_end|> are
+  // control tokens its calls are written with: kept with their text for its call grammar.
+  const FamilyTraits& ft = family_traits(impl->family);
+  std::vector<std::string_view> call_tags;
+  if (ft.tool_call_style == ToolCallStyle::PythonList) call_tags = {ft.tool_call_start, ft.tool_call_end};
+  impl->vocab = grammar_vocabulary(tok, impl->n_vocab, call_tags);
 
   // ---- slots: one Session (KV cache) each, all of the same context ----
   SessionOptions so;
@@ -1342,267 +1400,313 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineOptions& opts, Metric
   return std::unique_ptr<Engine>(new Engine(std::move(impl)));
 }
 
-std::shared_ptr<Job> Engine::prepare(const ChatRequest& req, ApiError& err) {
-  Impl& s = *impl_;
-  const FamilyTraits& traits = family_traits(s.family);
-  auto job = std::make_shared<Job>();
-  job->arrived = Clock::now();
-  job->deadline = job->arrived + std::chrono::milliseconds(static_cast<int64_t>(s.opts.timeout_sec * 1000.0));
+// ---------------------------------------------------------------- Engine::prepare
 
-  const bool tools_active = !req.tools.empty() && req.tool_choice != ToolChoice::None;
-  // Native call syntaxes we constrain: <tool_call>{...}</tool_call> (Qwen2.5, Hermes), a bare JSON
-  // object {"name": ..., "parameters": {...}} as the whole reply (Llama 3.1/3.2/3.3), Qwen3.5's
-  // XML-parameter <tool_call>s and LFM2's Python-call lists.
-  const bool bare_json = traits.tool_call_style == ToolCallStyle::BareJson;
-  const bool native = traits.tool_call_style == ToolCallStyle::TaggedJson || bare_json ||
-                      traits.tool_call_style == ToolCallStyle::QwenXml || traits.tool_call_style == ToolCallStyle::PythonList;
+// What the steps of Engine::prepare hand to each other for one request.
+struct Engine::Impl::Preparing {
+  Preparing(const ChatRequest& r, Job& j, ApiError& e) : req(r), job(j), err(e) {}
+  const ChatRequest& req;
+  Job& job;
+  ApiError& err;
+  // choose_output_mode
+  bool tools_active = false;         // tools given and tool_choice is not none
+  bool native = false;               // the family's own call syntax is constrained (else the envelope)
+  bool answer_beside_tools = false;  // response_format beside tools under tool_choice auto
+  // render_prompt / fit_context
+  RelocatedMessages relocated;             // volatile system lines moved (volatile_lines.h)
+  std::span<const ChatMessage> source;     // the request's messages, or `relocated`'s
+  std::vector<ChatMessage> marked;         // source with control-token text marked (content_marks.h)
+  std::string tools_json;                  // the tools with control-token text marked
+  RenderOptions ro;                        // as the last render used them
+  std::vector<ChatMessage> messages;       // as rendered (tool history lowered where the family needs it)
+  bool keep_text = false;                  // return_prompt or debug log: keep the rendered text
+  std::string evaluated_text;              // keep_text: the rendered prompt
+  size_t drop_first = 0, drop_end = 0;     // messages [drop_first, drop_end) of `source` were dropped
+};
+
+// Step 1. The output mode: native calls, the envelope, a JSON answer, or plain text.
+void Engine::Impl::choose_output_mode(Preparing& p) const {
+  const ChatRequest& req = p.req;
+  const ChatProtocol& protocol = protocol_of(family);
+  p.tools_active = !req.tools.empty() && req.tool_choice != ToolChoice::None;
+  p.native = protocol.call_grammar.has_value();
   // response_format beside tools under tool_choice auto: the reply is the calls or the schema's
   // answer (OpenAI applies the schema to the text answer); the grammar has both branches.
-  const bool answer_beside_tools =
-      tools_active && req.tool_choice == ToolChoice::Auto && req.response_format != ResponseFormat::Text;
-  if (tools_active) {
-    job->mode = !native                             ? OutputMode::Envelope
-                : req.tool_choice != ToolChoice::Auto ? OutputMode::ToolsForced
-                : answer_beside_tools                ? OutputMode::ToolsOrJson
-                                                     : OutputMode::ToolsTagged;
+  p.answer_beside_tools = p.tools_active && req.tool_choice == ToolChoice::Auto && req.response_format != ResponseFormat::Text;
+  if (p.tools_active) {
+    p.job.mode = !p.native                           ? OutputMode::Envelope
+                 : req.tool_choice != ToolChoice::Auto ? OutputMode::ToolsForced
+                 : p.answer_beside_tools              ? OutputMode::ToolsOrJson
+                                                      : OutputMode::ToolsTagged;
   } else if (req.response_format != ResponseFormat::Text) {
-    job->mode = OutputMode::Json;
+    p.job.mode = OutputMode::Json;
   }
+}
 
-  // ---- prompt ----
-  // Content is text: control-token text in it is marked, so that only the template's own control
-  // tokens are parsed as such (content_marks.h).
-  const Tokenizer& tok = s.model->tokenizer();
+// Step 2. The messages to render: volatile lines of the system message (a clock, a sender) moved
+// into a note on the latest message, so the system prompt, the tools and the history stay a
+// prefix the cache holds (volatile_lines.h); control-token text in content marked, so that only
+// the template's own control tokens are parsed as such (content_marks.h).
+void Engine::Impl::select_messages(Preparing& p) const {
+  const ChatRequest& req = p.req;
+  const Tokenizer& tok = model->tokenizer();
   const ControlTextFinder find_control = [&tok](std::string_view t) { return tok.find_control_text(t); };
-  // Volatile lines of the system message (a clock, a sender) go into a note on the latest message,
-  // so the system prompt, the tools and the history stay a prefix the cache holds (volatile_lines.h).
-  RelocatedMessages relocated;
-  std::span<const ChatMessage> source = req.messages;
-  if (s.volatile_lines && !req.messages.empty() && req.messages[0].role == "system") {
-    const std::vector<size_t> lines = s.volatile_lines->classify(req.messages[0].content, conversation_key(req.messages));
+  p.source = req.messages;
+  if (volatile_lines && !req.messages.empty() && req.messages[0].role == "system") {
+    const std::vector<size_t> lines = volatile_lines->classify(req.messages[0].content, conversation_key(req.messages));
     if (!lines.empty()) {
-      relocated = relocate_volatile_lines(req.messages, lines);
-      if (!relocated.moved.empty()) {
-        source = relocated.messages;
-        job->volatile_lines_moved = static_cast<int64_t>(relocated.moved.size());
+      p.relocated = relocate_volatile_lines(req.messages, lines);
+      if (!p.relocated.moved.empty()) {
+        p.source = p.relocated.messages;
+        p.job.volatile_lines_moved = static_cast<int64_t>(p.relocated.moved.size());
       }
     }
   }
-  const bool keep_text = req.return_prompt || spdlog::should_log(spdlog::level::debug);
-  std::string evaluated_text;          // keep_text: the rendered prompt
-  size_t drop_first = 0, drop_end = 0;  // messages [drop_first, drop_end) of `source` were dropped
-  const std::vector<ChatMessage> marked = mark_control_text(source, s.family, find_control);
-  const std::string tools_json = mark_control_text_json(req.tools_json, find_control);
-  RenderOptions ro;
-  std::vector<ChatMessage> messages;  // as rendered (tool history lowered where the family needs it)
-  // Renders `kept` (the request's messages, or the ones left after dropping old turns) into
-  // job->prompt; sets `messages`, `ro` and the thinking plan to what was rendered.
-  auto render_prompt = [&](std::vector<ChatMessage> kept) -> bool {
-    ro = RenderOptions{};
-    ro.bos_token = s.bos_text;
-    ro.eos_token = s.eos_text;
-    messages = std::move(kept);
-    if (tools_active && native && !family_needs_tool_lowering(s.family)) {
-      ro.tools_json = tools_json;
-    } else if (family_needs_tool_lowering(s.family)) {
-      // Tool list (if active) and tool history rewritten into plain turns asking for the envelope,
-      // or for <tool_call> JSON where the model was trained on it (SmolLM3, whose shipped template
-      // drops the tools).
-      LoweredConversation low = lower_tool_conversation(s.family, messages, tools_active ? tools_json : "",
-                                                        native ? LoweredToolSyntax::Tagged : LoweredToolSyntax::Envelope);
-      if (!low.ok) {
-        err = ApiError{400, low.error, "invalid_request_error", "messages", ""};
-        return false;
-      }
-      messages = std::move(low.messages);
-    } else if (tools_active) {
-      ro.tools_json = tools_json;  // the template shows the tools; the envelope grammar still applies
-    }
-    // Thinking: what the request, the --reasoning default and the template decide together.
-    job->thinking = plan_thinking(s.family, messages, req.enable_thinking, req.reasoning_effort, s.opts.reasoning,
-                                  ro.enable_thinking);
-    ChatRenderResult rendered = render_chat(s.family, messages, ro);
-    if (!rendered.ok) {
-      err = ApiError{400, "the conversation cannot be rendered with the " + std::string(family_name(s.family)) +
-                              " chat template: " + rendered.error,
-                     "invalid_request_error", "messages", ""};
+  p.keep_text = req.return_prompt || spdlog::should_log(spdlog::level::debug);
+  p.marked = mark_control_text(p.source, family, find_control);
+  p.tools_json = mark_control_text_json(req.tools_json, find_control);
+}
+
+// Step 3. Renders `kept` (the marked messages, or the ones left after dropping old turns) with the
+// chat template into job.prompt; sets p.messages, p.ro and the thinking plan to what was rendered.
+bool Engine::Impl::render_prompt(Preparing& p, std::vector<ChatMessage> kept) const {
+  const Tokenizer& tok = model->tokenizer();
+  p.ro = RenderOptions{};
+  p.ro.bos_token = bos_text;
+  p.ro.eos_token = eos_text;
+  p.messages = std::move(kept);
+  if (family_needs_tool_lowering(family)) {
+    // Tool list (if active) and tool history rewritten into plain turns asking for the envelope,
+    // or for <tool_call> JSON where the model was trained on it (SmolLM3, whose shipped template
+    // drops the tools).
+    LoweredConversation low = lower_tool_conversation(family, p.messages, p.tools_active ? p.tools_json : "",
+                                                      p.native ? LoweredToolSyntax::Tagged : LoweredToolSyntax::Envelope);
+    if (!low.ok) {
+      p.err = ApiError{400, low.error, "invalid_request_error", "messages", ""};
       return false;
     }
-    const UnmarkedPrompt prompt = unmark_control_text(rendered.text);
-    if (keep_text) evaluated_text = prompt.text;
-    job->prompt = tok.encode(prompt.text, false, prompt.plain);
-    if (tok.add_bos() && tok.bos_id() >= 0 && (job->prompt.empty() || job->prompt[0] != tok.bos_id())) {
-      job->prompt.insert(job->prompt.begin(), tok.bos_id());
-    }
-    return true;
-  };
-  if (!render_prompt(marked)) return nullptr;
-  if (s.opts.context_overflow == ContextOverflow::DropOldest) {
-    // Drop the fewest oldest turns that make the prompt and the reply's budget fit (all of them
-    // before the last user turn at most: the reply then gets what room there is).
-    const int64_t reserve = std::min<int64_t>(req.max_tokens.value_or(kOverflowReplyReserve), s.n_ctx / 2);
-    const auto fits = [&] { return static_cast<int64_t>(job->prompt.size()) + reserve <= s.n_ctx; };
+    p.messages = std::move(low.messages);
+  } else if (p.tools_active) {
+    // The template shows the tools (under the envelope too: the grammar still applies).
+    p.ro.tools_json = p.tools_json;
+  }
+  // Thinking: what the request, the --reasoning default and the template decide together.
+  p.job.thinking = plan_thinking(family, p.messages, p.req.enable_thinking, p.req.reasoning_effort, opts.reasoning,
+                                 p.ro.enable_thinking);
+  ChatRenderResult rendered = render_chat(chat_template, p.messages, p.ro);
+  if (!rendered.ok) {
+    p.err = ApiError{400, "the conversation cannot be rendered with the " + std::string(family_name(family)) +
+                              " chat template: " + rendered.error,
+                     "invalid_request_error", "messages", ""};
+    return false;
+  }
+  const UnmarkedPrompt prompt = unmark_control_text(rendered.text);
+  if (p.keep_text) p.evaluated_text = prompt.text;
+  p.job.prompt = tok.encode(prompt.text, false, prompt.plain);
+  if (tok.add_bos() && tok.bos_id() >= 0 && (p.job.prompt.empty() || p.job.prompt[0] != tok.bos_id())) {
+    p.job.prompt.insert(p.job.prompt.begin(), tok.bos_id());
+  }
+  return true;
+}
+
+// Step 4. With --context-overflow drop-oldest: drops the fewest oldest turns that make the prompt
+// and the reply's budget fit (all of them before the last user turn at most: the reply then gets
+// what room there is). Then the prompt must be non-empty and shorter than the context.
+bool Engine::Impl::fit_context(Preparing& p) const {
+  Job& job = p.job;
+  if (opts.context_overflow == ContextOverflow::DropOldest) {
+    const int64_t reserve = std::min<int64_t>(p.req.max_tokens.value_or(kOverflowReplyReserve), n_ctx / 2);
+    const auto fits = [&] { return static_cast<int64_t>(job.prompt.size()) + reserve <= n_ctx; };
     if (!fits()) {
       // A step of n_ctx bytes is about a quarter of the context in tokens.
-      const TurnCuts cuts = turn_cuts(marked, std::max<size_t>(256, static_cast<size_t>(s.n_ctx)));
+      const TurnCuts cuts = turn_cuts(p.marked, std::max<size_t>(256, static_cast<size_t>(n_ctx)));
       for (size_t k = 0; k < cuts.cuts.size(); ++k) {
-        std::vector<ChatMessage> kept(marked.begin(), marked.begin() + static_cast<std::ptrdiff_t>(cuts.first));
-        kept.insert(kept.end(), marked.begin() + static_cast<std::ptrdiff_t>(cuts.cuts[k]), marked.end());
-        if (!render_prompt(std::move(kept))) {
-          if (k + 1 == cuts.cuts.size()) return nullptr;  // err says why
-          err = ApiError{};
+        std::vector<ChatMessage> kept(p.marked.begin(), p.marked.begin() + static_cast<std::ptrdiff_t>(cuts.first));
+        kept.insert(kept.end(), p.marked.begin() + static_cast<std::ptrdiff_t>(cuts.cuts[k]), p.marked.end());
+        if (!render_prompt(p, std::move(kept))) {
+          if (k + 1 == cuts.cuts.size()) return false;  // err says why
+          p.err = ApiError{};
           continue;  // e.g. a template that wants a turn this cut removed: cut further
         }
-        job->dropped_messages = static_cast<int64_t>(cuts.cuts[k] - cuts.first);
-        drop_first = cuts.first;
-        drop_end = cuts.cuts[k];
+        job.dropped_messages = static_cast<int64_t>(cuts.cuts[k] - cuts.first);
+        p.drop_first = cuts.first;
+        p.drop_end = cuts.cuts[k];
         if (fits()) break;
       }
     }
   }
-  if (keep_text) {
-    spdlog::debug("evaluated prompt ({} tokens{}):\n{}", job->prompt.size(),
-                  relocated.moved.empty() ? std::string()
+  if (job.prompt.empty()) {
+    p.err = ApiError{400, "the prompt is empty", "invalid_request_error", "messages", ""};
+    return false;
+  }
+  if (static_cast<int64_t>(job.prompt.size()) >= n_ctx) {
+    p.err = ApiError{400,
+                     "the prompt is " + std::to_string(job.prompt.size()) + " tokens; this server's context is " +
+                         std::to_string(n_ctx) + " tokens",
+                     "invalid_request_error", "messages", "context_length_exceeded"};
+    return false;
+  }
+  return true;
+}
+
+// Step 5. What return_prompt and the debug log show: the evaluated prompt and messages.
+void Engine::Impl::keep_evaluated_prompt(Preparing& p) const {
+  if (!p.keep_text) return;
+  spdlog::debug("evaluated prompt ({} tokens{}):\n{}", p.job.prompt.size(),
+                p.relocated.moved.empty() ? std::string()
                                           : fmt::format(", {} volatile system lines moved to message {}",
-                                                        relocated.moved.size(), relocated.note_message),
-                  evaluated_text);
+                                                        p.relocated.moved.size(), p.relocated.note_message),
+                p.evaluated_text);
+  if (p.req.return_prompt) {
+    std::vector<ChatMessage> kept(p.source.begin(), p.source.end());
+    if (p.drop_end > p.drop_first)
+      kept.erase(kept.begin() + static_cast<std::ptrdiff_t>(p.drop_first), kept.begin() + static_cast<std::ptrdiff_t>(p.drop_end));
+    p.job.evaluated_messages_json = messages_json(kept);
+    p.job.evaluated_prompt_text = std::move(p.evaluated_text);
   }
-  if (req.return_prompt) {
-    std::vector<ChatMessage> kept(source.begin(), source.end());
-    if (drop_end > drop_first)
-      kept.erase(kept.begin() + static_cast<std::ptrdiff_t>(drop_first), kept.begin() + static_cast<std::ptrdiff_t>(drop_end));
-    job->evaluated_messages_json = messages_json(kept);
-    job->evaluated_prompt_text = std::move(evaluated_text);
-  }
-  job->stable_len = job->prompt.size();
-  size_t last_user = messages.size();
-  for (size_t i = messages.size(); i-- > 0;)
-    if (messages[i].role == "user") {
+}
+
+// Step 6. The stable prefix (job.stable_len): the tokens the prompt shares with the conversation
+// rendered up to the last user message, which the slots and the prompt cache keep for the next
+// turn (the junction token may tokenize differently, so the tokens are compared).
+void Engine::Impl::find_stable_prefix(Preparing& p) const {
+  const Tokenizer& tok = model->tokenizer();
+  Job& job = p.job;
+  job.stable_len = job.prompt.size();
+  size_t last_user = p.messages.size();
+  for (size_t i = p.messages.size(); i-- > 0;)
+    if (p.messages[i].role == "user") {
       last_user = i;
       break;
     }
-  if (last_user < messages.size()) {
-    // Render the conversation before the last user message; the tokens it shares with the full
-    // prompt are the stable prefix (the junction token may tokenize differently, so compare).
-    std::vector<ChatMessage> head(messages.begin(), messages.begin() + static_cast<std::ptrdiff_t>(last_user));
-    RenderOptions hro = ro;
-    hro.add_generation_prompt = false;
-    size_t common = 0;
-    if (!head.empty()) {
-      // The head is rendered with an empty user turn after it: the tokens it shares with the prompt
-      // then end where the last user message's content starts, also for templates that render a
-      // system message only inside the first user turn (Gemma 3) or refuse a conversation without
-      // a user turn (Qwen3.5: "No user query found"). Without it if the template refuses that.
-      head.push_back(ChatMessage{"user", "", {}, "", "", std::nullopt});
-      ChatRenderResult h = render_chat(s.family, head, hro);
-      if (!h.ok) {
-        head.pop_back();
-        h = render_chat(s.family, head, hro);
-      }
-      if (h.ok) {
-        const UnmarkedPrompt hp = unmark_control_text(h.text);
-        std::vector<int32_t> ht = tok.encode(hp.text, false, hp.plain);
-        if (tok.add_bos() && tok.bos_id() >= 0 && (ht.empty() || ht[0] != tok.bos_id())) ht.insert(ht.begin(), tok.bos_id());
-        while (common < ht.size() && common < job->prompt.size() && ht[common] == job->prompt[common]) ++common;
-      } else {
-        common = job->prompt.size();  // cannot tell: cache the whole prompt
-      }
+  if (last_user >= p.messages.size()) return;
+  std::vector<ChatMessage> head(p.messages.begin(), p.messages.begin() + static_cast<std::ptrdiff_t>(last_user));
+  RenderOptions hro = p.ro;
+  hro.add_generation_prompt = false;
+  size_t common = 0;
+  if (!head.empty()) {
+    // The head is rendered with an empty user turn after it: the tokens it shares with the prompt
+    // then end where the last user message's content starts, also for templates that render a
+    // system message only inside the first user turn (Gemma 3) or refuse a conversation without
+    // a user turn (Qwen3.5: "No user query found"). Without it if the template refuses that.
+    head.push_back(ChatMessage{"user", "", {}, "", "", std::nullopt});
+    ChatRenderResult h = render_chat(chat_template, head, hro);
+    if (!h.ok) {
+      head.pop_back();
+      h = render_chat(chat_template, head, hro);
     }
-    job->stable_len = common;
+    if (h.ok) {
+      const UnmarkedPrompt hp = unmark_control_text(h.text);
+      std::vector<int32_t> ht = tok.encode(hp.text, false, hp.plain);
+      if (tok.add_bos() && tok.bos_id() >= 0 && (ht.empty() || ht[0] != tok.bos_id())) ht.insert(ht.begin(), tok.bos_id());
+      while (common < ht.size() && common < job.prompt.size() && ht[common] == job.prompt[common]) ++common;
+    } else {
+      common = job.prompt.size();  // cannot tell: cache the whole prompt
+    }
   }
-  const int64_t n_ctx = s.n_ctx;
-  if (job->prompt.empty()) {
-    err = ApiError{400, "the prompt is empty", "invalid_request_error", "messages", ""};
-    return nullptr;
-  }
-  if (static_cast<int64_t>(job->prompt.size()) >= n_ctx) {
-    err = ApiError{400,
-                   "the prompt is " + std::to_string(job->prompt.size()) + " tokens; this server's context is " +
-                       std::to_string(n_ctx) + " tokens",
-                   "invalid_request_error", "messages", "context_length_exceeded"};
-    return nullptr;
-  }
-  const int64_t room = n_ctx - static_cast<int64_t>(job->prompt.size());
+  job.stable_len = common;
+}
 
-  // ---- grammar ----
+// The grammar options of the family's native call syntax (its record's call_grammar): the format,
+// where the calls start and end, and the key of the arguments.
+void Engine::Impl::native_call_options(Preparing& p, grammar::ToolListOptions& to) const {
+  const ChatProtocol& protocol = protocol_of(family);
+  const FamilyTraits& traits = protocol.tools;
+  to.format = *protocol.call_grammar;
+  if (to.format == grammar::ToolCallFormat::JsonObject) {
+    // The reply is the call itself: it starts with '{' (the trigger, only at the start of the
+    // reply) and uses the family's key for the arguments. One call per reply, as the template has.
+    to.parallel = false;
+    to.arguments_key = std::string(traits.arguments_key);
+    p.job.trigger = "{";
+    p.job.trigger_at_start = true;
+  } else {
+    p.job.tools_json = p.req.tools_json;
+    p.job.trigger = std::string(traits.tool_call_start);
+    p.job.close_tag = std::string(traits.tool_call_end);
+  }
+}
+
+// Step 7. The grammar: the response_format's schema, the tool calls, or both as alternatives.
+bool Engine::Impl::compile_grammar(Preparing& p) {
+  const ChatRequest& req = p.req;
+  Job& job = p.job;
   grammar::CompileResult compiled;
-  const std::string answer_schema = req.response_format == ResponseFormat::JsonSchema
-                                        ? req.response_schema_json
-                                        : std::string(R"({"type":"object"})");
+  const std::string answer_schema =
+      req.response_format == ResponseFormat::JsonSchema ? req.response_schema_json : std::string(R"({"type":"object"})");
   // A JSON answer may be pretty-printed as json.dumps(indent=2) writes it, up to 8 levels deep
   // (newline + at most 16 spaces): bounded runs, and the tokens models prefer stay allowed.
   grammar::CompileOptions answer_options;
   answer_options.whitespace = grammar::Whitespace::Natural;
   answer_options.max_indent = 16;
-  answer_options.property_order = s.opts.property_order;
-  if (job->mode == OutputMode::Json || answer_beside_tools) {
+  answer_options.property_order = opts.property_order;
+  if (job.mode == OutputMode::Json || p.answer_beside_tools) {
     // Alone, or first on its own beside tools: its errors are the response_format's.
-    compiled = s.grammars.schema(answer_schema, answer_options);
+    compiled = grammars.schema(answer_schema, answer_options);
     if (!compiled.ok()) {
-      err = ApiError{400, "response_format schema: " + compiled.error_text(), "invalid_request_error",
-                     "response_format.json_schema.schema", ""};
-      return nullptr;
+      p.err = ApiError{400, "response_format schema: " + compiled.error_text(), "invalid_request_error",
+                       "response_format.json_schema.schema", ""};
+      return false;
     }
   }
-  if (job->mode != OutputMode::Plain && job->mode != OutputMode::Json) {
+  if (job.mode != OutputMode::Plain && job.mode != OutputMode::Json) {
     grammar::ToolListOptions to;
     // The whitespace JSON writers put in calls, as the templates show them ({"name": "f",
     // "arguments": {"a": 1}}: one space after ':' and ','; see docs/GRAMMAR.md "Natural
     // whitespace"), on one line: no run is longer than one byte, so it cannot become a loop.
     to.schema.whitespace = grammar::Whitespace::Natural;
     to.schema.max_indent = -1;
-    to.schema.property_order = s.opts.property_order;
+    to.schema.property_order = opts.property_order;
     // A named tool_choice asks for that call, once (as OpenAI answers it): the grammar admits one.
     to.parallel = req.parallel_tool_calls && req.tool_choice != ToolChoice::Named;
     if (req.tool_choice == ToolChoice::Named) to.forced_tool = req.tool_choice_name;
-    if (job->mode == OutputMode::Envelope) {
+    if (job.mode == OutputMode::Envelope) {
       to.format = grammar::ToolCallFormat::Envelope;
       to.allow_text = req.tool_choice == ToolChoice::Auto;
-    } else if (bare_json) {
-      // The reply is the call itself: it starts with '{' (the trigger, only at the start of the
-      // reply) and uses the family's key for the arguments. One call per reply, as the template has.
-      to.format = grammar::ToolCallFormat::JsonObject;
-      to.parallel = false;
-      to.arguments_key = std::string(traits.arguments_key);
-      job->trigger = "{";
-      job->trigger_at_start = true;
     } else {
-      to.format = traits.tool_call_style == ToolCallStyle::QwenXml      ? grammar::ToolCallFormat::QwenXml
-                  : traits.tool_call_style == ToolCallStyle::PythonList ? grammar::ToolCallFormat::PythonList
-                                                                        : grammar::ToolCallFormat::Hermes;
-      job->tools_json = req.tools_json;
-      job->trigger = std::string(traits.tool_call_start);
-      job->close_tag = std::string(traits.tool_call_end);
+      native_call_options(p, to);
     }
-    if (answer_beside_tools) {
+    if (p.answer_beside_tools) {
       // The calls alone first (their errors are the tools'), then the calls or the answer.
-      compiled = s.grammars.tools(req.tools_json, to);
-      if (compiled.ok() && job->mode == OutputMode::ToolsOrJson) job->call_grammar = compiled.grammar;
+      compiled = grammars.tools(req.tools_json, to);
+      if (compiled.ok() && job.mode == OutputMode::ToolsOrJson) job.call_grammar = compiled.grammar;
       if (compiled.ok()) {
         to.answer_schema = answer_schema;
         to.answer_options = answer_options;
-        job->envelope_json_content = job->mode == OutputMode::Envelope;
+        job.envelope_json_content = job.mode == OutputMode::Envelope;
       }
     }
-    if (!answer_beside_tools || compiled.ok()) compiled = s.grammars.tools(req.tools_json, to);
+    if (!p.answer_beside_tools || compiled.ok()) compiled = grammars.tools(req.tools_json, to);
     if (!compiled.ok()) {
-      err = ApiError{400, "tools: " + compiled.error_text(), "invalid_request_error", "tools", ""};
-      return nullptr;
+      p.err = ApiError{400, "tools: " + compiled.error_text(), "invalid_request_error", "tools", ""};
+      return false;
     }
   }
-  job->grammar = compiled.grammar;
-  TokenBudget budget;
-  if (!plan_token_budget(job->mode, req.max_tokens, room, job->grammar, s.vocab, budget, err)) return nullptr;
-  job->max_tokens = budget.max_tokens;
-  job->call_max_tokens = budget.call_max_tokens;
-  size_thinking_budget(job->thinking, job->max_tokens);
+  job.grammar = compiled.grammar;
+  return true;
+}
 
-  // ---- stops and sampling ----
-  if (job->mode == OutputMode::Plain || job->mode == OutputMode::ToolsTagged) {
-    for (auto sv : traits.stop_strings) job->stop.emplace_back(sv);
-    for (const auto& st : req.stop) job->stop.push_back(st);
+// Step 8. The token budgets (the reply's, the calls', the thinking's).
+bool Engine::Impl::set_budgets(Preparing& p) const {
+  Job& job = p.job;
+  const int64_t room = n_ctx - static_cast<int64_t>(job.prompt.size());
+  TokenBudget budget;
+  if (!plan_token_budget(job.mode, p.req.max_tokens, room, job.grammar, vocab, budget, p.err)) return false;
+  job.max_tokens = budget.max_tokens;
+  job.call_max_tokens = budget.call_max_tokens;
+  size_thinking_budget(job.thinking, job.max_tokens);
+  return true;
+}
+
+// Step 9. Stop strings (the family's end-of-turn text and the request's) and sampling.
+void Engine::Impl::set_stops_and_sampling(Preparing& p) const {
+  const ChatRequest& req = p.req;
+  Job& job = p.job;
+  if (job.mode == OutputMode::Plain || job.mode == OutputMode::ToolsTagged) {
+    for (auto sv : family_traits(family).stop_strings) job.stop.emplace_back(sv);
+    for (const auto& st : req.stop) job.stop.push_back(st);
   }
-  SamplerParams& sp = job->sampling;
+  SamplerParams& sp = job.sampling;
   sp.temperature = static_cast<float>(req.temperature.value_or(0.8));
   sp.top_p = static_cast<float>(req.top_p.value_or(0.95));
   sp.top_k = static_cast<int32_t>(req.top_k.value_or(40));
@@ -1610,9 +1714,26 @@ std::shared_ptr<Job> Engine::prepare(const ChatRequest& req, ApiError& err) {
   sp.repeat_penalty = static_cast<float>(req.repeat_penalty.value_or(1.0));
   sp.presence_penalty = static_cast<float>(req.presence_penalty);
   sp.frequency_penalty = static_cast<float>(req.frequency_penalty);
-  job->logprobs_top = req.logprobs ? req.top_logprobs : -1;
-  job->jump_forward = s.opts.jump_forward;
+  job.logprobs_top = req.logprobs ? req.top_logprobs : -1;
+  job.jump_forward = opts.jump_forward;
   sp.seed = req.seed ? *req.seed : (static_cast<uint64_t>(std::random_device{}()) << 32 | std::random_device{}());
+}
+
+std::shared_ptr<Job> Engine::prepare(const ChatRequest& req, ApiError& err) {
+  Impl& s = *impl_;
+  auto job = std::make_shared<Job>();
+  job->arrived = Clock::now();
+  job->deadline = job->arrived + std::chrono::milliseconds(static_cast<int64_t>(s.opts.timeout_sec * 1000.0));
+  Impl::Preparing p(req, *job, err);
+  s.choose_output_mode(p);
+  s.select_messages(p);
+  if (!s.render_prompt(p, p.marked)) return nullptr;
+  if (!s.fit_context(p)) return nullptr;
+  s.keep_evaluated_prompt(p);
+  s.find_stable_prefix(p);
+  if (!s.compile_grammar(p)) return nullptr;
+  if (!s.set_budgets(p)) return nullptr;
+  s.set_stops_and_sampling(p);
   return job;
 }
 

@@ -74,7 +74,8 @@ struct EngineOptions {
   int threads = 0;             // 0 = physical cores
   Repack repack = Repack::Auto;  // weights repacked at load (ModelOptions::repack)
   int n_ctx = 0;               // 0 = min(training context, 4096)
-  std::string chat_template;   // "" = detect from the GGUF; else a family name (family_from_name)
+  std::string chat_template;   // "" = the GGUF's own template; else a family name (family_from_name)
+  std::string chat_template_file;  // "" = the GGUF's own template; else a Jinja file rendered instead
   int parallel = 0;            // slots (sequences generating at once); 0 = default_slot_count
   // Prompt tokens per step for admitted requests while other slots stream: the streams' step time
   // grows by about this many tokens of prefill, a new request's first token waits for
@@ -255,7 +256,7 @@ class Engine {
   const std::string& model_id() const;
   int n_ctx() const;  // of each slot
   int slots() const;
-  TemplateFamily family() const;
+  TemplateFamily family() const;  // the chat template's family (its record, protocols/); Unknown: rendered as written
   std::string description() const;
   EngineMemoryBudget memory_budget() const;
 

@@ -1,5 +1,5 @@
 // Tool calling for chat templates that have no tool syntax of their own (ChatML, Zephyr, Gemma 2,
-// Phi-3.5, or an unrecognised template rendered as ChatML) or that do not show the tool list to the
+// Phi-3.5, or a template no protocol record recognises, rendered as written) or that do not show the tool list to the
 // model (DeepSeek R1): rewrite an OpenAI conversation into plain messages the template can render.
 //
 //   - the tool list and the reply format go into the system message (Gemma 2, which refuses a

@@ -20,6 +20,7 @@
 #include "chat_template.h"
 #include "reasoning.h"
 #include "chat_template_cases.h"
+#include "protocols/protocol.h"
 #include "tool_format.h"
 
 using namespace picolm;
@@ -555,4 +556,87 @@ TEST_CASE("Qwen3.5 thinking: the prompt opens the block, off closes it there", "
   CHECK(reasoning_traits(TemplateFamily::Lfm2).supported == false);
   CHECK(family_traits(TemplateFamily::Qwen35).tool_call_style == ToolCallStyle::QwenXml);
   CHECK(family_traits(TemplateFamily::Lfm25).tool_call_style == ToolCallStyle::PythonList);
+}
+
+// A chat template of a family no record knows: a turn syntax of its own, a namespace counter,
+// filters, tool calls shown with tojson, the tool count. Not a published template on purpose.
+const char* kMadeUpTemplate =
+    "{#- a family released after this code was written -#}\n"
+    "{%- set ns = namespace(turns=0) -%}\n"
+    "{%- for message in messages -%}\n"
+    "{%- if message.role == 'system' -%}\n"
+    "{{ '§§ rules ' + message.content | trim + ' §§\\n' }}\n"
+    "{%- else -%}\n"
+    "{%- set ns.turns = ns.turns + 1 -%}\n"
+    "{{ '>> ' ~ message.role | upper ~ ' #' ~ ns.turns ~ ': ' }}\n"
+    "{%- if message.content is not none %}{{ message.content }}{% endif %}\n"
+    "{%- if message.tool_calls %}{% for call in message.tool_calls %} [call {{ call.function.name }} "
+    "{{ call.function.arguments | tojson }}]{% endfor %}{% endif %}\n"
+    "{{ ' <<\\n' }}\n"
+    "{%- endif -%}\n"
+    "{%- endfor -%}\n"
+    "{%- if tools is defined %}{{ '(tools: ' ~ tools | length ~ ')\\n' }}{% endif -%}\n"
+    "{%- if add_generation_prompt %}{{ '>> ASSISTANT #' ~ (ns.turns + 1) ~ ': ' }}{% endif -%}\n";
+
+TEST_CASE("every record's reference template is the published one and is detected as its family", "[chat_template]") {
+  for (const auto& f : all_families()) {
+    const Case base = base_case(f, f.files.front());
+    const std::string text = base.template_file.empty() ? base.template_text : read_file(base.template_file);
+    const ChatProtocol& p = protocol_of(f.family);
+    INFO("family " << family_name(f.family) << " from " << f.files.front());
+    CHECK(p.family == f.family);
+    CHECK(p.reference_template == text);
+    CHECK(detect_template_family(p.reference_template) == f.family);
+    CHECK_FALSE(p.reference_origin.empty());
+  }
+  CHECK(all_protocols().size() == static_cast<size_t>(kLastTemplateFamily));
+}
+
+TEST_CASE("a template no record knows is rendered exactly and asks for the JSON envelope", "[chat_template]") {
+  REQUIRE(detect_template_family(kMadeUpTemplate) == TemplateFamily::Unknown);
+  CHECK(describe_template(kMadeUpTemplate).find("turn markers: none known") != std::string::npos);
+  CHECK(describe_template(kMadeUpTemplate).find("a family released after") != std::string::npos);
+  ChatTemplate tmpl;
+  std::string error;
+  REQUIRE(ChatTemplate::create(kMadeUpTemplate, TemplateFamily::Unknown, &tmpl, &error));
+  CHECK(tmpl.family() == TemplateFamily::Unknown);
+  CHECK(family_needs_tool_lowering(tmpl.family()));
+
+  // As written: every fixed conversation, tools on and off, against python3-jinja2; then the
+  // conversations lowered as the scheduler lowers them for this family (tools in the system
+  // prompt, past calls and results as envelope text).
+  std::vector<Case> cases;
+  Case base;
+  base.family = TemplateFamily::Unknown;
+  base.template_text = kMadeUpTemplate;
+  for (const auto& [name, conv] : conversations()) {
+    for (int tools = 0; tools < 2; ++tools) {
+      Case c = base;
+      c.messages = conv;
+      c.options.tools_json = tools ? kTools : "";
+      c.label = "made-up " + name + (tools ? " +tools" : "");
+      cases.push_back(c);
+    }
+    LoweredConversation low = lower_tool_conversation(TemplateFamily::Unknown, conv, kTools, LoweredToolSyntax::Envelope);
+    REQUIRE(low.ok);
+    Case c = base;
+    c.messages = low.messages;
+    c.label = "made-up lowered " + name;
+    cases.push_back(c);
+  }
+  const auto answers = run_oracle(cases);
+  int rendered = 0, envelope_prompts = 0;
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const ChatRenderResult got = render_chat(tmpl, cases[i].messages, cases[i].options);
+    INFO("case " << cases[i].label << "\noracle: " << answers[i].text << "\nours: " << (got.ok ? got.text : got.error));
+    REQUIRE(got.ok == answers[i].ok);
+    if (!got.ok) continue;
+    REQUIRE(got.text == answers[i].text);
+    ++rendered;
+    if (cases[i].label.find("lowered") != std::string::npos && !cases[i].messages.empty() &&
+        got.text.find("{\"tool_calls\": [") != std::string::npos && got.text.find("get_weather") != std::string::npos)
+      ++envelope_prompts;
+  }
+  CHECK(rendered >= 30);
+  CHECK(envelope_prompts >= 15);  // every non-empty lowered conversation shows the tools and the envelope
 }

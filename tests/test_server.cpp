@@ -7,6 +7,8 @@
 #include <catch2/catch.hpp>
 #include <httplib.h>
 #include <simdjson.h>
+#include <spdlog/sinks/ringbuffer_sink.h>
+#include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <atomic>
@@ -23,6 +25,7 @@
 #include <vector>
 
 #include "chat_template.h"
+#include "chat_template_cases.h"
 #include "content_marks.h"
 #include "gguf.h"
 #include "json_writer.h"
@@ -2106,4 +2109,102 @@ TEST_CASE("CORS: preflight, Allow-Origin on every response (errors and streams t
   res = off->Get("/v1/models", httplib::Headers{{"Origin", app}});
   REQUIRE(res);
   CHECK(!res->has_header("Access-Control-Allow-Origin"));
+}
+
+// Issue 31: a GGUF (here --chat-template-file) whose template no protocol record knows. It is
+// rendered exactly as written (the evaluated prompt equals python3-jinja2's render), tool calls go
+// through the JSON envelope (the tools and the envelope are described in its system turn, the
+// reply is read back as calls), and the start-up log says what was not recognised.
+TEST_CASE("a chat template no record knows: rendered as written, calls through the envelope, a warning", "[server]") {
+  const std::string tmpl_text =
+      "{#- a family released after this code was written -#}\n"
+      "{%- set ns = namespace(turns=0) -%}\n"
+      "{%- for message in messages -%}\n"
+      "{%- if message.role == 'system' -%}\n"
+      "{{ '§§ rules ' + message.content | trim + ' §§\\n' }}\n"
+      "{%- else -%}\n"
+      "{%- set ns.turns = ns.turns + 1 -%}\n"
+      "{{ '>> ' ~ message.role | upper ~ ' #' ~ ns.turns ~ ': ' + message.content ~ ' <<\\n' }}\n"
+      "{%- endif -%}\n"
+      "{%- endfor -%}\n"
+      "{%- if add_generation_prompt %}{{ '>> ASSISTANT #' ~ (ns.turns + 1) ~ ': ' }}{% endif -%}\n";
+  const fs::path dir = fs::temp_directory_path() / ("picolm_unknown_template_" + std::to_string(getpid()));
+  fs::create_directories(dir);
+  const fs::path file = dir / "made-up.jinja";
+  std::ofstream(file, std::ios::binary) << tmpl_text;
+
+  auto sink = std::make_shared<spdlog::sinks::ringbuffer_sink_mt>(256);
+  spdlog::default_logger()->sinks().push_back(sink);
+  ServerOptions o;
+  o.engine.model_path = kStories;
+  o.engine.threads = 1;
+  o.engine.n_ctx = 2048;
+  o.engine.cache_ram_mb = 0;
+  o.engine.chat_template_file = file.string();
+  Started s = server_fixture::start(std::move(o));
+  auto& sinks = spdlog::default_logger()->sinks();
+  sinks.erase(std::find(sinks.begin(), sinks.end(), sink));
+  int warnings = 0;
+  for (const std::string& line : sink->last_formatted())
+    if (line.find("[warning]") != std::string::npos && line.find("not recognised by any protocol record") != std::string::npos &&
+        line.find(file.string()) != std::string::npos && line.find("a family released after") != std::string::npos &&
+        line.find("JSON envelope") != std::string::npos)
+      ++warnings;
+  CHECK(warnings == 1);
+  CHECK(s.engine->family() == TemplateFamily::Unknown);
+
+  auto c = client(s.port);
+  // Without tools: the prompt is the template's render of the messages, byte for byte.
+  auto res = c->Post("/v1/chat/completions", chat_body(R"("max_tokens":4,"return_prompt":true,"seed":1)"), "application/json");
+  REQUIRE(res);
+  REQUIRE(res->status == 200);
+  chat_test::Case want;
+  want.family = TemplateFamily::Unknown;
+  want.template_text = tmpl_text;
+  want.messages = {chat_test::msg("system", "You control a house."), chat_test::msg("user", "Turn on the kitchen light")};
+  want.options.bos_token = "<s>";
+  want.options.eos_token = "</s>";
+  want.pass_date = false;
+  const auto oracle = chat_test::run_oracle({want});
+  REQUIRE(oracle[0].ok);
+  {
+    Json j(res->body);
+    CHECK(str(j.root["picolm"]["prompt"]) == oracle[0].text);
+  }
+  // With tools: a forced call comes back as a call, read from the envelope the prompt asks for.
+  for (uint64_t seed : {1, 2}) {
+    res = c->Post("/v1/chat/completions",
+                  chat_body(R"("tools":)" + kTools + R"(,"tool_choice":"required","max_tokens":200,"temperature":1.0,"return_prompt":true,"seed":)" +
+                            std::to_string(seed)),
+                  "application/json");
+    REQUIRE(res);
+    REQUIRE(res->status == 200);
+    std::string finish;
+    const auto calls = check_completion(res->body, nullptr, &finish);
+    CHECK(finish == "tool_calls");
+    CHECK(!calls.empty());
+    Json j(res->body);
+    const std::string prompt = str(j.root["picolm"]["prompt"]);
+    CHECK(prompt.rfind("§§ rules You control a house.", 0) == 0);
+    CHECK(prompt.find("{\"tool_calls\": [{\"name\": <function-name>") != std::string::npos);
+    CHECK(prompt.find("set_light") != std::string::npos);
+  }
+  // A --chat-template-file the interpreter cannot run is refused at load, naming the line.
+  const fs::path broken = dir / "broken.jinja";
+  std::ofstream(broken, std::ios::binary) << "{{ messages }}\n{% for m in messages %}{{ m.content }";
+  ServerOptions ob;
+  ob.engine.model_path = kStories;
+  ob.engine.threads = 1;
+  ob.engine.n_ctx = 256;
+  ob.engine.cache_ram_mb = 0;
+  ob.engine.chat_template_file = broken.string();
+  ob.host = "127.0.0.1";
+  ob.port = 0;
+  Server bad(ob);
+  REQUIRE(bad.start().ok());
+  const Status st = bad.wait_loaded(std::chrono::seconds(120));
+  REQUIRE_FALSE(st.ok());
+  CHECK(st.error().find("--chat-template-file") != std::string::npos);
+  CHECK(st.error().find("line 2") != std::string::npos);
+  fs::remove_all(dir);
 }

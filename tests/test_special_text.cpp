@@ -14,6 +14,7 @@
 #include "chat_template.h"
 #include "content_marks.h"
 #include "gguf.h"
+#include "grammar_vocab.h"
 #include "tokenizer.h"
 #include "tool_format.h"
 
@@ -267,5 +268,51 @@ TEST_CASE("control-token text in content stays text (SentencePiece </s>, Qwen3)"
     CHECK(count_id(ids, im_start) == 4);  // three turns and the generation prompt
     CHECK(count_id(old_ids(tok, TemplateFamily::Qwen3, msgs, ro), im_start) == 6);
     CHECK(count_id(ids, think) == count_id(old_ids(tok, TemplateFamily::Qwen3, msgs, ro), think));
+  }
+}
+
+// The grammar's vocabulary (grammar_vocab.h), the one the server masks and the tools and tests
+// check: every token is its text, except those generated text never spells (control, unknown,
+// unused: ""), and a family's call tags written as control tokens (LFM2) keep their text.
+TEST_CASE("the grammar vocabulary: one rule for the server, the tools and the tests", "[special_text]") {
+  for (const char* rel : {"models/stories260K.gguf", "models/qwen3-bpe-q4km.gguf", "models/lfm2-tiny-q4km.gguf"}) {
+    INFO(rel);
+    Loaded l = load(rel);
+    const Tokenizer& tok = *l.tok;
+    // The last control token with a text stands for a family's call tag (the tiny LFM2 has none
+    // of the real ones).
+    std::string tag_text;
+    for (int32_t id = 0; id < tok.n_vocab(); ++id)
+      if (tok.token_type(id) == TokenType::Control && !tok.token_to_piece(id, true).empty()) tag_text = tok.token_to_piece(id, true);
+    REQUIRE(!tag_text.empty());
+    const std::string_view tags[] = {tag_text, "<|no such token|>"};
+    const auto plain = grammar_vocabulary(tok);
+    const auto with_tags = grammar_vocabulary(tok, tok.n_vocab() + 7, tags);
+    REQUIRE(plain->size() == static_cast<size_t>(tok.n_vocab()));
+    REQUIRE(with_tags->size() == static_cast<size_t>(tok.n_vocab()) + 7);
+    CHECK(plain->eog_ids() == tok.eog_ids());
+    int skipped = 0, kept_tags = 0, unknown = 0;
+    for (int32_t id = 0; id < tok.n_vocab(); ++id) {
+      const TokenType type = tok.token_type(id);
+      const bool hidden = type == TokenType::Control || type == TokenType::Unknown || type == TokenType::Unused;
+      unknown += type == TokenType::Unknown;
+      if (hidden) {
+        CHECK(plain->token(id).empty());
+        ++skipped;
+      } else {
+        CHECK(plain->token(id) == tok.token_to_piece(id, false));
+      }
+      const std::string special = tok.token_to_piece(id, true);
+      if (type == TokenType::Control && (special == tags[0] || special == tags[1])) {
+        CHECK(with_tags->token(id) == special);
+        ++kept_tags;
+      } else {
+        CHECK(with_tags->token(id) == plain->token(id));
+      }
+    }
+    for (int32_t id = tok.n_vocab(); id < tok.n_vocab() + 7; ++id) CHECK(with_tags->token(id).empty());
+    CHECK(skipped > 0);
+    if (std::string_view(rel).find("stories") != std::string_view::npos) CHECK(unknown == 1);  // <unk>: not text
+    CHECK(kept_tags == 1);
   }
 }

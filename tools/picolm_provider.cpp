@@ -53,7 +53,9 @@ void usage(FILE* out) {
       "                          preflight OPTIONS, Access-Control-Allow-Origin on every response (default off)\n"
       "  --chat-template NAME    override the detected chat template (chatml, qwen2.5, hermes, llama3.1,\n"
       "                          llama3.2, zephyr, mistral-nemo, gemma2, phi3.5, deepseek-r1, qwen3, smollm3,\n"
-      "                          gemma3, qwen3.5, lfm2, lfm2.5)\n"
+      "                          gemma3, qwen3.5, lfm2, lfm2.5): render that family's reference template\n"
+      "  --chat-template-file FILE  render this Jinja chat template instead of the GGUF's own (its family\n"
+      "                          is detected from the text; unrecognised: calls through the JSON envelope)\n"
       "  --reasoning auto|on|off thinking when a request does not say (enable_thinking, thinking,\n"
       "                          reasoning or reasoning_effort); auto = the template's default\n"
       "                          (Qwen3, SmolLM3 think). Reasoning is returned in reasoning_content\n"
@@ -222,6 +224,7 @@ int main(int argc, char** argv) {
       }
     }
     else if (k == "--chat-template") o.engine.chat_template = val();
+    else if (k == "--chat-template-file") o.engine.chat_template_file = val();
     else if (k == "--reasoning") {
       const char* v = val();
       const auto r = reasoning_mode_from_name(v);

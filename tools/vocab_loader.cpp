@@ -3,6 +3,8 @@
 #include <utility>
 #include <vector>
 
+#include "grammar_vocab.h"
+
 namespace picolm::tools {
 
 Result<std::shared_ptr<const grammar::Vocabulary>> load_grammar_vocab(const std::string& gguf_path) {
@@ -19,16 +21,7 @@ Result<VocabBundle> load_vocab_bundle(const std::string& gguf_path) {
   auto tok = Tokenizer::create(*b.gguf);
   if (!tok) return Error{gguf_path + ": " + tok.error()};
   b.tokenizer = std::move(*tok);
-  const Tokenizer& t = *b.tokenizer;
-  std::vector<std::string> bytes(static_cast<size_t>(t.n_vocab()));
-  for (int32_t id = 0; id < t.n_vocab(); ++id) {
-    const TokenType type = t.token_type(id);
-    // Control/unknown/unused tokens must never be produced inside a JSON instance; "" tells the
-    // grammar so (EOG ids are passed separately).
-    if (type == TokenType::Control || type == TokenType::Unknown || type == TokenType::Unused) continue;
-    bytes[static_cast<size_t>(id)] = t.token_to_piece(id, /*special=*/false);
-  }
-  b.vocab = grammar::Vocabulary::create(std::move(bytes), t.eog_ids());
+  b.vocab = grammar_vocabulary(*b.tokenizer);
   return b;
 }
 

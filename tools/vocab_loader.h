@@ -15,9 +15,9 @@
 
 namespace picolm::tools {
 
-// The vocabulary of a GGUF file: token i decodes to token_to_piece(i, special=false); control,
-// unknown and unused tokens get "" so the grammar never allows them inside constrained output;
-// end-of-generation ids are the tokenizer's eog_ids().
+// The vocabulary of a GGUF file, as the server builds it (provider/grammar_vocab.h: token i decodes
+// to token_to_piece(i, special=false); control, unknown and unused tokens get "" so the grammar
+// never allows them inside constrained output; end-of-generation ids are the tokenizer's eog_ids()).
 Result<std::shared_ptr<const grammar::Vocabulary>> load_grammar_vocab(const std::string& gguf_path);
 
 // The same, with the tokenizer it was built from (tests re-tokenize instances with it).

@@ -120,6 +120,27 @@ struct RenderResult {
 
 RenderResult render(std::string_view template_text, const Value& context, const Options& options = {});
 
+// A template parsed once and rendered many times (the provider keeps one per model: parsing a
+// published template costs about as much as rendering it). Immutable after parse(); render() is
+// const and may run on several threads at once (the tree is only read).
+class Template {
+ public:
+  Template();
+  ~Template();
+  Template(const Template&);
+  Template& operator=(const Template&);
+  // False, with a message naming the template line in *error, on a syntax error or a construct
+  // outside the subset.
+  static bool parse(std::string_view text, Template* out, std::string* error, int max_depth = 256);
+  bool empty() const { return body_ == nullptr; }
+  // As render(text, context, options) with the text given to parse().
+  RenderResult render(const Value& context, const Options& options = {}) const;
+
+ private:
+  struct Body;
+  std::shared_ptr<const Body> body_;
+};
+
 // JSON text -> Value, as Python's json.loads reads it (ints stay ints, 1e400 is inf, "-0" is 0,
 // \u escapes decoded, duplicate keys: the last value at the first position). On failure returns
 // false with a message in *error.

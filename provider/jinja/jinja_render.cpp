@@ -1918,10 +1918,11 @@ class Renderer {
 }  // namespace
 }  // namespace detail
 
-RenderResult render(std::string_view template_text, const Value& context, const Options& options) {
+namespace {
+
+RenderResult render_body(const detail::Body& body, const Value& context, const Options& options) {
   RenderResult r;
   try {
-    const detail::Body body = detail::parse_template(template_text, options.max_depth);
     detail::Frame root;
     if (context.is_dict())
       for (const auto& [k, v] : context.entries()) root.set(k, v);
@@ -1943,6 +1944,52 @@ RenderResult render(std::string_view template_text, const Value& context, const 
     r.error = "out of memory while rendering the template";
   }
   return r;
+}
+
+}  // namespace
+
+RenderResult render(std::string_view template_text, const Value& context, const Options& options) {
+  RenderResult r;
+  try {
+    const detail::Body body = detail::parse_template(template_text, options.max_depth);
+    return render_body(body, context, options);
+  } catch (const detail::Error& e) {
+    r.error = "template line " + std::to_string(e.line) + ": " + e.what();
+  } catch (const std::bad_alloc&) {
+    r.error = "out of memory while rendering the template";
+  }
+  return r;
+}
+
+struct Template::Body {
+  detail::Body statements;
+};
+Template::Template() = default;
+Template::~Template() = default;
+Template::Template(const Template&) = default;
+Template& Template::operator=(const Template&) = default;
+
+bool Template::parse(std::string_view text, Template* out, std::string* error, int max_depth) {
+  try {
+    auto body = std::make_shared<Body>();
+    body->statements = detail::parse_template(text, max_depth);
+    out->body_ = std::move(body);
+    return true;
+  } catch (const detail::Error& e) {
+    if (error) *error = "template line " + std::to_string(e.line) + ": " + e.what();
+  } catch (const std::bad_alloc&) {
+    if (error) *error = "out of memory while parsing the template";
+  }
+  return false;
+}
+
+RenderResult Template::render(const Value& context, const Options& options) const {
+  if (!body_) {
+    RenderResult r;
+    r.error = "no template";
+    return r;
+  }
+  return render_body(body_->statements, context, options);
 }
 
 }  // namespace picolm::jinja

@@ -1,0 +1,96 @@
+// One record per model family: everything the provider needs to serve a family beyond rendering
+// its template, in one place (like engine/arch/ for architectures). The template itself is always
+// rendered by the Jinja interpreter (provider/jinja/): the model's own tokenizer.chat_template, or
+// `--chat-template-file`, or for `--chat-template NAME` the record's reference template.
+//
+// A record says:
+//   - how to recognise the family from the template text (detect);
+//   - the published template it was written against (reference_template, origin beside it);
+//   - its tool-call syntax (tools: tags, argument key, parallel calls, stop strings), which also
+//     selects the grammar's call format and how calls are read back (scheduler.cpp,
+//     tool_format.h's parse_native_tool_calls);
+//   - its reasoning markers and whether the prompt lets the model think (reasoning, thinks);
+//   - how an OpenAI conversation is handed to its template (the context quirks below) and
+//     whether tools must be lowered into plain turns (tool_format.h).
+// A template that no record recognises is rendered as written, and its tool calls go through
+// the JSON envelope (the generic record, kGenericProtocol); the provider warns at start.
+//
+// To add a family: one file here defining its record (copy the closest one), one line in
+// registry.cpp, one TemplateFamily member in chat_template.h, and a test (see docs/ARCHITECTURE.md).
+//
+// Thread-safety: records are constants.
+#pragma once
+#include <optional>
+#include <span>
+#include <string_view>
+
+#include "chat_template.h"
+#include "grammar/grammar.h"
+
+namespace picolm {
+
+struct ChatProtocol {
+  TemplateFamily family;
+  std::span<const std::string_view> aliases;  // more names for --chat-template (the canonical one is tools.name)
+  // Recognises the family's template. Records are tried in registry order; the first match wins.
+  // nullptr: never detected (chosen by name only).
+  bool (*detect)(std::string_view template_text);
+  std::string_view reference_template;  // the published template, byte for byte
+  std::string_view reference_origin;    // where it was published
+  FamilyTraits tools;                   // tool-call syntax and stop strings
+  // The grammar format that constrains the family's own call syntax (Engine::prepare's
+  // native_call_options adds the tags and argument key from `tools`); nullopt: the family has
+  // none we constrain, its calls go through the JSON envelope.
+  std::optional<grammar::ToolCallFormat> call_grammar;
+  ReasoningTraits reasoning;
+  // Whether the prompt for these messages lets the model think, by the template's own rules.
+  // nullptr: never (reasoning.supported is false) or always (prefills_open without switchable).
+  bool (*thinks)(std::span<const ChatMessage> messages, std::optional<bool> enable_thinking);
+  // How the conversation is given to the template (chat_template.h states the common rules):
+  bool null_content_as_empty = false;  // a null content is given as "" (the template tests `in` on it)
+  bool arguments_as_text = false;      // tool-call arguments stay JSON text (the template concatenates them)
+  bool calls_in_content = false;       // the template renders no tool_calls: calls go into content (Python list)
+};
+
+// The record of a family (the generic one for TemplateFamily::Unknown).
+const ChatProtocol& protocol_of(TemplateFamily family);
+// Every family record, in detection order (without the generic one).
+std::span<const ChatProtocol* const> all_protocols();
+// The record whose detect() accepts the template, or nullptr.
+const ChatProtocol* detect_protocol(std::string_view template_text);
+
+// Helpers for detect(): substring tests on the template text.
+inline bool has_text(std::string_view t, std::string_view s) { return t.find(s) != std::string_view::npos; }
+
+// Thinking rules shared by several records.
+bool thinks_unless_disabled(std::span<const ChatMessage> messages, std::optional<bool> enable_thinking);
+bool thinks_always(std::span<const ChatMessage> messages, std::optional<bool> enable_thinking);
+
+extern const ChatProtocol kGenericProtocol;
+extern const ChatProtocol kChatMLProtocol;
+extern const ChatProtocol kQwen25Protocol;
+extern const ChatProtocol kHermesProtocol;
+extern const ChatProtocol kLlama31Protocol;
+extern const ChatProtocol kLlama32Protocol;
+extern const ChatProtocol kZephyrProtocol;
+extern const ChatProtocol kMistralNemoProtocol;
+extern const ChatProtocol kGemma2Protocol;
+extern const ChatProtocol kPhi35Protocol;
+extern const ChatProtocol kDeepSeekR1Protocol;
+extern const ChatProtocol kQwen3Protocol;
+extern const ChatProtocol kSmolLM3Protocol;
+extern const ChatProtocol kGemma3Protocol;
+extern const ChatProtocol kQwen35Protocol;
+extern const ChatProtocol kLfm2Protocol;
+extern const ChatProtocol kLfm25Protocol;
+
+}  // namespace picolm
+
+namespace picolm {
+
+// Which turn markers a template uses, by the first of these it contains (templates of other
+// families may mention later ones in text): the coarse split detect() functions start from.
+enum class TurnMarkers : uint8_t { DeepSeek, Gemma, Inst, Llama3Header, ImStart, UserAssistant, Other };
+TurnMarkers turn_markers(std::string_view template_text);
+
+}  // namespace picolm
