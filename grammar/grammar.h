@@ -37,8 +37,9 @@ struct CompileOptions {
   // Gemma 4's value spelling (its tool calls): strings as <|"|>RAW<|"|> (the raw text, no escapes;
   // it never contains <|"|> and has no NUL byte), object keys unquoted (a key holds no whitespace,
   // control byte or any of : , { } [ ] " < >), members in the order the template's dictsort
-  // writes them (case-insensitive by name), numbers, true, false and null as JSON writes them, and
-  // no whitespace (implies Whitespace::Compact).
+  // writes them (case-insensitive by name), numbers, true, false and null as JSON writes them
+  // (null also as None, which the template prints for Python's None), and no whitespace (implies
+  // Whitespace::Compact).
   bool gemma4_values = false;
 };
 

@@ -1109,12 +1109,16 @@ class SchemaCompiler {
         if (excluded_by_not(f, *v)) continue;
         Tri t = value_ok(f, *v);
         if (t == Tri::Yes) rb_.add_alt(r, {RuleBuilder::ref(literal(*v))});
+        if (t == Tri::Yes && v->kind == JValue::Kind::Null && opts_.gemma4_values)
+          rb_.add_alt(r, {RuleBuilder::ref(rb_.literal_rule("None"))});
         if (t == Tri::Unknown)
           error(f.ptr, "enum", "enum/const combined with array/object keywords is not supported");
       }
       return r;
     }
     if (f.types & kNull) rb_.add_alt(r, {RuleBuilder::ref(rb_.literal_rule(null_text()))});
+    // Gemma 4's template prints a null argument as Jinja prints Python's None.
+    if ((f.types & kNull) && opts_.gemma4_values) rb_.add_alt(r, {RuleBuilder::ref(rb_.literal_rule("None"))});
     if (f.types & kBool) {
       if (!f.not_true) rb_.add_alt(r, {RuleBuilder::ref(rb_.literal_rule(bool_text(true)))});
       if (!f.not_false) rb_.add_alt(r, {RuleBuilder::ref(rb_.literal_rule(bool_text(false)))});
@@ -2261,11 +2265,13 @@ class SchemaCompiler {
       if (!narrow(regex_cache(p, false), "pattern")) return r;
     for (const auto& fm : f.formats)
       if (!narrow(format_dfa(fm), "format")) return r;
-    if (!narrow(regex_cache("[\\s\\S]*", true), "pattern")) return r;  // valid UTF-8 only
+    // Valid UTF-8 only. Not [\s\S]: the regex compiler keeps \S to ASCII (where Python and ECMA
+    // agree), which would leave out every other character.
+    if (!narrow(regex_cache("[^\\x00]*", true), "pattern")) return r;
     Dfa without = excluded.empty() ? acc : dfa_minus(acc, dfa_literals(excluded));
     // The close's tag as a regex ("<|\"|>" needs its '|' escaped).
     const std::string tag = xml ? std::string(kXmlClose) : "<\\|\"\\|>";
-    const Dfa* contains = regex_cache("[\\s\\S]*" + tag + "[\\s\\S]*", true);
+    const Dfa* contains = regex_cache("[^\\x00]*" + tag + "[^\\x00]*", true);
     const char* what = xml ? "string constraints too complex for an XML parameter"
                            : "string constraints too complex for a Gemma 4 string";
     if (without.next.empty() || !contains) {
@@ -2454,6 +2460,7 @@ class SchemaCompiler {
   // schema object is).
   uint32_t gemma4_any_rule(uint32_t v) {
     rb_.add_alt(v, {RuleBuilder::ref(rb_.literal_rule(null_text()))});
+    rb_.add_alt(v, {RuleBuilder::ref(rb_.literal_rule("None"))});
     rb_.add_alt(v, {RuleBuilder::ref(rb_.literal_rule(bool_text(true)))});
     rb_.add_alt(v, {RuleBuilder::ref(rb_.literal_rule(bool_text(false)))});
     rb_.add_alt(v, {RuleBuilder::ref(num_regex_rule("-?(0|[1-9][0-9]{0,14})(\\.[0-9]{1,15})?([eE]-[0-9]{1,2})?"))});
