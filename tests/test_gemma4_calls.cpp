@@ -79,7 +79,9 @@ const char* kTools = R"([
    "required":["city"]}}},
  {"type":"function","function":{"name":"get_time","parameters":{"type":"object","properties":{}}}},
  {"type":"function","function":{"name":"set_env","parameters":{"type":"object","properties":{
-   "vars":{"type":"object","additionalProperties":{"type":"string"}},"any":{"type":"array"}},"required":["vars"]}}}])";
+   "vars":{"type":"object","additionalProperties":{"type":"string"}},"any":{"type":"array"}},"required":["vars"]}}},
+ {"type":"function","function":{"name":"count","parameters":{"type":"object","additionalProperties":{"type":"integer"},
+   "propertyNames":{"pattern":"^[a-c]{1,2}$"},"minProperties":2}}}])";
 
 std::shared_ptr<const grammar::Grammar> gemma4_grammar(const std::string& tools, bool parallel, const std::string& forced = "") {
   grammar::ToolListOptions o;
@@ -182,6 +184,36 @@ TEST_CASE("Gemma 4 call grammar: what the format writes, nothing the schema or t
   CHECK(accepts(e.grammar, call("f", "{m:None}")));
   CHECK(accepts(e.grammar, call("f", "{m:" + str("s") + "}")));
   CHECK_FALSE(accepts(e.grammar, call("f", "{m:[1,\"x\",[]]}")));
+}
+
+TEST_CASE("Gemma 4 calls never repeat a key: check, mask and shortest completion", "[grammar]") {
+  const auto g = gemma4_grammar(kTools, false, "count");
+  CHECK(accepts(g, call("count", "{a:1,bc:2}")));
+  CHECK_FALSE(accepts(g, call("count", "{a:1,a:2}")));
+  CHECK_FALSE(accepts(g, call("count", "{a:1,b:2,a:3}")));
+  CHECK_FALSE(accepts(g, call("count", "{a:1}")));  // minProperties
+  // The mask refuses a byte after which the key can only close as a repeat ("ab" is at its
+  // longest), and the byte-level matcher agrees; a rollback restores the state.
+  grammar::Matcher m(g, tools::byte_vocabulary());
+  REQUIRE(m.accept_bytes("<|tool_call>call:count{ab:1,a"));
+  std::vector<uint32_t> mask(256 / 32 + 1);
+  m.fill_mask(mask.data());
+  auto allowed = [&](char ch) { return ((mask[uint8_t(ch) / 32] >> (uint8_t(ch) % 32)) & 1u) == 1u; };
+  CHECK(allowed(':'));  // "a" is new
+  CHECK(allowed('c'));  // "ac" is new
+  CHECK_FALSE(allowed('b'));  // "ab" repeats
+  CHECK_FALSE(m.accept_bytes("b"));
+  REQUIRE(m.accept_bytes("c:2,"));
+  m.rollback(1);
+  CHECK(m.text() == "<|tool_call>call:count{ab:1,a");
+  // The shortest completion of "{a:1," is a second key other than "a".
+  grammar::Matcher c(g, tools::byte_vocabulary());
+  REQUIRE(c.accept_bytes("<|tool_call>call:count{a:1,"));
+  const std::string rest = c.shortest_completion();
+  INFO(rest);
+  CHECK(rest.rfind("a:", 0) != 0);
+  CHECK(accepts(g, c.text() + rest));
+  CHECK(parse_gemma4_calls(c.text() + rest).ok());
 }
 
 TEST_CASE("Gemma 4 calls read back into JSON arguments", "[unit]") {
@@ -378,6 +410,9 @@ TEST_CASE("random walks under the Gemma 4 call grammar read back into valid call
   cases.push_back({"picoclaw forced edit_file", picoclaw, "edit_file", false, gemma4_grammar(picoclaw, false, "edit_file")});
   cases.push_back({"test-tools forced set_env", grammar_tests::json_compact(kTools), "set_env", true,
                    gemma4_grammar(grammar_tests::json_compact(kTools), true, "set_env")});
+  // Free keys from a language of 12 (propertyNames), so that walks often try to repeat one.
+  cases.push_back({"test-tools forced count", grammar_tests::json_compact(kTools), "count", false,
+                   gemma4_grammar(grammar_tests::json_compact(kTools), false, "count")});
 
   std::ostringstream jsonl;
   std::vector<std::string> labels;  // validator id -> what was walked
@@ -386,7 +421,7 @@ TEST_CASE("random walks under the Gemma 4 call grammar read back into valid call
   int n_calls = 0, n_walks = 0, n_closed = 0, n_open = 0;
   std::string example;
   uint64_t seed = 3300;
-  // 6 cases x 2 vocabularies x 96 walks. Every walk switches to the closing mask (as the provider
+  // 7 cases x 2 vocabularies x 96 walks. Every walk switches to the closing mask (as the provider
   // does when a token budget runs out) after a prefix, and must then finish within its bound:
   // half after 10-70 tokens, half after 150-180, by when most of them have finished by themselves
   // (the walk prefers closing tokens after its soft length).
