@@ -2241,8 +2241,7 @@ class SchemaCompiler {
     for (const JValue* x : f.not_values)
       if (x->is_string()) excluded.push_back(x->str);
     const bool free = f.patterns.empty() && f.formats.empty() && excluded.empty() && f.min_len == 0 && f.max_len < 0;
-    if (free && xml) return xml_free_text_rule();
-    if (free && gemma_free_text_) return *gemma_free_text_;
+    if (free) return xml ? xml_free_text_rule() : gemma_free_text_rule();
     uint32_t r = rb_.new_rule();
     Dfa acc;
     bool have = false;
@@ -2284,9 +2283,7 @@ class SchemaCompiler {
       return r;
     }
     if (d.empty_language()) return r;
-    const uint32_t text = dfa_raw_text_rules(d, f.min_len, f.max_len, f.ptr, raw_close_rule(syn));
-    if (free) gemma_free_text_ = text;  // one rule serves every unconstrained string
-    return text;
+    return dfa_raw_text_rules(d, f.min_len, f.max_len, f.ptr, raw_close_rule(syn));
   }
 
   // dfa_string_rules for raw text: the decoded bytes themselves (any byte but NUL), multi-byte
@@ -2383,6 +2380,29 @@ class SchemaCompiler {
     }
     xml_free_text_ = a0;
     return a0;
+  }
+
+  // Unconstrained Gemma 4 string text: any characters (no NUL) up to the first <|"|>, which
+  // closes it. States: A = no partial match, P[j] = the first j bytes of the quote matched. The
+  // quote's first byte '<' does not recur in it, so a mismatch restarts from the byte itself.
+  uint32_t gemma_free_text_rule() {
+    if (gemma_free_text_) return *gemma_free_text_;
+    const std::string_view quote = kGemma4Quote;
+    const size_t m = quote.size();
+    std::vector<uint32_t> p(m);
+    for (auto& r : p) r = rb_.new_rule();  // p[0] = A
+    for (size_t j = 0; j < m; ++j) {
+      const int want = j == 0 ? '<' : static_cast<unsigned char>(quote[j]);
+      ByteSet other{};
+      for (int b = 1; b < 256; ++b)
+        if (b != '<' && b != want) byteset_add(other, uint8_t(b));
+      rb_.add_alt(p[j], {{ElemKind::StrCharRaw, rb_.cls(other).arg}, RuleBuilder::ref(p[0])});
+      if (j > 0) rb_.add_alt(p[j], {rb_.byte('<'), RuleBuilder::ref(p[1])});
+      if (j + 1 < m) rb_.add_alt(p[j], {rb_.byte(uint8_t(want)), RuleBuilder::ref(p[j + 1])});
+      else rb_.add_alt(p[j], {rb_.byte(uint8_t(want))});  // the closing quote: done
+    }
+    gemma_free_text_ = p[0];
+    return p[0];
   }
 
   // Any JSON value (the `true` schema).
