@@ -238,6 +238,34 @@ TEST_CASE("Gemma 4 calls read back into JSON arguments", "[unit]") {
     REQUIRE(r.calls.size() == 1);
     CHECK(r.calls[0].arguments_json == R"({"a b":1,"c":[1,2],"d":{"e":"é"}})");
   }
+  // The reference's own examples (llama.cpp 3f545be, tests/test-chat.cpp, Gemma 4 section).
+  const std::vector<std::pair<std::string, std::string>> upstream = {
+      {"get_time{city:<|\"|>San Francisco<|\"|>}", R"({"city":"San Francisco"})"},
+      {"empty_args{}", "{}"},
+      {"special_function{arg1:-7}", R"({"arg1":-7})"},
+      {"amount{orig:3.14}", R"({"orig":3.14})"},
+      {"toggle{enabled:false}", R"({"enabled":false})"},
+      {"set_nullable{value:null}", R"({"value":null})"},
+      {"todo_list{todos:[<|\"|>buy milk<|\"|>,<|\"|>walk dog<|\"|>]}", R"({"todos":["buy milk","walk dog"]})"},
+      {"set_config{config:{theme:<|\"|>dark<|\"|>,count:3}}", R"({"config":{"theme":"dark","count":3}})"},
+      {"todo_list{todos:[]}", R"({"todos":[]})"},
+      {"set_config{config:{}}", R"({"config":{}})"},
+      {"amount{orig:1.5e10}", R"({"orig":1.5e10})"},
+  };
+  for (const auto& [body, expected] : upstream) {
+    const auto r = parse_gemma4_calls("<|tool_call>call:" + body + "<tool_call|>");
+    INFO(body << ": " << r.error);
+    REQUIRE(r.ok());
+    REQUIRE(r.calls.size() == 1);
+    CHECK(r.calls[0].name == body.substr(0, body.find('{')));
+    CHECK(r.calls[0].arguments_json == expected);
+  }
+  {
+    const auto r = parse_gemma4_calls("Hello, world!\nWhat's up?<|tool_call>call:get_time{city:<|\"|>Paris<|\"|>}<tool_call|>", true);
+    REQUIRE(r.ok());
+    REQUIRE(r.calls.size() == 1);
+    CHECK(r.calls[0].arguments_json == R"({"city":"Paris"})");
+  }
   // Text around the calls: refused, or skipped when allowed.
   CHECK_FALSE(parse_gemma4_calls("ok " + call("f", "{}")).ok());
   {
