@@ -86,6 +86,25 @@ class Gemma4CallReader {
   std::string error_;
 };
 
+// The fixed texts of Gemma 4's protocol, for its per-family record (issue 31): the template is
+// recognised by the call opener as its Jinja source spells it; the opener is also the trigger
+// the constrained calls start with; a turn ends at <turn|> or where the model asks for results
+// (<|tool_response>, an end-of-generation token in llama.cpp's vocabulary); thinking is written
+// between the channel markers.
+namespace gemma4 {
+inline constexpr std::string_view kTemplateMarker = "'<|tool_call>call:'";
+inline constexpr std::string_view kCallOpen = "<|tool_call>";
+inline constexpr std::string_view kCallClose = "<tool_call|>";
+inline constexpr std::string_view kThinkingOpen = "<|channel>thought";
+inline constexpr std::string_view kThinkingClose = "<channel|>";
+inline constexpr std::string_view kStops[] = {"<turn|>", "<|tool_response>"};
+}  // namespace gemma4
+
+// Whether a chat template (Jinja source) writes Gemma 4's calls.
+inline bool is_gemma4_template(std::string_view jinja_text) {
+  return jinja_text.find(gemma4::kTemplateMarker) != std::string_view::npos;
+}
+
 struct Gemma4Calls {
   std::vector<ToolCall> calls;  // id left empty; arguments_json compact JSON
   std::string error;            // "" when every call was read whole

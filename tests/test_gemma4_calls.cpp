@@ -399,6 +399,16 @@ TEST_CASE("Gemma 4 calls as its template writes them are accepted and read back"
   CHECK(n == 7);
 }
 
+TEST_CASE("Gemma 4's template is recognised by its call opener", "[unit]") {
+  CHECK(is_gemma4_template(read_file(kShared + "/templates/google-gemma-4-31B-it.jinja")));
+  for (const auto& entry : std::filesystem::directory_iterator(kShared + "/templates")) {
+    const std::string name = entry.path().filename().string();
+    if (name.find("gemma-4") != std::string::npos) continue;
+    INFO(name);
+    CHECK_FALSE(is_gemma4_template(read_file(entry.path().string())));
+  }
+}
+
 TEST_CASE("random walks under the Gemma 4 call grammar read back into valid calls", "[grammar]") {
   struct NamedVocab {
     std::string name;
