@@ -163,7 +163,13 @@ CompileResult compile_tool_list(std::string_view tools_json, const ToolListOptio
   so.additional_properties_default = false;
   const bool xml = opts.format == ToolCallFormat::QwenXml;
   const bool python = opts.format == ToolCallFormat::PythonList;
+  const bool gemma = opts.format == ToolCallFormat::Gemma4;
   if (python) so.python_literals = true;
+  if (gemma) {
+    so.gemma4_values = true;
+    so.python_literals = false;
+    so.whitespace = Whitespace::Compact;
+  }
   const ArgumentSyntax syntax = xml ? ArgumentSyntax::XmlParameters
                                 : python ? ArgumentSyntax::PythonKwargs
                                          : ArgumentSyntax::JsonObject;
@@ -204,6 +210,19 @@ CompileResult compile_tool_list(std::string_view tools_json, const ToolListOptio
     const JValue* params = fn->get("parameters");
     if (!params) params = &empty_params;
     uint32_t p = compile_schema_into(rb, *params, so, base + "/parameters", errors, /*object_only=*/true, syntax);
+    if (gemma) {
+      // call:NAME{...}: the name is unquoted and ends at the '{' of the arguments object, whose
+      // braces carry the key tags (schema_compiler.cpp, object_rule).
+      if (!gemma4_name(name->str)) {
+        errors.push_back({base + "/name", "name", "tool name '" + name->str + "' cannot be written in this call format"});
+        continue;
+      }
+      std::vector<Elem> seq;
+      rb.lit(seq, name->str);
+      seq.push_back(RuleBuilder::ref(p));
+      rb.add_alt(call, std::move(seq));
+      continue;
+    }
     if (xml || python) {
       // The name is written unquoted: it must not hold what ends it.
       if (xml ? name->str.find_first_of("<>\r\n") != std::string::npos : !python_identifier(name->str)) {
@@ -377,6 +396,20 @@ CompileResult compile_tool_list(std::string_view tools_json, const ToolListOptio
       rb.add_alt(root, std::move(a));
       break;
     }
+    case ToolCallFormat::Gemma4: {
+      // block block ... (parallel): the template writes the calls of a turn side by side.
+      desc = "tools/gemma4";
+      uint32_t block = rb.new_rule(), rest = rb.new_rule();
+      std::vector<Elem> b;
+      rb.lit(b, std::string(kGemma4CallOpen));
+      b.push_back(RuleBuilder::ref(call));
+      rb.lit(b, std::string(kGemma4CallClose));
+      rb.add_alt(block, std::move(b));
+      rb.add_alt(rest, {});
+      if (opts.parallel) rb.add_alt(rest, {RuleBuilder::ref(block), RuleBuilder::ref(rest)});
+      rb.add_alt(root, {RuleBuilder::ref(block), RuleBuilder::ref(rest)});
+      break;
+    }
     case ToolCallFormat::Envelope: {
       desc = "tools/envelope";
       std::vector<Elem> a{rb.byte('{')};
@@ -507,7 +540,7 @@ std::string options_key(const CompileOptions& o) {
   return std::to_string(o.additional_properties_default) + "," + std::to_string(int(o.whitespace)) + "," +
          std::to_string(o.max_whitespace_run) + "," + std::to_string(o.max_indent) + "," +
          std::to_string(o.max_grammar_bytes) + "," + std::to_string(o.python_literals) + "," +
-         std::to_string(int(o.property_order));
+         std::to_string(int(o.property_order)) + "," + std::to_string(o.gemma4_values);
 }
 }  // namespace
 

@@ -46,6 +46,13 @@ struct CompileOptions {
   // writes them, which Python reads as the same literals): the values of LFM2's Python-style calls.
   bool python_literals = false;
   PropertyOrder property_order = PropertyOrder::Schema;
+  // Gemma 4's value spelling (its tool calls): strings as <|"|>RAW<|"|> (the raw text, no escapes;
+  // it never contains <|"|> and has no NUL byte), object keys unquoted (a key holds no whitespace,
+  // control byte or any of : , { } [ ] " < >), members in the order the template's dictsort
+  // writes them (case-insensitive by name), numbers, true, false and null as JSON writes them
+  // (null also as None, which the template prints for Python's None), and no whitespace (implies
+  // Whitespace::Compact).
+  bool gemma4_values = false;
 };
 
 // One problem found while compiling; all problems of a schema are collected and reported together.
@@ -88,6 +95,11 @@ enum class ToolCallFormat {
   // LFM2 / LFM2.5 Python-style calls: list_open [name(a="v", n=3), ...] list_close, arguments as
   // keyword arguments with Python literal values (True / False / None).
   PythonList,
+  // Gemma 4's calls, as its template writes them (adjacent when parallel, no separator):
+  //   <|tool_call>call:NAME{key:VALUE,...}<tool_call|>
+  // values in Gemma 4's spelling (CompileOptions::gemma4_values, forced on): {city:<|"|>Paris<|"|>,days:3}.
+  // NAME holds no whitespace, control byte or any of { } : < >.
+  Gemma4,
 };
 
 struct ToolListOptions {

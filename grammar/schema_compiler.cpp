@@ -16,6 +16,7 @@
 #include <cctype>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <functional>
 #include <limits>
 #include <map>
@@ -293,7 +294,7 @@ class SchemaCompiler {
  public:
   SchemaCompiler(RuleBuilder& rb, const JValue& root, const CompileOptions& opts, std::string prefix,
                  std::vector<CompileError>& errors)
-      : rb_(rb), root_(root), opts_(opts), prefix_(std::move(prefix)), errors_(errors) {}
+      : rb_(rb), root_(root), opts_(spelling(opts)), prefix_(std::move(prefix)), errors_(errors) {}
   SchemaCompiler(const SchemaCompiler&) = delete;
   SchemaCompiler& operator=(const SchemaCompiler&) = delete;
 
@@ -324,6 +325,15 @@ class SchemaCompiler {
   ArgumentSyntax args_syntax_ = ArgumentSyntax::JsonObject;
 
  private:
+  // Gemma 4's values have no whitespace and spell null and booleans as JSON does.
+  static CompileOptions spelling(CompileOptions o) {
+    if (o.gemma4_values) {
+      o.whitespace = Whitespace::Compact;
+      o.python_literals = false;
+    }
+    return o;
+  }
+
   void error(const std::string& ptr, const std::string& kw, const std::string& msg) {
     errors_.push_back({prefix_ + ptr, kw, msg});
   }
@@ -921,10 +931,23 @@ class SchemaCompiler {
   std::string scalar_text(const JValue& v) const {
     if (v.kind == JValue::Kind::Null) return null_text();
     if (v.kind == JValue::Kind::Bool) return bool_text(v.boolean);
+    if (v.is_string() && opts_.gemma4_values) return std::string(kGemma4Quote) + v.str + std::string(kGemma4Quote);
     return to_json(v);
   }
 
+  // Whether Gemma 4's spelling can write a value: a string holds no quote token and no NUL (raw
+  // text has no escapes), a key is unquoted (gemma4_key).
+  static bool gemma4_writable(const JValue& v) {
+    if (v.is_string()) return v.str.find(kGemma4Quote) == std::string::npos && v.str.find('\0') == std::string::npos;
+    for (const auto& e : v.arr)
+      if (!gemma4_writable(e)) return false;
+    for (const auto& [k, e] : v.obj)
+      if (!gemma4_key(k) || !gemma4_writable(e)) return false;
+    return true;
+  }
+
   uint32_t literal(const JValue& v) {
+    if (opts_.gemma4_values && !gemma4_writable(v)) return rb_.new_rule();  // no alternative: never written
     if (!v.is_array() && !v.is_object()) return rb_.literal_rule(scalar_text(v));
     // Objects go element by element even when compact, so their braces carry the key-uniqueness
     // tags as every other object's do (the tracking stays balanced in an anyOf of a literal and a
@@ -935,7 +958,8 @@ class SchemaCompiler {
         if (self(e, self)) return true;
       return false;
     };
-    if (opts_.whitespace == Whitespace::Compact && !opts_.python_literals && !has_object(v, has_object))
+    if (opts_.whitespace == Whitespace::Compact && !opts_.python_literals && !opts_.gemma4_values &&
+        !has_object(v, has_object))
       return rb_.literal_rule(to_json(v));
     std::vector<Elem> seq;
     seq.push_back(v.is_array() ? rb_.byte('[') : tagged(rb_.byte('{'), kTagObjOpen));
@@ -947,7 +971,7 @@ class SchemaCompiler {
         sp_.after_comma(seq);
       }
       if (v.is_object()) {
-        rb_.lit(seq, json_quote(v.obj[k].first));
+        rb_.lit(seq, opts_.gemma4_values ? v.obj[k].first : json_quote(v.obj[k].first));
         sp_.after_value(seq);
         seq.push_back(rb_.byte(':'));
         sp_.after_colon(seq);
@@ -1088,12 +1112,16 @@ class SchemaCompiler {
         if (excluded_by_not(f, *v)) continue;
         Tri t = value_ok(f, *v);
         if (t == Tri::Yes) rb_.add_alt(r, {RuleBuilder::ref(literal(*v))});
+        if (t == Tri::Yes && v->kind == JValue::Kind::Null && opts_.gemma4_values)
+          rb_.add_alt(r, {RuleBuilder::ref(rb_.literal_rule("None"))});
         if (t == Tri::Unknown)
           error(f.ptr, "enum", "enum/const combined with array/object keywords is not supported");
       }
       return r;
     }
     if (f.types & kNull) rb_.add_alt(r, {RuleBuilder::ref(rb_.literal_rule(null_text()))});
+    // Gemma 4's template prints a null argument as Jinja prints Python's None.
+    if ((f.types & kNull) && opts_.gemma4_values) rb_.add_alt(r, {RuleBuilder::ref(rb_.literal_rule("None"))});
     if (f.types & kBool) {
       if (!f.not_true) rb_.add_alt(r, {RuleBuilder::ref(rb_.literal_rule(bool_text(true)))});
       if (!f.not_false) rb_.add_alt(r, {RuleBuilder::ref(rb_.literal_rule(bool_text(false)))});
@@ -1706,6 +1734,14 @@ class SchemaCompiler {
   }
 
   uint32_t string_rule(const Flat& f) {
+    if (opts_.gemma4_values) {
+      std::vector<Elem> seq;
+      rb_.lit(seq, std::string(kGemma4Quote));
+      seq.push_back(RuleBuilder::ref(raw_string_rule(f, RawSyntax::Gemma4)));
+      const uint32_t g = rb_.new_rule();
+      rb_.add_alt(g, std::move(seq));
+      return g;
+    }
     uint32_t r = rb_.new_rule();
     std::vector<std::string> excluded;  // not {const/enum} strings
     if (!f.has_enum)
@@ -1919,13 +1955,16 @@ class SchemaCompiler {
   // an XML parameter name is not quoted, so it cannot hold the characters that end it).
   static bool name_writable(const std::string& name, ArgumentSyntax syn) {
     if (syn == ArgumentSyntax::JsonObject) return true;
+    if (syn == ArgumentSyntax::Gemma4Object) return gemma4_key(name);
     if (syn == ArgumentSyntax::XmlParameters) return !name.empty() && name.find_first_of("<>\r\n") == std::string::npos;
     return python_identifier(name);
   }
 
   uint32_t object_rule(const Flat& f, ArgumentSyntax syn = ArgumentSyntax::JsonObject) {
+    if (opts_.gemma4_values) syn = ArgumentSyntax::Gemma4Object;  // every object, nested ones too
     const bool json = syn == ArgumentSyntax::JsonObject;
     const bool xml = syn == ArgumentSyntax::XmlParameters;
+    const bool gemma = syn == ArgumentSyntax::Gemma4Object;
     uint32_t r = rb_.new_rule();
     struct P {
       std::string name;
@@ -1988,6 +2027,15 @@ class SchemaCompiler {
       }
       props.push_back({req, true, xml ? xml_value_rule(add_sub) : compile_sub(add_sub)});
       names.push_back(req);
+    }
+    if (gemma) {
+      // The template writes members with dictsort: by name, case-insensitively (stable for names
+      // that differ only in case).
+      auto lower = [](std::string k) {
+        for (char& ch : k) ch = char(std::tolower(static_cast<unsigned char>(ch)));
+        return k;
+      };
+      std::stable_sort(props.begin(), props.end(), [&](const P& a, const P& b) { return lower(a.name) < lower(b.name); });
     }
     if (nr.none) add_allowed = false;
     uint32_t add_key = 0, add_val = 0;
@@ -2064,7 +2112,8 @@ class SchemaCompiler {
       // written at most once, in schema order, and free keys exclude the listed names). An XML
       // name is opened by the '=' of "<parameter=" and closed by the '>' after it, a Python
       // keyword by the ',' before it (or the call's '(', tagged by the tool-list compiler) and the
-      // '=' after it, listed or not, since those delimiters are shared.
+      // '=' after it, listed or not, since those delimiters are shared; a Gemma 4 key likewise by
+      // the '{' or ',' before it and the ':' after it.
       if (c > 0 && !xml) {
         seq.push_back(json ? rb_.byte(',') : tagged(rb_.byte(','), kTagKeyOpen | kTagKeySkipWs));
         sp_.after_comma(seq);
@@ -2094,7 +2143,7 @@ class SchemaCompiler {
       if (name) rb_.lit(seq, *name);
       else seq.push_back(RuleBuilder::ref(key_rule));
       const size_t close_at = seq.size();
-      rb_.lit(seq, xml ? ">\n" : "=");
+      rb_.lit(seq, xml ? ">\n" : gemma ? ":" : "=");
       seq[close_at] = tagged(seq[close_at], kTagKeyClose);
       seq.push_back(RuleBuilder::ref(value));  // XML: the value rule ends with "\n</parameter>"
       if (xml) seq.push_back(rb_.byte('\n'));
@@ -2205,6 +2254,7 @@ class SchemaCompiler {
             if (c > 0) sp_.before_close(close);
             close.push_back(tagged(rb_.byte('}'), kTagObjClose));
           }
+          if (gemma) close.push_back(tagged(rb_.byte('}'), kTagObjClose));
           rb_.add_alt(tail, std::move(close));
         }
         if (add_allowed && (maxp < 0 || c < maxp) && (max_free < 0 || k < max_free)) {
@@ -2232,6 +2282,7 @@ class SchemaCompiler {
       open.push_back(tagged(rb_.byte('{'), kTagObjOpen));
       sp_.after_open(open);
     }
+    if (gemma) open.push_back(tagged(rb_.byte('{'), kTagObjOpen | kTagKeyOpen));
     open.push_back(RuleBuilder::ref(rest[0][0]));
     rb_.add_alt(r, std::move(open));
     return r;
@@ -2288,7 +2339,7 @@ class SchemaCompiler {
         rb_.add_alt(r, {RuleBuilder::ref(rb_.literal_rule("False")), RuleBuilder::ref(close)});
       if ((f.types & kNull) && !not_value(JValue::Kind::Null, false))
         rb_.add_alt(r, {RuleBuilder::ref(rb_.literal_rule("None")), RuleBuilder::ref(close)});
-      if (f.types & kStr) rb_.add_alt(r, {RuleBuilder::ref(xml_string_rule(f))});
+      if (f.types & kStr) rb_.add_alt(r, {RuleBuilder::ref(raw_string_rule(f, RawSyntax::Xml))});
     }
     return r;
   }
@@ -2300,14 +2351,26 @@ class SchemaCompiler {
     return *xml_close_;
   }
 
-  // Raw text of a string parameter (its decoded value, no escapes), then "\n</parameter>". The
-  // value never contains "</parameter>", so the first one a reader finds closes it.
-  uint32_t xml_string_rule(const Flat& f) {
+  // Raw text: a string's decoded value itself, no escapes, then its close: a Qwen3.5 XML parameter
+  // (close "\n</parameter>") or a Gemma 4 string (after the caller's opening <|"|>, close <|"|>).
+  // The value never contains the close's tag, so the first one a reader finds closes it. (<|"|>
+  // has no proper prefix that is also its suffix, so raw text followed by it cannot hold it
+  // earlier either.)
+  enum class RawSyntax { Xml, Gemma4 };
+
+  uint32_t raw_close_rule(RawSyntax syn) {
+    if (syn == RawSyntax::Xml) return xml_close_rule();
+    if (!gemma_close_) gemma_close_ = rb_.literal_rule(std::string(kGemma4Quote));
+    return *gemma_close_;
+  }
+
+  uint32_t raw_string_rule(const Flat& f, RawSyntax syn) {
+    const bool xml = syn == RawSyntax::Xml;
     std::vector<std::string> excluded;
     for (const JValue* x : f.not_values)
       if (x->is_string()) excluded.push_back(x->str);
-    if (f.patterns.empty() && f.formats.empty() && excluded.empty() && f.min_len == 0 && f.max_len < 0)
-      return xml_free_text_rule();
+    const bool free = f.patterns.empty() && f.formats.empty() && excluded.empty() && f.min_len == 0 && f.max_len < 0;
+    if (free) return xml ? xml_free_text_rule() : gemma_free_text_rule();
     uint32_t r = rb_.new_rule();
     Dfa acc;
     bool have = false;
@@ -2330,26 +2393,32 @@ class SchemaCompiler {
       if (!narrow(regex_cache(p, false), "pattern")) return r;
     for (const auto& fm : f.formats)
       if (!narrow(format_dfa(fm), "format")) return r;
-    if (!narrow(regex_cache("[\\s\\S]*", true), "pattern")) return r;  // valid UTF-8 only
+    // Valid UTF-8 only. Not [\s\S]: the regex compiler keeps \S to ASCII (where Python and ECMA
+    // agree), which would leave out every other character.
+    if (!narrow(regex_cache("[^\\x00]*", true), "pattern")) return r;
     if (!excluded.empty() && !charge_literals(excluded)) return r;
     Dfa without = excluded.empty() ? acc : dfa_minus(acc, dfa_literals(excluded));
-    const Dfa* contains = regex_cache("[\\s\\S]*" + std::string(kXmlClose) + "[\\s\\S]*", true);
+    // The close's tag as a regex ("<|\"|>" needs its '|' escaped).
+    const std::string tag = xml ? std::string(kXmlClose) : "<\\|\"\\|>";
+    const Dfa* contains = regex_cache("[^\\x00]*" + tag + "[^\\x00]*", true);
+    const char* what = xml ? "string constraints too complex for an XML parameter"
+                           : "string constraints too complex for a Gemma 4 string";
     if (without.next.empty() || !contains) {
-      error(f.ptr, "pattern", "string constraints too complex for an XML parameter");
+      error(f.ptr, "pattern", what);
       return r;
     }
     Dfa d = dfa_minus(without, *contains);
     if (d.next.empty()) {
-      error(f.ptr, "pattern", "string constraints too complex for an XML parameter");
+      error(f.ptr, "pattern", what);
       return r;
     }
     if (d.empty_language()) return r;
-    return dfa_raw_text_rules(d, f.min_len, f.max_len, f.ptr);
+    return dfa_raw_text_rules(d, f.min_len, f.max_len, f.ptr, raw_close_rule(syn));
   }
 
   // dfa_string_rules for raw text: the decoded bytes themselves (any byte but NUL), multi-byte
   // characters through StrCharRaw where they all lead to one state; the close after acceptance.
-  uint32_t dfa_raw_text_rules(const Dfa& d, int64_t min_len, int64_t max_len, const std::string& ptr) {
+  uint32_t dfa_raw_text_rules(const Dfa& d, int64_t min_len, int64_t max_len, const std::string& ptr, uint32_t close) {
     std::map<std::pair<int32_t, int64_t>, uint32_t> ids;
     std::vector<std::pair<int32_t, int64_t>> work;
     const int64_t cap = max_len >= 0 ? max_len : min_len;
@@ -2375,7 +2444,7 @@ class SchemaCompiler {
       }
       auto [q, c] = work[k];
       const uint32_t r = ids[{q, c}];
-      if (d.accept[size_t(q)] && c >= min_len) rb_.add_alt(r, {RuleBuilder::ref(xml_close_rule())});
+      if (d.accept[size_t(q)] && c >= min_len) rb_.add_alt(r, {RuleBuilder::ref(close)});
       const int32_t raw_t = nonascii_target(d, q);
       const int64_t c_char = next_count(c);
       ByteSet raw_class{};
@@ -2443,11 +2512,35 @@ class SchemaCompiler {
     return a0;
   }
 
+  // Unconstrained Gemma 4 string text: any characters (no NUL) up to the first <|"|>, which
+  // closes it. States: A = no partial match, P[j] = the first j bytes of the quote matched. The
+  // quote's first byte '<' does not recur in it, so a mismatch restarts from the byte itself.
+  uint32_t gemma_free_text_rule() {
+    if (gemma_free_text_) return *gemma_free_text_;
+    const std::string_view quote = kGemma4Quote;
+    const size_t m = quote.size();
+    std::vector<uint32_t> p(m);
+    for (auto& r : p) r = rb_.new_rule();  // p[0] = A
+    for (size_t j = 0; j < m; ++j) {
+      const int want = j == 0 ? '<' : static_cast<unsigned char>(quote[j]);
+      ByteSet other{};
+      for (int b = 1; b < 256; ++b)
+        if (b != '<' && b != want) byteset_add(other, uint8_t(b));
+      rb_.add_alt(p[j], {{ElemKind::StrCharRaw, rb_.cls(other).arg}, RuleBuilder::ref(p[0])});
+      if (j > 0) rb_.add_alt(p[j], {rb_.byte('<'), RuleBuilder::ref(p[1])});
+      if (j + 1 < m) rb_.add_alt(p[j], {rb_.byte(uint8_t(want)), RuleBuilder::ref(p[j + 1])});
+      else rb_.add_alt(p[j], {rb_.byte(uint8_t(want))});  // the closing quote: done
+    }
+    gemma_free_text_ = p[0];
+    return p[0];
+  }
+
   // Any JSON value (the `true` schema).
   uint32_t any_rule() {
     if (any_rule_) return *any_rule_;
     uint32_t v = rb_.new_rule();
     any_rule_ = v;
+    if (opts_.gemma4_values) return gemma4_any_rule(v);
     uint32_t str = plain_string_rule(rb_);
     rb_.add_alt(v, {RuleBuilder::ref(rb_.literal_rule(null_text()))});
     rb_.add_alt(v, {RuleBuilder::ref(rb_.literal_rule(bool_text(true)))});
@@ -2513,6 +2606,39 @@ class SchemaCompiler {
     return v;
   }
 
+  // Any value in Gemma 4's spelling, into rule v: free keys are identifiers (as a free member of a
+  // schema object is).
+  uint32_t gemma4_any_rule(uint32_t v) {
+    rb_.add_alt(v, {RuleBuilder::ref(rb_.literal_rule(null_text()))});
+    rb_.add_alt(v, {RuleBuilder::ref(rb_.literal_rule("None"))});
+    rb_.add_alt(v, {RuleBuilder::ref(rb_.literal_rule(bool_text(true)))});
+    rb_.add_alt(v, {RuleBuilder::ref(rb_.literal_rule(bool_text(false)))});
+    rb_.add_alt(v, {RuleBuilder::ref(num_regex_rule("-?(0|[1-9][0-9]{0,14})(\\.[0-9]{1,15})?([eE]-[0-9]{1,2})?"))});
+    rb_.add_alt(v, {RuleBuilder::ref(string_rule(Flat{}))});
+    uint32_t arr = rb_.new_rule(), arr_rest = rb_.new_rule();
+    rb_.add_alt(arr, {rb_.byte('['), rb_.byte(']')});
+    rb_.add_alt(arr, {rb_.byte('['), RuleBuilder::ref(v), RuleBuilder::ref(arr_rest)});
+    rb_.add_alt(arr_rest, {rb_.byte(']')});
+    rb_.add_alt(arr_rest, {rb_.byte(','), RuleBuilder::ref(v), RuleBuilder::ref(arr_rest)});
+    const Dfa* ident = regex_cache("[A-Za-z_][A-Za-z0-9_]*", true);
+    if (ident) {
+      // '{' and ',' open a key, ':' closes it (unique keys), '}' closes the object.
+      const uint32_t key = dfa_raw_rules(*ident);
+      uint32_t obj = rb_.new_rule(), obj_rest = rb_.new_rule();
+      const Elem open = tagged(rb_.byte('{'), kTagObjOpen | kTagKeyOpen);
+      const Elem close = tagged(rb_.byte('}'), kTagObjClose);
+      const Elem colon = tagged(rb_.byte(':'), kTagKeyClose);
+      rb_.add_alt(obj, {open, close});
+      rb_.add_alt(obj, {open, RuleBuilder::ref(key), colon, RuleBuilder::ref(v), RuleBuilder::ref(obj_rest)});
+      rb_.add_alt(obj_rest, {close});
+      rb_.add_alt(obj_rest, {tagged(rb_.byte(','), kTagKeyOpen), RuleBuilder::ref(key), colon, RuleBuilder::ref(v),
+                             RuleBuilder::ref(obj_rest)});
+      rb_.add_alt(v, {RuleBuilder::ref(obj)});
+    }
+    rb_.add_alt(v, {RuleBuilder::ref(arr)});
+    return v;
+  }
+
   RuleBuilder& rb_;
   const JValue& root_;
   CompileOptions opts_;
@@ -2530,7 +2656,7 @@ class SchemaCompiler {
   std::map<std::string, uint32_t> num_rules_;
   std::map<ByteSet, uint32_t> escape_rules_;
   std::optional<uint32_t> any_rule_;
-  std::optional<uint32_t> xml_close_, xml_free_text_;
+  std::optional<uint32_t> xml_close_, xml_free_text_, gemma_close_, gemma_free_text_;
   JsonSpacing sp_{rb_, opts_};
   bool has_ref_ = false;
   std::vector<std::string> nested_ids_;
@@ -2616,6 +2742,24 @@ uint32_t key_string_rule(RuleBuilder& rb) {
   uint32_t r = rb.new_rule();
   rb.add_alt(r, {tagged(rb.byte('"'), kTagKeyOpen | kTagKeyJson), RuleBuilder::ref(body)});
   return r;
+}
+
+bool gemma4_name(std::string_view s) {
+  if (s.empty()) return false;
+  for (char ch : s) {
+    const auto c = static_cast<unsigned char>(ch);
+    if (c <= 0x20 || c == 0x7F || std::strchr("{}:<>", c)) return false;
+  }
+  return true;
+}
+
+bool gemma4_key(std::string_view s) {
+  if (s.empty()) return false;
+  for (char ch : s) {
+    const auto c = static_cast<unsigned char>(ch);
+    if (c <= 0x20 || c == 0x7F || std::strchr(":,{}[]\"<>", c)) return false;
+  }
+  return true;
 }
 
 // An ASCII Python identifier: what a keyword argument (LFM2's calls) can be named.

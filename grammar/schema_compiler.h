@@ -3,6 +3,7 @@
 #pragma once
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "grammar/grammar.h"
@@ -17,6 +18,7 @@ enum class ArgumentSyntax {
   JsonObject,     // {"a": 1, "b": "x"}
   PythonKwargs,   // a=1, b="x"            (inside the caller's "name(" ... ")")
   XmlParameters,  // <parameter=a>\n1\n</parameter>\n<parameter=b>\nx\n</parameter>\n  (Qwen3.5)
+  Gemma4Object,   // {a:1,b:<|"|>x<|"|>}  (Gemma 4; chosen for every object by CompileOptions::gemma4_values)
 };
 
 // Compiles `root` (a whole schema document) into rb; returns the rule id of the root schema.
@@ -52,6 +54,15 @@ class JsonSpacing {
 
 // An ASCII Python identifier (LFM2's function and keyword names).
 bool python_identifier(std::string_view s);
+
+// Gemma 4's call syntax (ToolCallFormat::Gemma4, CompileOptions::gemma4_values).
+inline constexpr std::string_view kGemma4CallOpen = "<|tool_call>call:";
+inline constexpr std::string_view kGemma4CallClose = "<tool_call|>";
+inline constexpr std::string_view kGemma4Quote = "<|\"|>";  // opens and closes a string
+// A tool name written unquoted between "call:" and '{': no whitespace, control byte or { } : < >.
+bool gemma4_name(std::string_view s);
+// An object key written unquoted before ':': no whitespace, control byte or : , { } [ ] " < >.
+bool gemma4_key(std::string_view s);
 
 // Shared helpers for the tool-list wrapper.
 uint32_t whitespace_rule(RuleBuilder& rb, const CompileOptions& opts);  // Flexible's bounded run

@@ -68,6 +68,7 @@ ToolCallStreamer::ToolCallStreamer(ToolCallStyle style, std::string tools_json)
 void ToolCallStreamer::update(std::string_view text, std::vector<CallEvent>& events) {
   if (style_ == ToolCallStyle::QwenXml) update_xml(text, events);
   else if (style_ == ToolCallStyle::PythonList) update_python(text, events);
+  else if (style_ == ToolCallStyle::Gemma4) update_gemma4(text, events);
   else update_json(text, events);
 }
 
@@ -335,6 +336,27 @@ void ToolCallStreamer::update_python(std::string_view text, std::vector<CallEven
     }
     advance(stable, events);
     return;
+  }
+}
+
+void ToolCallStreamer::update_gemma4(std::string_view text, std::vector<CallEvent>& events) {
+  // After a malformed call the reader stops; the final reading (parse_gemma4_calls) decides.
+  std::vector<Gemma4Event> read;
+  gemma4_.update(text, read);
+  for (auto& e : read) {
+    switch (e.kind) {
+      case Gemma4Event::Kind::Start:
+        calls_.push_back(Streamed{e.text, "", false});
+        events.push_back(CallEvent{e.index, true, std::move(e.text), ""});
+        break;
+      case Gemma4Event::Kind::Arguments:
+        calls_[e.index].arguments += e.text;
+        events.push_back(CallEvent{e.index, false, "", std::move(e.text)});
+        break;
+      case Gemma4Event::Kind::End:
+        calls_[e.index].complete = true;
+        break;
+    }
   }
 }
 

@@ -10,6 +10,8 @@
 //     synthetically and read back with that parser, and the part that cannot change any more is
 //     handed out (a string value streams as it is written; other values when they end; the final
 //     '}' when the call ends).
+//   - Gemma 4 calls: converted to JSON as they are read (gemma4_calls.h: the same reader makes the
+//     final arguments), a string's characters as they come, other values when they end.
 // Thread-safety: one streamer per generation, used by one thread.
 #pragma once
 #include <map>
@@ -19,6 +21,7 @@
 #include <vector>
 
 #include "chat_template.h"
+#include "gemma4_calls.h"
 
 namespace picolm {
 
@@ -32,7 +35,7 @@ struct CallEvent {
 class ToolCallStreamer {
  public:
   // style: TaggedJson, BareJson (and the envelope, whose calls are the same JSON objects),
-  // QwenXml or PythonList. tools_json: the request's tools (the native formats type values by it).
+  // QwenXml, PythonList or Gemma4. tools_json: the request's tools (the native formats type values by it).
   ToolCallStreamer(ToolCallStyle style, std::string tools_json);
 
   // `text` is the calls' text so far (each call only ever grows at its end); appends the news.
@@ -49,6 +52,7 @@ class ToolCallStreamer {
   void update_json(std::string_view text, std::vector<CallEvent>& events);
   void update_xml(std::string_view text, std::vector<CallEvent>& events);
   void update_python(std::string_view text, std::vector<CallEvent>& events);
+  void update_gemma4(std::string_view text, std::vector<CallEvent>& events);
   // Hands out what `stable` (the arguments' JSON that cannot change any more) adds.
   void advance(const std::string& stable, std::vector<CallEvent>& events);
   bool string_only(const std::string& name, const std::string& param);
@@ -63,6 +67,7 @@ class ToolCallStreamer {
   int depth_ = 0;
   bool in_string_ = false, escaped_ = false;
   std::map<std::pair<std::string, std::string>, bool> string_only_;  // QwenXml: (tool, param)
+  Gemma4CallReader gemma4_{/*text_between=*/true};                   // Gemma4
 };
 
 }  // namespace picolm

@@ -99,6 +99,7 @@ enum class ToolCallStyle : uint8_t {
   DeepSeekR1,    // <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>name\n```json\n{...}\n```<｜tool▁call▁end｜>...
   QwenXml,       // <tool_call>\n<function=NAME>\n<parameter=P>\nvalue\n</parameter>\n</function>\n</tool_call> (Qwen3.5)
   PythonList,    // <|tool_call_start|>[name(a="v", n=3), ...]<|tool_call_end|> (LFM2, LFM2.5)
+  Gemma4,        // <|tool_call>call:NAME{key:<|"|>v<|"|>,n:3}<tool_call|>, repeatable (Gemma 4; gemma4_calls.h)
 };
 
 struct FamilyTraits {

@@ -37,9 +37,9 @@ constexpr const char* kUsage =
     "       picolm-grammar cache-stress [--schemas N] [--props P] [--cache-mb M]\n"
     "         N distinct P-property schemas through a GrammarCache of M MB (defaults 320, 10000,\n"
     "         64): prints the cache's accounted bytes and the process RSS (issue 15)\n"
-    "  --format object|array|hermes|envelope|qwen-xml|python\n"
+    "  --format object|array|hermes|envelope|qwen-xml|python|gemma4\n"
     "                                           tool-call format (with --tools; default object;\n"
-    "                                           qwen-xml: Qwen3.5, python: LFM2)\n"
+    "                                           qwen-xml: Qwen3.5, python: LFM2, gemma4: Gemma 4)\n"
     "  --parallel                               allow several tool calls\n"
     "  --dump                                   compile: print the rules\n"
     "  --allow-text                             envelope: also allow {\"content\":\"...\"}\n"
@@ -136,8 +136,8 @@ Args parse_args(int argc, char** argv) {
   if (a.command == "cache-stress") return a;
   if (a.schema_path.empty() == a.tools_path.empty()) usage_error("give exactly one of --schema and --tools");
   if (a.format != "object" && a.format != "array" && a.format != "hermes" && a.format != "envelope" &&
-      a.format != "qwen-xml" && a.format != "python")
-    usage_error("--format must be object, array, hermes, envelope, qwen-xml or python");
+      a.format != "qwen-xml" && a.format != "python" && a.format != "gemma4")
+    usage_error("--format must be object, array, hermes, envelope, qwen-xml, python or gemma4");
   if (a.whitespace != "compact" && a.whitespace != "flexible" && a.whitespace != "natural")
     usage_error("--whitespace must be compact, flexible or natural");
   if (a.property_order != "schema" && a.property_order != "any")
@@ -184,7 +184,7 @@ struct Source {
                                                           : ", whitespace natural (indent " + std::to_string(schema_opts.max_indent) + ")";
     if (schema_opts.property_order == PropertyOrder::Any) d += ", any property order";
     if (is_tools) {
-      static const char* names[] = {"object", "array", "hermes", "triggered-text", "envelope", "qwen-xml", "python"};
+      static const char* names[] = {"object", "array", "hermes", "triggered-text", "envelope", "qwen-xml", "python", "gemma4"};
       d += std::string(", format ") + names[static_cast<int>(tool_opts.format)];
       if (tool_opts.parallel) d += ", parallel";
       if (tool_opts.allow_text) d += ", allow-text";
@@ -213,6 +213,7 @@ Source make_source(const Args& a) {
                        : a.format == "envelope" ? ToolCallFormat::Envelope
                        : a.format == "qwen-xml" ? ToolCallFormat::QwenXml
                        : a.format == "python"   ? ToolCallFormat::PythonList
+                       : a.format == "gemma4"   ? ToolCallFormat::Gemma4
                                                 : ToolCallFormat::JsonObject;
   s.tool_opts.parallel = a.parallel;
   s.tool_opts.allow_text = a.allow_text;
