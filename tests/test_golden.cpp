@@ -438,9 +438,9 @@ TEST_CASE("phi3: LongRoPE takes the short or the long factors by context size", 
 
 // ---- gemma4 (tests/models, tests/golden: llama.cpp 3f545be) ----------------------------------------
 
-TEST_CASE("golden: gemma4-tiny-f16", "[golden][gemma4]") { golden_model("gemma4-tiny-f16"); }
-TEST_CASE("golden: gemma4-tiny-q8_0", "[golden][gemma4]") { golden_model("gemma4-tiny-q8_0"); }
-TEST_CASE("golden: gemma4-tiny-q4km", "[golden][gemma4]") { golden_model("gemma4-tiny-q4km"); }
+TEST_CASE("golden: gemma4-tiny-f16", "[golden][gemma4]") { golden_model("gemma4-tiny-f16", kRepoData); }
+TEST_CASE("golden: gemma4-tiny-q8_0", "[golden][gemma4]") { golden_model("gemma4-tiny-q8_0", kRepoData); }
+TEST_CASE("golden: gemma4-tiny-q4km", "[golden][gemma4]") { golden_model("gemma4-tiny-q4km", kRepoData); }
 
 namespace {
 
