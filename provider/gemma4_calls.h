@@ -95,6 +95,7 @@ namespace gemma4 {
 inline constexpr std::string_view kTemplateMarker = "'<|tool_call>call:'";
 inline constexpr std::string_view kCallOpen = "<|tool_call>";
 inline constexpr std::string_view kCallClose = "<tool_call|>";
+inline constexpr std::string_view kQuote = "<|\"|>";  // opens and closes a string
 inline constexpr std::string_view kThinkingOpen = "<|channel>thought";
 inline constexpr std::string_view kThinkingClose = "<channel|>";
 inline constexpr std::string_view kStops[] = {"<turn|>", "<|tool_response>"};

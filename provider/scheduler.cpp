@@ -20,6 +20,7 @@
 #include "prompt_cache.h"
 #include "call_stream.h"
 #include "content_marks.h"
+#include "gemma4_calls.h"
 #include "grammar_vocab.h"
 #include "token_budget.h"
 #include "tool_format.h"
@@ -276,9 +277,17 @@ std::optional<std::string> envelope_content_text(std::string_view text) {
   return std::string(text.substr(b, e - b));
 }
 
-// The calls of a reply: JSON (tagged or bare) or a native syntax (Qwen3.5, LFM2; tool_format.h).
+// Call syntaxes whose final arguments come from reading the whole reply (the streamed pieces are
+// checked against them), not from the JSON the streamer saw.
+bool native_syntax(ToolCallStyle style) {
+  return style == ToolCallStyle::QwenXml || style == ToolCallStyle::PythonList || style == ToolCallStyle::Gemma4;
+}
+// Families whose call tags may be control tokens: the decoder renders control tokens' text.
+bool renders_control_tags(ToolCallStyle style) { return style == ToolCallStyle::PythonList || style == ToolCallStyle::Gemma4; }
+
+// The calls of a reply: JSON (tagged or bare) or a native syntax (Qwen3.5, LFM2, Gemma 4; tool_format.h).
 std::vector<GeneratedToolCall> read_tool_calls(const Job& job, ToolCallStyle style, std::string_view text) {
-  if (style != ToolCallStyle::QwenXml && style != ToolCallStyle::PythonList)
+  if (!native_syntax(style))
     return job.trigger_at_start ? parse_bare_tool_calls(text) : parse_tagged_tool_calls(text, job.trigger, job.close_tag);
   std::vector<GeneratedToolCall> calls;
   for (auto& c : parse_native_tool_calls(style, text, job.tools_json)) calls.push_back({"", c.name, c.arguments_json});
@@ -565,8 +574,9 @@ void Generation::end_prefill() {
 
   sampler_.emplace(job_.sampling);
   for (int32_t t : job_.prompt) sampler_->accept(t);
-  // LFM2's call tags are control tokens: rendered, so the trigger and the call text see them.
-  decoder_.emplace(tok_, family_traits(e_.family).tool_call_style == ToolCallStyle::PythonList);
+  // LFM2's call tags (and Gemma 4's, in a GGUF that marks them so) are control tokens: rendered,
+  // so the trigger and the call text see them.
+  decoder_.emplace(tok_, renders_control_tags(family_traits(e_.family).tool_call_style));
   const bool from_start = constrained_from_start(job_.mode);
   // Thinking first (if any), then the answer: a constrained answer's grammar starts after </think>.
   // Sized only when there is thinking to size (the reserve compiles a matcher and tokenizes).
@@ -924,8 +934,7 @@ void Generation::finalize() {
     const ToolCallStreamer::Streamed& s = calls_stream_->calls()[i];
     c.id = streamed_ids_[i];
     // JSON calls: the object as written, minified (the same JSON value the parser read).
-    if (s.complete && (job_.mode == OutputMode::Envelope || (family_traits(e_.family).tool_call_style != ToolCallStyle::QwenXml &&
-                                                            family_traits(e_.family).tool_call_style != ToolCallStyle::PythonList)))
+    if (s.complete && (job_.mode == OutputMode::Envelope || !native_syntax(family_traits(e_.family).tool_call_style)))
       c.arguments_json = s.arguments;
     if (c.arguments_json.compare(0, s.arguments.size(), s.arguments) == 0)
       job_.push_call_arguments(static_cast<int>(i), c.arguments_json.substr(s.arguments.size()));
@@ -1303,10 +1312,13 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineOptions& opts, Metric
   if (tok.eos_id() >= 0) impl->eos_text = tok.token_to_piece(tok.eos_id(), true);
 
   // Grammar vocabulary (grammar_vocab.h); LFM2's <|tool_call_start|> / <|tool_call_end|> are
-  // control tokens its calls are written with: kept with their text for its call grammar.
+  // control tokens its calls are written with: kept with their text for its call grammar. So are
+  // Gemma 4's call tags and string quote where a GGUF marks them Control (its own tokenizer has
+  // them user-defined, which the grammar keeps anyway).
   const FamilyTraits& ft = family_traits(impl->family);
   std::vector<std::string_view> call_tags;
   if (ft.tool_call_style == ToolCallStyle::PythonList) call_tags = {ft.tool_call_start, ft.tool_call_end};
+  if (ft.tool_call_style == ToolCallStyle::Gemma4) call_tags = {ft.tool_call_start, ft.tool_call_end, gemma4::kQuote};
   impl->vocab = grammar_vocabulary(tok, impl->n_vocab, call_tags);
 
   // ---- slots: one Session (KV cache) each, all of the same context ----

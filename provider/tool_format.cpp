@@ -1,6 +1,8 @@
 // Conversation lowering for templates without tool syntax; see tool_format.h.
 #include "tool_format.h"
 
+#include "gemma4_calls.h"
+
 #include <cstdint>
 #include <cstdlib>
 #include <tuple>
@@ -743,6 +745,9 @@ std::vector<ToolCall> parse_native_tool_calls(ToolCallStyle style, std::string_v
       pos = parse_python_list(text, pos + kStart.size(), calls);
       pos = text.find(kStart, pos);
     }
+  } else if (style == ToolCallStyle::Gemma4) {
+    // The calls read whole before an error are kept (as the other syntaxes keep theirs).
+    calls = parse_gemma4_calls(text, /*text_between=*/true).calls;
   }
   return calls;
 }

@@ -146,6 +146,8 @@ inline std::string cases_json(const std::vector<Case>& cases) {
     }
     if (c.options.enable_thinking) out += *c.options.enable_thinking ? ", \"enable_thinking\": true" : ", \"enable_thinking\": false";
     if (c.family == TemplateFamily::Lfm2 || c.family == TemplateFamily::Lfm25) out += ", \"calls_in_content\": \"python\"";
+    // Gemma 4: the model's turn llama.cpp opens after a prompt the template left closed.
+    if (c.family == TemplateFamily::Gemma4) out += ", \"reopen_turn\": [\"<turn|>\\n\", \"<|turn>model\\n\"]";
     out += "}";
   }
   out += "]\n";
@@ -344,6 +346,7 @@ inline std::vector<FamilyTemplates> all_families() {
       {TemplateFamily::Qwen35, {"Qwen3.5-4B.jinja"}, "", "<|im_end|>"},
       {TemplateFamily::Lfm2, {"LFM2-8B-A1B.jinja"}, "<|startoftext|>", "<|im_end|>"},
       {TemplateFamily::Lfm25, {"LFM2.5-Instruct.jinja"}, "<|startoftext|>", "<|im_end|>"},
+      {TemplateFamily::Gemma4, {"google-gemma-4-31B-it.jinja"}, "<bos>", "<eos>"},
   };
 }
 

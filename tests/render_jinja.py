@@ -24,6 +24,9 @@ Input (stdin): a JSON list of cases
    "add_generation_prompt": true, "bos_token": "...", "eos_token": "...",
    "date_string": "26 Jul 2024" | absent,
    "enable_thinking": true | false | absent,     # chat_template_kwargs, defined only when given
+   "reopen_turn": [after, open] | absent,        # with add_generation_prompt, a render ending
+                                                 # with `after` gets `open` appended (Gemma 4, as
+                                                 # llama.cpp 3f545be does: <turn|>\n, <|turn>model\n)
    "calls_in_content": "python" | absent}        # LFM2 / LFM2.5: their templates render no
                                                  # tool_calls; a turn's calls are written into its
                                                  # content as the model writes them (after a
@@ -152,7 +155,11 @@ def render(env, case, compiled):
         ctx["date_string"] = case["date_string"]
     if "enable_thinking" in case:
         ctx["enable_thinking"] = case["enable_thinking"]
-    return template.render(**ctx)
+    text = template.render(**ctx)
+    reopen = case.get("reopen_turn")
+    if reopen and ctx["add_generation_prompt"] and text.endswith(reopen[0]):
+        text += reopen[1]
+    return text
 
 
 def main():

@@ -198,7 +198,7 @@ TEST_CASE("template family detection", "[chat_template]") {
       {"LFM2-8B-A1B.jinja", TemplateFamily::Lfm2},
       {"LFM2.5-Instruct.jinja", TemplateFamily::Lfm25},
       {"ibm-granite-granite-3.3-2B-Instruct.jinja", TemplateFamily::Unknown},
-      {"google-gemma-4-31B-it.jinja", TemplateFamily::Unknown},
+      {"google-gemma-4-31B-it.jinja", TemplateFamily::Gemma4},
       {"mistralai-Ministral-3-14B-Reasoning-2512.jinja", TemplateFamily::Unknown},
   };
   // Every shared template is classified on purpose.
@@ -556,6 +556,78 @@ TEST_CASE("Qwen3.5 thinking: the prompt opens the block, off closes it there", "
   CHECK(reasoning_traits(TemplateFamily::Lfm2).supported == false);
   CHECK(family_traits(TemplateFamily::Qwen35).tool_call_style == ToolCallStyle::QwenXml);
   CHECK(family_traits(TemplateFamily::Lfm25).tool_call_style == ToolCallStyle::PythonList);
+}
+
+TEST_CASE("Gemma 4: thinking switched by enable_thinking, the model's turn after tool results", "[reasoning][gemma4]") {
+  REQUIRE(family_from_name("gemma4") == TemplateFamily::Gemma4);
+  REQUIRE(family_from_name("Gemma-4") == TemplateFamily::Gemma4);
+  const FamilyTraits& t = family_traits(TemplateFamily::Gemma4);
+  CHECK(t.tool_call_style == ToolCallStyle::Gemma4);
+  CHECK(t.tool_call_start == "<|tool_call>");
+  CHECK(t.tool_call_end == "<tool_call|>");
+  CHECK(t.parallel_tool_calls);
+  REQUIRE(t.stop_strings.size() == 2);
+  CHECK(t.stop_strings[0] == "<turn|>");
+  CHECK(t.stop_strings[1] == "<|tool_response>");
+
+  const std::vector<ChatMessage> user = {msg("user", "Hi")};
+  std::optional<bool> render;
+  // Off by default: the prompt closes an empty thought channel; the reply is the answer.
+  ThinkingPlan p = plan_thinking(TemplateFamily::Gemma4, user, std::nullopt, std::nullopt, ReasoningMode::Auto, render);
+  CHECK(p.split);
+  CHECK_FALSE(p.enabled);
+  CHECK_FALSE(render.has_value());
+  size_thinking_budget(p, 400);
+  CHECK(p.budget == 0);
+  CHECK_FALSE(p.force_open);
+  RenderOptions ro;
+  ro.add_generation_prompt = true;
+  ro.bos_token = "<bos>";
+  ro.enable_thinking = render;
+  auto r = render_chat(TemplateFamily::Gemma4, user, ro);
+  REQUIRE(r.ok);
+  CHECK(r.text == "<bos><|turn>user\nHi<turn|>\n<|turn>model\n<|channel>thought\n<channel|>");
+
+  // On: <|think|> at the top of the system turn, the reply opens the channel itself (forced
+  // open under a budget, as the other families).
+  p = plan_thinking(TemplateFamily::Gemma4, user, true, std::nullopt, ReasoningMode::Auto, render);
+  CHECK(p.enabled);
+  REQUIRE(render == std::optional<bool>(true));
+  size_thinking_budget(p, 400);
+  CHECK(p.budget == 200);
+  CHECK(p.force_open);
+  CHECK(p.open == "<|channel>thought");
+  CHECK(p.close == "<channel|>");
+  ro.enable_thinking = render;
+  r = render_chat(TemplateFamily::Gemma4, user, ro);
+  REQUIRE(r.ok);
+  CHECK(r.text == "<bos><|turn>system\n<|think|>\n<turn|>\n<|turn>user\nHi<turn|>\n<|turn>model\n");
+  ReasoningSplitter sp(p.open, p.close, p.start_inside);
+  ReasoningPiece a = sp.push("<|channel>thought\nThe user greets.\n<channel|>Hello!");
+  const ReasoningPiece rest = sp.finish();
+  a.reasoning += rest.reasoning;
+  a.content += rest.content;
+  CHECK(a.reasoning == "The user greets.");
+  CHECK(a.content == "Hello!");
+
+  // After results of calls written alone, the template leaves the model's turn open: the model
+  // goes on in it. After calls written beside text, the template closes the turn; the model is
+  // given a new one (as llama.cpp does).
+  ro.enable_thinking.reset();
+  std::vector<ChatMessage> calls = {msg("user", "Time?"), call_msg("", {{"call1", "get_time", "{\"tz\": \"UTC\"}"}}),
+                                    tool_msg("call1", "12:00")};
+  r = render_chat(TemplateFamily::Gemma4, calls, ro);
+  REQUIRE(r.ok);
+  CHECK(r.text.ends_with("<|turn>model\n<|tool_call>call:get_time{tz:<|\"|>UTC<|\"|>}<tool_call|>"
+                         "<|tool_response>response:get_time{value:<|\"|>12:00<|\"|>}<tool_response|>"));
+  calls[1].content = "Let me check.";
+  r = render_chat(TemplateFamily::Gemma4, calls, ro);
+  REQUIRE(r.ok);
+  CHECK(r.text.ends_with("<tool_response|>Let me check.<turn|>\n<|turn>model\n"));
+  ro.add_generation_prompt = false;
+  r = render_chat(TemplateFamily::Gemma4, calls, ro);
+  REQUIRE(r.ok);
+  CHECK(r.text.ends_with("<tool_response|>Let me check.<turn|>\n"));
 }
 
 // A chat template of a family no record knows: a turn syntax of its own, a namespace counter,

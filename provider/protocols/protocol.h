@@ -50,6 +50,11 @@ struct ChatProtocol {
   bool null_content_as_empty = false;  // a null content is given as "" (the template tests `in` on it)
   bool arguments_as_text = false;      // tool-call arguments stay JSON text (the template concatenates them)
   bool calls_in_content = false;       // the template renders no tool_calls: calls go into content (Python list)
+  // The generation prompt the template leaves out: with add_generation_prompt, a prompt that ends
+  // with `after` gets `open` appended (Gemma 4 after a turn whose text and results it closed).
+  struct TurnReopen {
+    std::string_view after, open;
+  } reopen_turn = {};
 };
 
 // The record of a family (the generic one for TemplateFamily::Unknown).
@@ -83,6 +88,7 @@ extern const ChatProtocol kGemma3Protocol;
 extern const ChatProtocol kQwen35Protocol;
 extern const ChatProtocol kLfm2Protocol;
 extern const ChatProtocol kLfm25Protocol;
+extern const ChatProtocol kGemma4Protocol;
 
 }  // namespace picolm
 
