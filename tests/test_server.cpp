@@ -1489,6 +1489,150 @@ TEST_CASE("Qwen3.5 and LFM2 native calls through the server (forced on the Qwen3
   v.check();
 }
 
+TEST_CASE("Gemma 4 native calls through the server: PicoClaw's tools on the tiny gemma4 model", "[server][gemma4]") {
+  // Issue 33: the tiny random-weight gemma4 model (its GGUF has no template; the record is chosen
+  // by name, as --chat-template gemma4) with PicoClaw's tool list: calls constrained in Gemma 4's
+  // syntax (<|tool_call>call:NAME{key:<|"|>v<|"|>}<tool_call|>) come back as OpenAI tool_calls whose
+  // arguments python3-jsonschema validates, streamed pieces concatenate to the final arguments,
+  // the results go back through the template, and thinking is split into reasoning_content.
+  const std::string tools = chat_test::read_file(kShared + "/tool-lists/picoclaw-like-tools.json");
+  Started s = start_server(kSource + "/tests/models/gemma4-tiny-q8_0.gguf", 8192, 8, 1 << 20, "", 300.0, "", "gemma4");
+  REQUIRE(s.engine->family() == TemplateFamily::Gemma4);
+  auto c = client(s.port);
+  auto body_with = [&](const std::string& fields) {
+    return R"({"model":"x","messages":[{"role":"system","content":"You are PicoClaw, a personal agent."},)"
+           R"({"role":"user","content":"Remind me to water the plants every morning."}],"tools":)" +
+           tools + "," + fields + "}";
+  };
+  auto no_call_text = [](const std::string& content) {
+    for (const char* tag : {"<|tool_call>", "<tool_call|>", "call:", "<|\"|>", "<|channel>", "<channel|>", "<turn|>"})
+      CHECK(content.find(tag) == std::string::npos);
+  };
+  Validator v;
+  int n_calls = 0;
+  std::vector<CallSeen> first_calls;
+  int seed = 1;
+  for (const std::string choice : {"required", "auto"}) {
+    for (const bool parallel : {false, true}) {
+      for (int rep = 0; rep < 2; ++rep) {
+        INFO("tool_choice " << choice << " parallel " << parallel << " seed " << seed);
+        const std::string body = body_with(R"("tool_choice":")" + choice + R"(","parallel_tool_calls":)" +
+                                           (parallel ? "true" : "false") + R"(,"max_tokens":200,"temperature":1.0,"seed":)" +
+                                           std::to_string(seed++));
+        auto res = c->Post("/v1/chat/completions", body, "application/json");
+        REQUIRE(res);
+        INFO("reply: " << res->body);
+        REQUIRE(res->status == 200);
+        const ThinkingReply r = thinking_reply(res->body);
+        CHECK_FALSE(r.reasoning.has_value());  // thinking is off unless asked for
+        if (choice == "required") {
+          CHECK(r.finish == "tool_calls");
+          REQUIRE(r.calls.size() >= 1);
+          if (first_calls.empty()) first_calls = r.calls;
+        }
+        if (!parallel) CHECK(r.calls.size() <= 1);
+        no_call_text(r.content);
+        for (auto& k : r.calls) v.add_tool_call(tools, k.name, k.arguments);
+        n_calls += static_cast<int>(r.calls.size());
+      }
+    }
+    // Streamed (greedy): the same reply; each call's argument pieces concatenate to its final
+    // arguments.
+    const std::string body = body_with(R"("tool_choice":")" + choice + R"(","parallel_tool_calls":true,"max_tokens":200,"temperature":0)");
+    auto res = c->Post("/v1/chat/completions", body, "application/json");
+    REQUIRE(res);
+    REQUIRE(res->status == 200);
+    std::string content, finish;
+    const auto calls = check_completion(res->body, &content, &finish);
+    std::string stream_body = body;
+    stream_body.pop_back();
+    stream_body += R"(,"stream":true})";
+    auto sres = c->Post("/v1/chat/completions", stream_body, "application/json");
+    REQUIRE(sres);
+    REQUIRE(sres->status == 200);
+    INFO("stream: " << sres->body);
+    const StreamResult st = parse_stream(sres->body);
+    CHECK(st.done);
+    CHECK(st.finish == finish);
+    REQUIRE(st.calls.size() == calls.size());
+    for (size_t i = 0; i < calls.size(); ++i) {
+      CHECK(st.calls[i].name == calls[i].name);
+      CHECK(st.calls[i].arguments == calls[i].arguments);
+      v.add_tool_call(tools, st.calls[i].name, st.calls[i].arguments);
+    }
+    if (calls.empty()) CHECK(st.content == content);
+    no_call_text(st.content);
+    if (choice == "required") CHECK(calls.size() >= 1);
+  }
+  CHECK(n_calls >= 4);  // every required reply has a call
+  v.check();
+
+  // The round trip: the assistant's calls and a tool result per call go back to the model. The
+  // template writes the calls in Gemma 4's syntax and each result as
+  // <|tool_response>response:NAME{value:<|"|>...<|"|>}<tool_response|>; the model goes on in its
+  // turn after them.
+  REQUIRE_FALSE(first_calls.empty());
+  std::string assistant = R"({"role":"assistant","content":null,"tool_calls":[)";
+  std::string results;
+  for (size_t i = 0; i < first_calls.size(); ++i) {
+    const std::string id = "call_" + std::to_string(i);
+    const std::string args = server_fixture::json_quote(first_calls[i].arguments);
+    assistant += (i ? "," : "") + std::string(R"({"id":")") + id + R"(","type":"function","function":{"name":")" +
+                 first_calls[i].name + R"(","arguments":)" + args + "}}";
+    results += R"(,{"role":"tool","tool_call_id":")" + id + R"(","content":"done )" + std::to_string(i) + R"("})";
+  }
+  assistant += "]}";
+  const std::string history = R"({"model":"x","messages":[{"role":"system","content":"You are PicoClaw, a personal agent."},)"
+                              R"({"role":"user","content":"Remind me to water the plants every morning."},)" +
+                              assistant + results + R"(],"tools":)" + tools;
+  for (const std::string choice : {"auto", "required"}) {
+    INFO("round trip, tool_choice " << choice);
+    auto res = c->Post("/v1/chat/completions", history + R"(,"tool_choice":")" + choice + R"(","max_tokens":60,"seed":7,"return_prompt":true})",
+                       "application/json");
+    REQUIRE(res);
+    INFO("reply: " << res->body);
+    REQUIRE(res->status == 200);
+    std::string content;
+    const auto calls = check_completion(res->body, &content);
+    for (auto& k : calls) v.add_tool_call(tools, k.name, k.arguments);
+    if (choice == "required") CHECK(calls.size() >= 1);
+    no_call_text(content);
+    Json j(res->body);
+    const std::string prompt = str(j.root["picolm"]["prompt"]);
+    CHECK(prompt.find("<|tool_call>call:" + first_calls[0].name + "{") != std::string::npos);
+    const std::string last_result = "<|tool_response>response:" + first_calls.back().name + "{value:<|\"|>done " +
+                                    std::to_string(first_calls.size() - 1) + "<|\"|>}<tool_response|>";
+    CHECK(prompt.ends_with(last_result));
+  }
+  v.check();
+
+  // Thinking on: the provider opens <|channel>thought, the budget closes it; the split gives
+  // reasoning_content, and the answer holds no channel marker. Off: no reasoning_content.
+  for (const bool think : {true, false}) {
+    INFO("thinking " << think);
+    const std::string body = R"({"model":"x","messages":[{"role":"user","content":"Why is the sky blue?"}],"max_tokens":48,"seed":3,"temperature":1.5,)"
+                             R"("chat_template_kwargs":{"enable_thinking":)" + std::string(think ? "true" : "false") + "}}";
+    auto res = c->Post("/v1/chat/completions", body, "application/json");
+    REQUIRE(res);
+    INFO("reply: " << res->body);
+    REQUIRE(res->status == 200);
+    const ThinkingReply r = thinking_reply(res->body);
+    no_call_text(r.content);
+    if (think) {
+      REQUIRE(r.reasoning.has_value());
+      // Medium: half of max_tokens, then the forced "\n<channel|>" (a dozen tokens of this
+      // vocabulary, which has no Gemma 4 control tokens).
+      CHECK(r.reasoning_tokens > 0);
+      CHECK(r.reasoning_tokens < 48);
+      CHECK(r.reasoning->find("<|channel>") == std::string::npos);
+      CHECK(r.reasoning->find("<channel|>") == std::string::npos);
+    } else {
+      CHECK_FALSE(r.reasoning.has_value());
+      CHECK(r.reasoning_tokens == 0);
+    }
+  }
+}
+
 // ---------------------------------------------------------------- issue 21: clients
 
 namespace {
