@@ -1633,6 +1633,35 @@ TEST_CASE("Gemma 4 native calls through the server: PicoClaw's tools on the tiny
   }
 }
 
+TEST_CASE("Gemma 4's published template given as --chat-template-file is recognised and its calls constrained", "[server][gemma4]") {
+  ServerOptions o;
+  o.engine.model_path = kSource + "/tests/models/gemma4-tiny-q8_0.gguf";
+  o.engine.threads = 1;
+  o.engine.n_ctx = 4096;
+  o.engine.parallel = 1;
+  o.engine.chat_template_file = kShared + "/templates/google-gemma-4-31B-it.jinja";
+  Started s = server_fixture::start(std::move(o));
+  REQUIRE(s.engine->family() == TemplateFamily::Gemma4);
+  auto c = client(s.port);
+  auto res = c->Post("/v1/chat/completions",
+                     chat_body(R"("tools":)" + kTools + R"(,"tool_choice":"required","max_tokens":120,"seed":5,"return_prompt":true)"),
+                     "application/json");
+  REQUIRE(res);
+  INFO("reply: " << res->body);
+  REQUIRE(res->status == 200);
+  std::string finish;
+  const auto calls = check_completion(res->body, nullptr, &finish);
+  CHECK(finish == "tool_calls");
+  REQUIRE(calls.size() >= 1);
+  Validator v;
+  for (auto& k : calls) v.add_tool_call(kTools, k.name, k.arguments);
+  v.check();
+  Json j(res->body);
+  const std::string prompt = str(j.root["picolm"]["prompt"]);
+  CHECK(prompt.find("<|tool>declaration:set_light{") != std::string::npos);
+  CHECK(prompt.ends_with("<|turn>model\n<|channel>thought\n<channel|>"));
+}
+
 // ---------------------------------------------------------------- issue 21: clients
 
 namespace {
