@@ -53,7 +53,7 @@ void usage(FILE* out) {
       "                          preflight OPTIONS, Access-Control-Allow-Origin on every response (default off)\n"
       "  --chat-template NAME    override the detected chat template (chatml, qwen2.5, hermes, llama3.1,\n"
       "                          llama3.2, zephyr, mistral-nemo, gemma2, phi3.5, deepseek-r1, qwen3, smollm3,\n"
-      "                          gemma3, qwen3.5, lfm2, lfm2.5): render that family's reference template\n"
+      "                          gemma3, qwen3.5, lfm2, lfm2.5, gemma4): render that family's reference template\n"
       "  --chat-template-file FILE  render this Jinja chat template instead of the GGUF's own (its family\n"
       "                          is detected from the text; unrecognised: calls through the JSON envelope)\n"
       "  --reasoning auto|on|off thinking when a request does not say (enable_thinking, thinking,\n"
