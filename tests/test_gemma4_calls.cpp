@@ -399,6 +399,34 @@ TEST_CASE("Gemma 4 calls as its template writes them are accepted and read back"
   CHECK(n == 7);
 }
 
+TEST_CASE("Gemma 4 calls in Gemma 4's own vocabulary: the tags are single tokens the grammar accepts", "[grammar]") {
+  // tests/models/gemma4-vocab.gguf has Gemma 4's tokenizer type and its call tokens (<|tool_call>,
+  // <tool_call|>, <|"|>); the server's vocabulary (provider/grammar_vocab.h, as vocab_loader builds
+  // it) must keep their text, or the call grammar could never be satisfied by the model's tokens.
+  auto bundle = tools::load_vocab_bundle(std::string(PICOLM_SOURCE_DIR) + "/tests/models/gemma4-vocab.gguf");
+  REQUIRE(bundle.ok());
+  const Tokenizer& tok = *bundle.value().tokenizer;
+  const auto g = gemma4_grammar(kTools, true);
+  const std::string text = call("get_weather", "{city:" + str("Paris") + ",days:3}") + call("get_time", "{}");
+  const std::vector<int32_t> ids = tok.encode(text, /*add_special=*/false, /*parse_special=*/true);
+  int tags = 0;
+  for (int32_t id : ids) {
+    const std::string piece = tok.token_to_piece(id, true);
+    tags += piece == "<|tool_call>" || piece == "<tool_call|>" || piece == Q;
+  }
+  CHECK(tags == 6);  // two calls: open and close each, and the two quotes of "Paris"
+  grammar::Matcher m(g, bundle.value().vocab);
+  for (int32_t id : ids) {
+    INFO("token " << id << " " << tok.token_to_piece(id, true));
+    REQUIRE(m.accept_token(id));
+  }
+  CHECK(m.is_complete());
+  const auto r = parse_gemma4_calls(tok.decode(ids, true));
+  REQUIRE(r.ok());
+  REQUIRE(r.calls.size() == 2);
+  CHECK(r.calls[0].arguments_json == R"({"city":"Paris","days":3})");
+}
+
 TEST_CASE("Gemma 4's template is recognised by its call opener", "[unit]") {
   CHECK(is_gemma4_template(read_file(kShared + "/templates/google-gemma-4-31B-it.jinja")));
   for (const auto& entry : std::filesystem::directory_iterator(kShared + "/templates")) {
