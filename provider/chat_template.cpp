@@ -178,11 +178,13 @@ ChatRenderResult ChatTemplate::render(std::span<const ChatMessage> messages, con
   jo.strftime_now = local_strftime;
   jj::RenderResult r = parsed_.render(ctx, jo);
   result.ok = r.ok;
-  if (r.ok) result.text = std::move(r.text);
+  if (!r.ok) {
+    result.error = std::move(r.error);
+    return result;
+  }
+  result.text = std::move(r.text);
   const ChatProtocol::TurnReopen& reopen = protocol_of(family_).reopen_turn;
-  if (r.ok && options.add_generation_prompt && !reopen.after.empty() && result.text.ends_with(reopen.after))
-    result.text += reopen.open;
-  else result.error = std::move(r.error);
+  if (options.add_generation_prompt && !reopen.after.empty() && result.text.ends_with(reopen.after)) result.text += reopen.open;
   return result;
 }
 
