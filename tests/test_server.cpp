@@ -1631,6 +1631,25 @@ TEST_CASE("Gemma 4 native calls through the server: PicoClaw's tools on the tiny
       CHECK(r.reasoning_tokens == 0);
     }
   }
+  // Thinking on with a required call: the call grammar starts once the thought channel is closed
+  // (by the model or by the budget), and the call is still whole and valid.
+  for (int seed2 : {11, 12}) {
+    INFO("thinking + required, seed " << seed2);
+    auto res = c->Post("/v1/chat/completions",
+                       body_with(R"("tool_choice":"required","max_tokens":200,"temperature":1.5,"seed":)" + std::to_string(seed2) +
+                                 R"(,"chat_template_kwargs":{"enable_thinking":true})"),
+                       "application/json");
+    REQUIRE(res);
+    INFO("reply: " << res->body);
+    REQUIRE(res->status == 200);
+    const ThinkingReply r = thinking_reply(res->body);
+    CHECK(r.reasoning_tokens > 0);
+    CHECK(r.finish == "tool_calls");
+    REQUIRE(r.calls.size() >= 1);
+    no_call_text(r.content);
+    for (auto& k : r.calls) v.add_tool_call(tools, k.name, k.arguments);
+  }
+  v.check();
 }
 
 TEST_CASE("Gemma 4's published template given as --chat-template-file is recognised and its calls constrained", "[server][gemma4]") {
