@@ -88,6 +88,11 @@ struct MoeWeights {
   ExpertStack gate, up, down;      // [n_expert][n_ff_exp][n_embd] x2, [n_expert][n_embd][n_ff_exp]
   FfnWeights shared;               // shared expert (SwiGLU); gate.data null when absent
   std::vector<float> shared_gate;  // ffn_gate_inp_shexp [n_embd]: its output times sigmoid(shared_gate . x); empty: 1
+  // gemma4 (26B-A4B):
+  std::vector<float> expert_scale;  // ffn_down_exps.scale [n_expert]: each expert's output times its own scale; empty: 1
+  std::vector<float> router_scale;  // ffn_gate_inp.scale [n_embd]: the router reads rms_norm(x) / sqrt(n_embd) *
+                                    // router_scale (x the residual stream, Workspace::x) instead of xn; empty: xn
+  FfnActivation act = FfnActivation::SiluGated;  // of the experts and the shared expert
 };
 
 // Mamba-2 mixer (granitehybrid; engine/mamba2.h). d_inner = heads * head_dim; the conv runs over
@@ -118,6 +123,9 @@ struct LayerWeights {
   WeightView ple_proj;                 // [n_embd][n_embd_per_layer]
   std::vector<float> ple_post_norm;    // [n_embd]
   float out_scale = 1.0f;              // gemma4 layer_output_scale: x *= out_scale after the layer
+  // gemma4 MoE layers (26B-A4B): the dense FFN's output norm and the routed branch's input and output
+  // norms (post_ffw_norm_1, pre_ffw_norm_2, post_ffw_norm_2) [n_embd]; ffn_post_norm norms their sum.
+  std::vector<float> ffn_post_norm_dense, moe_pre_norm, moe_post_norm;
 };
 
 // Every matrix of a layer (repacking, accounting): new weight kinds must be listed here. The stacked

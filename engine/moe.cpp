@@ -50,16 +50,17 @@ ExpertStack experts(WeightLoader& L, const GgufTensor* t, const std::string& nam
 
 size_t matrix_bytes(const WeightView& v) { return v.data ? size_t(v.rows) * row_bytes(v.type, v.cols) : 0; }
 
-// SwiGLU of the rows X [n][cols] through one expert (or the shared expert) into Y [n][rows of down];
-// H [n][ff] is scratch.
-void swiglu(Forward& f, const WeightView& gate, const WeightView& up, const WeightView& down, const float* X,
-            int64_t n, float* H, float* Y, bool dots_only) {
+// The gated FFN (SwiGLU or GELU(tanh)-gated) of the rows X [n][cols] through one expert (or the
+// shared expert) into Y [n][rows of down]; H [n][ff] is scratch.
+void gated_ffn(Forward& f, FfnActivation act, const WeightView& gate, const WeightView& up, const WeightView& down,
+               const float* X, int64_t n, float* H, float* Y, bool dots_only) {
   const KernelTable& K = *f.m.kernels;
   const ActivationMode mode = f.m.opts.activations;
   MatmulTarget a{gate.type, gate.data, gate.rows, H, gate.packed};
   MatmulTarget b{up.type, up.data, up.rows, nullptr, up.packed};
   a.dots_only = b.dots_only = dots_only;
-  matmul_pair(K, f.pool, mode, a, b, gate.cols, X, n, f.m.vec_ops->silu_mul);
+  const PairCombineFn combine = act == FfnActivation::SiluGated ? f.m.vec_ops->silu_mul : gelu_tanh_mul;
+  matmul_pair(K, f.pool, mode, a, b, gate.cols, X, n, combine);
   MatmulTarget d{down.type, down.data, down.rows, Y, down.packed};
   d.dots_only = dots_only;
   matmul_multi(K, f.pool, mode, &d, 1, down.cols, H, n);
@@ -70,7 +71,7 @@ void swiglu(Forward& f, const WeightView& gate, const WeightView& up, const Weig
 size_t MoeScratch::bytes() const {
   auto b = [](const auto& v) { return v.capacity() * sizeof(v[0]); };
   return b(probs) + b(select) + b(chosen) + b(weight) + b(start) + b(slots) + b(xg) + b(hg) + b(yg) + b(acc) +
-         b(margin) + b(choice);
+         b(router_in) + b(dense) + b(margin) + b(choice);
 }
 
 void routed_ffn(Forward& f, int layer) {
@@ -96,7 +97,22 @@ void routed_ffn(Forward& f, int layer) {
   }
 
   // Router logits of every row (one matmul), then each row's choice.
-  matmul(K, f.pool, mode, w.router.type, w.router.data, NE, E, W.xn.data(), T, S.probs.data(), w.router.packed);
+  const float* router_x = W.xn.data();
+  if (!w.router_scale.empty()) {
+    // As llama.cpp's gemma4 graph: rms_norm without weight, times 1/sqrt(n_embd), times the scale.
+    grow(S.router_in, size_t(T * E));
+    const float inv_root = 1.0f / std::sqrt(float(E));
+    f.for_rows(T, [&](int64_t t) {
+      const float* x = &W.x[size_t(t * E)];
+      float* r = &S.router_in[size_t(t * E)];
+      double ss = 0.0;  // in double, as rms_norm_row (ggml sums the squares in double too)
+      for (int64_t c = 0; c < E; ++c) ss += double(x[c]) * x[c];
+      const float inv_rms = float(1.0 / std::sqrt(ss / double(E) + double(hp.rms_eps)));
+      for (int64_t c = 0; c < E; ++c) r[c] = x[c] * inv_rms * inv_root * w.router_scale[size_t(c)];
+    });
+    router_x = S.router_in.data();
+  }
+  matmul(K, f.pool, mode, w.router.type, w.router.data, NE, E, router_x, T, S.probs.data(), w.router.packed);
   S.counters.router_bytes += matrix_bytes(w.router);
   const ExpertGating gating = hp.expert_gating;
   f.for_rows(T, [&](int64_t t) {
@@ -162,6 +178,9 @@ void routed_ffn(Forward& f, int layer) {
     }
     if (hp.expert_weights_scale != 1.0f)
       for (int64_t j = 0; j < k; ++j) wt[j] *= hp.expert_weights_scale;
+    // llama.cpp scales each expert's down output, then weights it: the same product up to rounding.
+    if (!w.expert_scale.empty())
+      for (int64_t j = 0; j < k; ++j) wt[j] *= w.expert_scale[size_t(ch[j])];
   });
 
   // Group the chosen (row, slot) pairs by expert: counting sort, rows ascending within an expert.
@@ -171,7 +190,7 @@ void routed_ffn(Forward& f, int layer) {
   std::vector<int32_t> cursor(S.start.begin(), S.start.begin() + NE);
   for (int64_t s = 0; s < T * k; ++s) S.slots[size_t(cursor[size_t(S.chosen[size_t(s)])]++)] = int32_t(s);
 
-  // Each chosen expert once: gather its rows, SwiGLU them, add the weighted outputs to their rows.
+  // Each chosen expert once: gather its rows, run its FFN on them, add the weighted outputs to their rows.
   // A row's sum runs over its experts in ascending id (the loop order), whatever the batch holds.
   std::fill_n(S.acc.begin(), T * E, 0.0f);
   for (int64_t e = 0; e < NE; ++e) {
@@ -184,8 +203,8 @@ void routed_ffn(Forward& f, int layer) {
       const int64_t t = S.slots[size_t(s0 + i)] / k;
       std::memcpy(&S.xg[size_t(i * E)], &W.xn[size_t(t * E)], size_t(E) * sizeof(float));
     }
-    swiglu(f, w.gate.expert(int(e)), w.up.expert(int(e)), w.down.expert(int(e)), S.xg.data(), n, S.hg.data(),
-           S.yg.data(), /*dots_only=*/true);
+    gated_ffn(f, w.act, w.gate.expert(int(e)), w.up.expert(int(e)), w.down.expert(int(e)), S.xg.data(), n,
+              S.hg.data(), S.yg.data(), /*dots_only=*/true);
     for (int64_t i = 0; i < n; ++i) {
       const int64_t s = S.slots[size_t(s0 + i)], t = s / k;
       const float wt = S.weight[size_t(s)];
@@ -205,7 +224,7 @@ void routed_ffn(Forward& f, int layer) {
   // Shared expert over every row (a dense FFN: the model's batch invariance is its matrices'), times
   // its sigmoid gate, added to the routed sum.
   grow(S.hg, size_t(T * ff));
-  swiglu(f, w.shared.gate, w.shared.up, w.shared.down, W.xn.data(), T, S.hg.data(), y, /*dots_only=*/false);
+  gated_ffn(f, w.act, w.shared.gate, w.shared.up, w.shared.down, W.xn.data(), T, S.hg.data(), y, /*dots_only=*/false);
   S.counters.shared_bytes += matrix_bytes(w.shared.gate) + matrix_bytes(w.shared.up) + matrix_bytes(w.shared.down) +
                              w.shared_gate.size() * sizeof(float);
   f.for_rows(T, [&](int64_t t) {
@@ -263,6 +282,14 @@ void load_moe(WeightLoader& L, const HParams& hp, int layer, const MoeTensors& o
     w.shared.down = L.matrix(p + "ffn_down_shexp.weight", E, SF);
     if (opt.shared_expert_gate) w.shared_gate = L.vec(p + "ffn_gate_inp_shexp.weight", E);
   }
+  if (opt.router_scale) w.router_scale = L.vec(p + "ffn_gate_inp.scale", E);
+  if (opt.expert_scale) w.expert_scale = L.vec(p + "ffn_down_exps.scale", NE, /*optional=*/true);
+  for (float s : w.expert_scale)
+    if (!std::isfinite(s)) {
+      L.errors.push_back("tensor '" + p + "ffn_down_exps.scale' is not finite");
+      break;
+    }
+  w.act = opt.act;
 }
 
 size_t expert_bytes(const Model::Impl& m) {

@@ -1,14 +1,17 @@
 // Internal: the routed feed-forward block of the mixture-of-experts architectures (qwen3moe,
-// lfm2moe, qwen35moe; reusable by any family whose FFN is llama.cpp's build_moe_ffn with SwiGLU
-// experts), and the loader of its weights.
+// lfm2moe, qwen35moe, gemma4's 26B-A4B; reusable by any family whose FFN is llama.cpp's build_moe_ffn
+// with SwiGLU or GELU(tanh)-gated experts), and the loader of its weights.
 //
 // Per row t of the micro-batch, on its normed input x (the workspace's xn):
 //   logits = router . x                                   [n_expert]
+//            (gemma4: router . (rms_norm(h) / sqrt(n_embd) * router_scale), h the residual stream)
 //   p      = softmax(logits) | sigmoid(logits) | logits   (HParams::expert_gating)
 //   chosen = the n_expert_used largest p + select_bias     (ties: the lower id)
 //   w_j    = p[chosen_j] (SoftmaxWeight: softmax over the chosen logits); / sum_j w_j when
 //            expert_weights_norm (sum clamped to >= 2^-14 as llama.cpp); * expert_weights_scale
-//   y      = sum_j w_j * down_e(SiLU(gate_e . x) * up_e . x)  +  sigmoid(shared_gate . x) * shared(x)
+//            (gemma4: then * expert_scale[chosen_j], the per-expert output scale)
+//   y      = sum_j w_j * down_e(act(gate_e . x) * up_e . x)  +  sigmoid(shared_gate . x) * shared(x)
+//            (act: SiLU, or GELU(tanh) through ggml's F16 table as the dense GELU FFN; MoeWeights::act)
 // written to y (the workspace's q buffer), as ffn() does.
 //
 // Sparse reading: the rows of the micro-batch are grouped by expert, and each chosen expert's three
@@ -38,6 +41,9 @@ struct MoeTensors {
   bool select_bias = false;        // blk.N.exp_probs_b.bias (lfm2moe)
   bool shared_expert = false;      // blk.N.ffn_{gate,up,down}_shexp (qwen35moe; granite's MoE layers)
   bool shared_expert_gate = true;  // with it, blk.N.ffn_gate_inp_shexp (qwen35moe; granite has none)
+  bool router_scale = false;       // blk.N.ffn_gate_inp.scale (gemma4): the router's own input (see above)
+  bool expert_scale = false;       // blk.N.ffn_down_exps.scale if the file has it (gemma4; optional as in llama.cpp)
+  FfnActivation act = FfnActivation::SiluGated;  // the experts' activation (gemma4: GELU(tanh))
 };
 // blk.<layer>.ffn_gate_inp, ffn_gate_exps + ffn_up_exps (or the merged ffn_gate_up_exps),
 // ffn_down_exps, and the parts asked for, with the shapes of hp.

@@ -28,6 +28,8 @@ struct MoeScratch {
   std::vector<float> hg;       // [rows][max(n_ff_exp, n_ff_shexp)]: SiLU(gate) * up
   std::vector<float> yg;       // [rows][n_embd]: one expert's outputs
   std::vector<float> acc;      // [T][n_embd]: the weighted sum of the chosen experts
+  std::vector<float> router_in;  // [T][n_embd]: the router's input when it is not xn (MoeWeights::router_scale)
+  std::vector<float> dense;    // [T][n_embd]: gemma4's dense FFN branch, held while the routed branch runs
   // Router margin of the last forward pass: [layer][T], the k-th best selection score minus the
   // (k+1)-th, as a difference of router logits for softmax gating without a selection bias (the
   // log of the probability ratio), else of selection scores (+inf on layers without experts, or

@@ -49,6 +49,14 @@ Tolerance tolerance_for(const std::string& stem) {
       {"qwen3moe-tiny-f16", {0.02f, 0.03f}},  {"qwen3moe-tiny-q4km", {0.02f, 0.3f}},
       {"lfm2moe-tiny-f16", {0.02f, 0.03f}},   {"lfm2moe-tiny-q4km", {0.02f, 0.3f}},
       {"qwen35moe-tiny-f16", {0.02f, 0.03f}}, {"qwen35moe-tiny-q4km", {0.02f, 0.3f}},
+      // gemma4's 26B-A4B layout (issue 33, llama.cpp 3f545be). Measured: exact 0.007-0.009, quantized
+      // F16 0.013-0.015, Q4_K_M 0.60. Like the dense gemma4-tiny's (test_golden: 0.5), the Q4_K_M
+      // quantized run differs from llama.cpp's by as much as llama.cpp's from exact math, with no
+      // routing difference: per position, llama.cpp's Q4_K_M run is 0.08-0.69 from the F32 twin
+      // (median 0.15) outside its routing swaps, ours 0.08-0.37, and the two roundings of the
+      // activation quantizer meet only there; hence 0.7 (the other families' 0.3 would leave out
+      // 4 of 88 story positions, each 0.31-0.60 from llama.cpp's and closer to exact than it).
+      {"gemma4-moe-tiny-f16", {0.02f, 0.03f}}, {"gemma4-moe-tiny-q4km", {0.02f, 0.7f}},
   };
   auto it = t.find(stem);
   REQUIRE(it != t.end());
@@ -264,6 +272,7 @@ void golden_arch(const std::string& arch) {
 TEST_CASE("golden: qwen3moe-tiny (f16, q4km)", "[golden][moe]") { golden_arch("qwen3moe"); }
 TEST_CASE("golden: lfm2moe-tiny (f16, q4km)", "[golden][moe][hybrid]") { golden_arch("lfm2moe"); }
 TEST_CASE("golden: qwen35moe-tiny (f16, q4km)", "[golden][moe][hybrid]") { golden_arch("qwen35moe"); }
+TEST_CASE("golden: gemma4-moe-tiny (f16, q4km)", "[golden][moe][gemma4]") { golden_arch("gemma4-moe"); }
 
 // Sparse reading: a decode step reads the weights of the chosen experts only. The block counts the
 // expert bytes it reads (MoeCounters); a step of one row must read exactly n_expert_used experts'

@@ -1,4 +1,4 @@
-// gemma4 (Gemma 4 text, the dense E2B / E4B / 31B layout), as llama.cpp 3f545be computes it
+// gemma4 (Gemma 4 text: the dense E2B / E4B / 31B layout and the 26B-A4B mixture of experts), as llama.cpp 3f545be computes it
 // (src/models/gemma4.cpp). Embeddings scaled by sqrt(n_embd); per layer
 //   x += post_attention_norm(attention(attn_norm(x)))
 //   x += post_ffw_norm(ffn(ffn_norm(x)))                      (GELU(tanh)-gated, per-layer widths)
@@ -20,11 +20,18 @@
 // x0 the scaled embedding, P per_layer_model_proj ([n_layer * d][n_embd]) and T the per-layer token
 // table ([n_vocab][n_layer * d]), read row by row from the map.
 //
-// Not supported yet: the 26B-A4B mixture-of-experts layers (ffn_gate_inp): refused at load.
+// Mixture-of-experts layers (26B-A4B: every layer has blk.N.ffn_gate_inp), as 3f545be: the dense FFN
+// and the routed experts (engine/moe.h) side by side on the same residual h,
+//   x_mlp = post_ffw_norm_1(ffn(ffn_norm(h)))
+//   x_moe = post_ffw_norm_2(moe(pre_ffw_norm_2(h)))      router on rms_norm(h) / sqrt(n_embd) * ffn_gate_inp.scale
+//   h    += post_ffw_norm(x_mlp + x_moe)
+// with softmax routing over expert_count, the top expert_used_count renormalised to sum 1, GELU(tanh)
+// experts of expert_feed_forward_length, and each expert's output times ffn_down_exps.scale.
 #include <cmath>
 #include <cstring>
 
 #include "arch/arch.h"
+#include "moe.h"
 
 namespace picolm {
 namespace {
@@ -86,6 +93,19 @@ Status read_hparams(const GgufFile& f, HParams& hp) {
   // Table 0: the global layers (rope.freq_base, rope_freqs.weight); table 1: the sliding ones.
   hp.rope_bases = {hp.rope_base, float(f.get_float(a + "rope.freq_base_swa").value_or(kDefaultSwaRopeBase))};
   hp.rope_dims = {hp.n_rot, int32_t(n_rot_swa)};
+  // MoE layers are the ones with a router (llama.cpp decides by the tensor, too).
+  bool any_moe = false;
+  for (int l = 0; l < hp.n_layer; ++l) {
+    hp.layers[size_t(l)].moe = f.tensor("blk." + std::to_string(l) + ".ffn_gate_inp.weight") != nullptr;
+    any_moe |= hp.layers[size_t(l)].moe;
+  }
+  if (any_moe) {
+    if (Status s = read_moe_hparams(f, hp); !s) return s;
+    hp.expert_gating = ExpertGating::Softmax;
+    hp.expert_weights_norm = true;  // the graph passes norm_w = true, scale 1 (the file's keys are not read)
+    hp.expert_weights_scale = 1.0f;
+    hp.n_ff_shexp = 0;  // the dense FFN beside the experts is gemma4's own, not the block's shared expert
+  }
   for (int l = 0; l < hp.n_layer; ++l) {
     LayerHParams& lp = hp.layers[size_t(l)];
     const bool sliding = swa[size_t(l)];
@@ -93,6 +113,8 @@ Status read_hparams(const GgufFile& f, HParams& hp) {
     lp.rope = sliding ? 1 : 0;
     lp.head_dim = sliding ? int32_t(hd_swa) : hp.head_dim;
     if (l >= n_kv) lp.kv_source = int32_t(n_kv - (sliding ? 2 : 1));
+    if (lp.moe && (lp.n_ff < 1 || lp.n_ff > (1 << 20)))  // the dense FFN beside the experts (validate_hparams skips MoE layers')
+      return Error{"implausible feed_forward_length (layer " + std::to_string(l) + ")"};
   }
   return Ok{};
 }
@@ -112,10 +134,6 @@ void load_weights(WeightLoader& L, Model::Impl& m) {
     const LayerHParams& lp = hp.layers[size_t(l)];
     const std::string p = "blk." + std::to_string(l) + ".";
     const int64_t hd = lp.head_dim, q_dim = int64_t(hp.n_head) * hd, kv_dim = int64_t(lp.n_head_kv) * hd;
-    if (L.file().tensor(p + "ffn_gate_inp.weight")) {
-      L.errors.push_back("layer " + std::to_string(l) + " is a mixture-of-experts layer (Gemma 4 26B-A4B), not supported yet");
-      continue;
-    }
     w.attn_norm = L.vec(p + "attn_norm.weight", E);
     w.attn.wq = L.matrix(p + "attn_q.weight", q_dim, E);
     w.attn.q_norm = L.vec(p + "attn_q_norm.weight", hd);
@@ -129,6 +147,12 @@ void load_weights(WeightLoader& L, Model::Impl& m) {
     w.ffn_norm = L.vec(p + "ffn_norm.weight", E);
     load_ffn(L, hp, l, w.ffn);
     w.ffn_post_norm = L.vec(p + "post_ffw_norm.weight", E);
+    if (lp.moe) {
+      w.ffn_post_norm_dense = L.vec(p + "post_ffw_norm_1.weight", E);
+      w.moe_pre_norm = L.vec(p + "pre_ffw_norm_2.weight", E);
+      w.moe_post_norm = L.vec(p + "post_ffw_norm_2.weight", E);
+      load_moe(L, hp, l, {.router_scale = true, .expert_scale = true, .act = FfnActivation::GeluTanhGated}, w.moe);
+    }
     if (PL > 0) {
       w.ple_gate = L.matrix(p + "inp_gate.weight", PL, E);
       w.ple_proj = L.matrix(p + "proj.weight", E, PL);
@@ -186,6 +210,29 @@ void per_layer_embedding(Forward& f, int l) {
   residual(f, &w.ple_post_norm, nullptr);
 }
 
+// A MoE layer's second branch, after ffn() left the dense one in q: q = post_ffw_norm_1(q) +
+// post_ffw_norm_2(moe(pre_ffw_norm_2(x))), x the residual stream after attention (the router's input
+// is derived from x inside routed_ffn).
+void routed_branch(Forward& f, int l) {
+  const HParams& hp = f.hp();
+  EvalWorkspace& W = f.w;
+  const LayerWeights& w = f.m.layers[size_t(l)];
+  const int64_t E = hp.n_embd;
+  std::vector<float>& dense = W.moe.dense;
+  if (dense.size() < size_t(f.T * E)) dense.resize(size_t(f.T * E));
+  f.for_rows(f.T, [&](int64_t t) {
+    rms_norm_row(&W.q[size_t(t * E)], w.ffn_post_norm_dense.data(), &dense[size_t(t * E)], E, hp.rms_eps);
+    rms_norm_row(&W.x[size_t(t * E)], w.moe_pre_norm.data(), &W.xn[size_t(t * E)], E, hp.rms_eps);
+  });
+  routed_ffn(f, l);
+  f.for_rows(f.T, [&](int64_t t) {
+    float* y = &W.q[size_t(t * E)];
+    const float* d = &dense[size_t(t * E)];
+    rms_norm_row(y, w.moe_post_norm.data(), y, E, hp.rms_eps);
+    for (int64_t i = 0; i < E; ++i) y[i] = d[i] + y[i];
+  });
+}
+
 void forward(Forward& f) {
   const auto& layers = f.m.layers;
   const HParams& hp = f.hp();
@@ -201,6 +248,7 @@ void forward(Forward& f) {
     attention(f, l);
     residual(f, &w.attn_post_norm, &w.ffn_norm);
     ffn(f, l, FfnActivation::GeluTanhGated);
+    if (hp.layers[size_t(l)].moe) routed_branch(f, l);
     residual(f, &w.ffn_post_norm, nullptr);
     if (ple) per_layer_embedding(f, l);
     const std::vector<float>* next = l + 1 < n_layer ? &layers[size_t(l) + 1].attn_norm : nullptr;

@@ -2,7 +2,7 @@
 """Make the tiny gemma4 test models and their goldens (tests/models, tests/golden of the repository).
 
 usage: make_gemma4_set.py --llama-bin DIR --make-golden BIN --gguf-py DIR --vocab VOCAB.gguf
-                          --out DIR --work DIR --seed N --commit SHA
+                          --out DIR --work DIR --seed N --commit SHA [--variant moe]
 
   --llama-bin    bin/ of a llama.cpp build that knows gemma4 and has llama-quantize (3f545be)
   --make-golden  make_golden built against the same llama.cpp (build_make_golden.sh)
@@ -16,6 +16,10 @@ rules, make_golden with an F32 twin as reference and the file itself as quantize
 every file has the short, the special-token and a story prompt; the F16 golden's story is long
 (PROMPT_LONG: about 190 tokens, well past the sliding window of 8 and the 64-slot rings of the
 engine's sliding layers), the Q8_0 and Q4_K_M goldens' the 74-token story of the shared goldens.
+
+--variant moe: the 26B-A4B layout (synth_gemma4.py's gemma4-moe) as gemma4-moe-tiny-{f16,q4km}, each
+golden with the short, the special-token and the 74-token story prompt (make_golden records the router
+logits, ffn_moe_logits-<layer>, for the near-tie rule of test_moe).
 """
 import argparse
 import os
@@ -42,6 +46,15 @@ PROMPT_LONG = (PROMPT_STORY + " The ball flew over the fence and into the garden
 PROMPTS = {"f16": [PROMPT_SHORT, PROMPT_SPECIAL, PROMPT_LONG],
            "q8_0": [PROMPT_SHORT, PROMPT_SPECIAL, PROMPT_STORY],
            "q4km": [PROMPT_SHORT, PROMPT_SPECIAL, PROMPT_STORY]}
+MOE_TYPES = [("f16", "F16"), ("q4km", "Q4_K_M")]
+MOE_DESC = ("gemma4-moe-tiny: gemma4 arch in the 26B-A4B layout, random weights, 3 layers (sliding, sliding, "
+            "global; window 8), n_embd 256, 2 heads, sliding layers head_dim 64 with 2 KV heads, global layers "
+            "head_dim 128 with 1 KV head, V = K projection and proportional RoPE (16 of 64 pairs); every layer a "
+            "dense GELU-tanh FFN (n_ff 64, 64, 96) beside 8 routed GELU-tanh experts (top 2, width 32, softmax "
+            "router on rms_norm(x) / sqrt(n_embd) * ffn_gate_inp.scale, renormalised, per-expert output scales "
+            "ffn_down_exps.scale), no per-layer embeddings, no KV sharing, final logit soft-cap 15, tied output, "
+            "512-token SentencePiece vocab (stories260K's)")
+MOE_PROMPTS = [PROMPT_SHORT, PROMPT_SPECIAL, PROMPT_STORY]
 
 
 def run(cmd, log):
@@ -56,16 +69,19 @@ def main():
     for k in ("llama-bin", "make-golden", "gguf-py", "vocab", "out", "work", "commit"):
         ap.add_argument("--" + k, required=True)
     ap.add_argument("--seed", type=int, required=True)
+    ap.add_argument("--variant", choices=["dense", "moe"], default="dense")
     a = ap.parse_args()
+    moe = a.variant == "moe"
+    name = "gemma4-moe" if moe else "gemma4"
     models, golden = os.path.join(a.out, "models"), os.path.join(a.out, "golden")
     for d in (models, golden, a.work):
         os.makedirs(d, exist_ok=True)
-    run([sys.executable, os.path.join(HERE, "synth_gemma4.py"), a.gguf_py, a.vocab, a.work, str(a.seed), "gemma4"],
+    run([sys.executable, os.path.join(HERE, "synth_gemma4.py"), a.gguf_py, a.vocab, a.work, str(a.seed), name],
         os.path.join(a.work, "synth.log"))
-    master = os.path.join(a.work, "gemma4-tiny-f32.gguf")
+    master = os.path.join(a.work, f"{name}-tiny-f32.gguf")
     quant = os.path.join(a.llama_bin, "llama-quantize")
-    for suffix, qtype in TYPES:
-        stem = f"gemma4-tiny-{suffix}"
+    for suffix, qtype in (MOE_TYPES if moe else TYPES):
+        stem = f"{name}-tiny-{suffix}"
         dst = os.path.join(models, stem + ".gguf")
         twin = os.path.join(a.work, f"twin-{stem}.gguf")
         for p in (dst, twin):
@@ -73,9 +89,9 @@ def main():
                 os.remove(p)
         run([quant, master, dst, qtype, "2"], os.path.join(a.work, f"quantize-{stem}.log"))
         cmd = [a.make_golden, "--model", dst, "--twin", twin, "--out", os.path.join(golden, stem + ".json"),
-               "--commit", a.commit, "--description", f"{DESC}; this file: llama-quantize {qtype} of the F32 master",
+               "--commit", a.commit, "--description", f"{MOE_DESC if moe else DESC}; this file: llama-quantize {qtype} of the F32 master",
                "--run-desc", "reference=" + REF_DESC.format(f=stem + ".gguf")]
-        for p in PROMPTS[suffix]:
+        for p in (MOE_PROMPTS if moe else PROMPTS[suffix]):
             cmd += ["--prompt", p]
         log = os.path.join(a.work, f"golden-{stem}.log")
         run(cmd, log)

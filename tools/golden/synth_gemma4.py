@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
 """Tiny random-weight F32 GGUF master of the gemma4 architecture (Gemma 4 E2B/E4B text layout).
 
-usage: synth_gemma4.py GGUF_PY_DIR VOCAB_GGUF OUT_DIR SEED [gemma4]
+usage: synth_gemma4.py GGUF_PY_DIR VOCAB_GGUF OUT_DIR SEED [gemma4] [gemma4-moe]
 
   GGUF_PY_DIR  gguf-py of a llama.cpp tree that knows gemma4 (upstream of 2026-08, 3f545be)
   VOCAB_GGUF   every tokenizer.* key is copied verbatim from it (stories260K.gguf: 512-token SentencePiece)
-  OUT_DIR      writes gemma4-tiny-f32.gguf there (overwrites)
+  OUT_DIR      writes gemma4-tiny-f32.gguf (gemma4) and gemma4-moe-tiny-f32.gguf (gemma4-moe) there
+               (overwrites); no name: gemma4 only
   SEED         numpy seed
 
 The arguments are those of synth_new_archs.py, whose tokenizer copy this reuses (importing it with an
@@ -28,6 +29,23 @@ architecture list that names none of its own makes nothing). Keys and tensor nam
   other        layer_output_scale per layer, final_logit_softcapping 15 (the real models have 30; lower
                so that the cap bends the logits of this model clearly), tied output, norms applied as
                weights (Gemma 4 files store them unshifted)
+
+gemma4-moe: the 26B-A4B layout (google/gemma-4-26B-A4B's config: every layer has the dense FFN and
+the routed experts side by side, no per-layer embeddings, no KV sharing, the global layers' V is their
+K projection (attention_k_eq_v: no attn_v), 5 sliding : 1 global), as 3f545be computes it
+(src/models/gemma4.cpp, conversion/gemma.py):
+
+  layers       3: sliding, sliding, global (window 8); shared_kv_layers 0; per-layer input 0
+  heads        as gemma4 above (sliding head_dim 64 with 2 KV heads, global 128 with 1 KV head)
+  FFN          per layer: x_mlp = post_ffw_norm_1(ffn(ffn_norm(h))) with the dense GELU(tanh) FFN
+               (n_ff 64, 64, 96: per-layer widths), x_moe = post_ffw_norm_2(moe(pre_ffw_norm_2(h))),
+               h += post_ffw_norm(x_mlp + x_moe)
+  router       logits = ffn_gate_inp . (rms_norm(h) / sqrt(n_embd) * ffn_gate_inp.scale): an input
+               of norm ~1, so ffn_gate_inp N(0, 2^2) gives logits of standard deviation ~2 (routing by
+               clear margins at most positions); softmax, top 2 of 8, renormalised
+  experts      8, GELU(tanh)-gated, expert_feed_forward_length 32 (ffn_gate_exps, ffn_up_exps,
+               ffn_down_exps stacked [n_expert][rows][cols]); ffn_down_exps.scale: per-expert output
+               scales U(0.5, 1.5) (the checkpoint's router.per_expert_scale)
 """
 import os
 import sys
@@ -119,6 +137,86 @@ def make(seed):
     print("wrote", path, os.path.getsize(path), f"({len(t)} tensors)")
 
 
+CM = dict(C, swa=[True, True, False], n_kv_shared=0, n_pl=0, n_ff=[64, 64, 96], n_expert=8, n_used=2,
+          n_ff_exp=32, router_std=2.0)
+
+
+def make_moe(seed):
+    c = CM
+    path = os.path.join(OUT, "gemma4-moe-tiny-f32.gguf")
+    rng = np.random.default_rng([seed, 26])
+    w = GGUFWriter(path, "gemma4")
+    E, H, L = c["n_embd"], c["n_head"], len(c["swa"])
+    NE, FE = c["n_expert"], c["n_ff_exp"]
+    w.add_name(f"gemma4-moe-tiny (random weights, seed {seed})")
+    w.add_context_length(c["ctx"]); w.add_embedding_length(E); w.add_block_count(L)
+    w.add_feed_forward_length(c["n_ff"]); w.add_head_count(H)
+    w.add_head_count_kv([c["kv_swa"] if s else c["kv_full"] for s in c["swa"]])
+    w.add_key_length(c["hd_full"]); w.add_value_length(c["hd_full"])
+    w.add_key_length_swa(c["hd_swa"]); w.add_value_length_swa(c["hd_swa"])
+    w.add_rope_dimension_count(c["hd_full"]); w.add_rope_dimension_count_swa(c["hd_swa"])
+    w.add_rope_freq_base(c["base_full"]); w.add_rope_freq_base_swa(c["base_swa"])
+    w.add_layer_norm_rms_eps(c["eps"]); w.add_sliding_window(c["window"])
+    w.add_sliding_window_pattern(c["swa"]); w.add_shared_kv_layers(0)
+    w.add_embedding_length_per_layer_input(0); w.add_final_logit_softcapping(c["softcap"])
+    w.add_expert_count(NE); w.add_expert_used_count(c["n_used"]); w.add_expert_feed_forward_length(FE)
+    w.add_file_type(0)  # ALL_F32
+    n_vocab = synth_new_archs.copy_tokenizer(synth_new_archs.VOCAB, w)
+
+    def mat(rows, cols, std):  # numpy (rows, cols) = ggml ne (cols, rows)
+        return (rng.standard_normal((rows, cols)) * std).astype(np.float32)
+
+    def stack(n, rows, cols, std):  # numpy (n, rows, cols) = ggml ne (cols, rows, n)
+        return (rng.standard_normal((n, rows, cols)) * std).astype(np.float32)
+
+    def norm(n, mean=1.0, std=0.1):
+        return (mean + rng.standard_normal(n) * std).astype(np.float32)
+
+    s = 1.0 / np.sqrt(E)
+    t = {}
+    t["token_embd.weight"] = mat(n_vocab, E, 2.0 * s)
+    t["output_norm.weight"] = norm(E)
+    hd_full = c["hd_full"]
+    n_rot = int(hd_full * c["rot_frac_full"] / 2)
+    t["rope_freqs.weight"] = np.array([1.0] * n_rot + [1e30] * (hd_full // 2 - n_rot), dtype=np.float32)
+    for l in range(L):
+        p = f"blk.{l}."
+        hd = c["hd_swa"] if c["swa"][l] else hd_full
+        kv = c["kv_swa"] if c["swa"][l] else c["kv_full"]
+        ff = c["n_ff"][l]
+        t[p + "attn_norm.weight"] = norm(E)
+        t[p + "attn_q.weight"] = mat(H * hd, E, 1.4 * s)
+        qk = 1.6 / hd ** 0.25
+        t[p + "attn_q_norm.weight"] = norm(hd, qk, 0.125 * qk)
+        t[p + "attn_k.weight"] = mat(kv * hd, E, 1.4 * s)
+        if c["swa"][l]:  # the global layers' V is their K projection (attention_k_eq_v)
+            t[p + "attn_v.weight"] = mat(kv * hd, E, s)
+        t[p + "attn_k_norm.weight"] = norm(hd, qk, 0.125 * qk)
+        t[p + "attn_output.weight"] = mat(E, H * hd, 1.0 / np.sqrt(H * hd))
+        t[p + "post_attention_norm.weight"] = norm(E)
+        t[p + "ffn_norm.weight"] = norm(E)
+        t[p + "ffn_gate.weight"] = mat(ff, E, s)
+        t[p + "ffn_up.weight"] = mat(ff, E, s)
+        t[p + "ffn_down.weight"] = mat(E, ff, 1.0 / np.sqrt(ff))
+        t[p + "post_ffw_norm_1.weight"] = norm(E)
+        t[p + "pre_ffw_norm_2.weight"] = norm(E)
+        t[p + "ffn_gate_inp.weight"] = mat(NE, E, c["router_std"])
+        t[p + "ffn_gate_inp.scale"] = norm(E)
+        t[p + "ffn_gate_exps.weight"] = stack(NE, FE, E, s)
+        t[p + "ffn_up_exps.weight"] = stack(NE, FE, E, s)
+        t[p + "ffn_down_exps.weight"] = stack(NE, E, FE, 1.0 / np.sqrt(FE))
+        t[p + "ffn_down_exps.scale"] = rng.uniform(0.5, 1.5, NE).astype(np.float32)
+        t[p + "post_ffw_norm_2.weight"] = norm(E)
+        t[p + "post_ffw_norm.weight"] = norm(E)
+        t[p + "layer_output_scale.weight"] = rng.uniform(0.6, 1.2, 1).astype(np.float32)
+    for name, v in t.items():
+        w.add_tensor(name, v)
+    w.write_header_to_file(); w.write_kv_data_to_file(); w.write_tensors_to_file(); w.close()
+    print("wrote", path, os.path.getsize(path), f"({len(t)} tensors)")
+
+
+os.makedirs(OUT, exist_ok=True)
 if not ONLY or "gemma4" in ONLY:
-    os.makedirs(OUT, exist_ok=True)
     make(SEED)
+if "gemma4-moe" in ONLY:
+    make_moe(SEED)
