@@ -26,6 +26,7 @@
 #include <string>
 
 #include "golden.h"
+#include "kernels/kernels.h"
 #include "kernels/thread_pool.h"
 #include "model.h"
 #include "moe.h"
@@ -280,7 +281,8 @@ TEST_CASE("golden: gemma4-moe-tiny (f16, q4km)", "[golden][moe][gemma4]") { gold
 // step of several rows (parallel slots) or a prefill micro-batch each distinct chosen expert once.
 TEST_CASE("moe: a decode step reads only the chosen experts' weights", "[moe]") {
   ThreadPool pool(2);
-  for (const char* file : {"qwen3moe-tiny-q4km.gguf", "lfm2moe-tiny-q4km.gguf", "qwen35moe-tiny-f16.gguf"}) {
+  for (const char* file : {"qwen3moe-tiny-q4km.gguf", "lfm2moe-tiny-q4km.gguf", "qwen35moe-tiny-f16.gguf",
+                           "gemma4-moe-tiny-q4km.gguf"}) {
     INFO(file);
     auto loaded = Model::load(repo(std::string("models/") + file));
     REQUIRE(loaded.ok());
@@ -432,5 +434,203 @@ TEST_CASE("moe: hyper-parameter keys", "[moe]") {
     auto m = load_renamed(b, "blk.1.ffn_down_exps.weight", "blk.1.ffn_down_expX.weight");
     REQUIRE(!m.ok());
     CHECK(m.error().find("missing tensor 'blk.1.ffn_down_exps.weight'") != std::string::npos);
+  }
+}
+
+// ---- gemma4's MoE layers (26B-A4B; tests/models/gemma4-moe-tiny-*) ------------------------------
+
+namespace {
+
+double gelu_tanh_ref(double x) { return 0.5 * x * (1.0 + std::tanh(0.7978845608028654 * x * (1.0 + 0.044715 * x * x))); }
+
+// ggml's GELU as the engine and llama.cpp's CPU backend compute it: the input rounded to F16, the
+// result of the exact formula rounded to F16 (ggml's table), passed through above 10 and 0 below -10.
+double gelu_f16_ref(float x) {
+  if (x >= 10.0f) return x;
+  if (x <= -10.0f) return 0.0;
+  return fp16_to_fp32(fp32_to_fp16(float(gelu_tanh_ref(fp16_to_fp32(fp32_to_fp16(x))))));
+}
+
+std::vector<float> dequant_rows(const void* data, GgmlType type, int64_t rows, int64_t cols) {
+  std::vector<float> out(size_t(rows * cols));
+  const size_t rb = row_bytes(type, cols);
+  for (int64_t r = 0; r < rows; ++r)
+    dequantize_row_ref(type, static_cast<const uint8_t*>(data) + size_t(r) * rb, &out[size_t(r * cols)], cols);
+  return out;
+}
+
+// The routed block of one gemma4 MoE layer on rows (x, xn), in double from the dequantized weights:
+// router on rms_norm(x) / sqrt(n_embd) * router_scale, softmax, top k (lower id on ties), weights
+// renormalised and times the expert's scale (per_expert_scale: 1 when `expert_scales` is false),
+// GELU(tanh)-gated experts. Returns y [T][n_embd]; chosen [T][k] and the margins (k-th minus
+// (k+1)-th router logit) per row.
+std::vector<double> routed_ref(const Model::Impl& I, int layer, const std::vector<float>& x, const std::vector<float>& xn,
+                               int64_t T, bool expert_scales, std::vector<int>& chosen, std::vector<double>& margin) {
+  const HParams& hp = I.hp;
+  const MoeWeights& w = I.layers[size_t(layer)].moe;
+  const int64_t E = hp.n_embd, NE = hp.n_expert, k = hp.n_expert_used, FF = hp.n_ff_exp;
+  const std::vector<float> router = dequant_rows(w.router.data, w.router.type, NE, E);
+  std::vector<double> y(size_t(T * E), 0.0);
+  chosen.assign(size_t(T * k), -1);
+  margin.assign(size_t(T), 0.0);
+  for (int64_t t = 0; t < T; ++t) {
+    const float* xt = &x[size_t(t * E)];
+    double ss = 0.0;
+    for (int64_t c = 0; c < E; ++c) ss += double(xt[c]) * xt[c];
+    const double inv = 1.0 / std::sqrt(ss / double(E) + double(hp.rms_eps)) / std::sqrt(double(E));
+    std::vector<double> logit(size_t(NE), 0.0);
+    for (int64_t e = 0; e < NE; ++e)
+      for (int64_t c = 0; c < E; ++c) logit[size_t(e)] += double(router[size_t(e * E + c)]) * xt[c] * inv * w.router_scale[size_t(c)];
+    std::vector<int> order(static_cast<size_t>(NE));
+    for (int64_t e = 0; e < NE; ++e) order[size_t(e)] = int(e);
+    std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return logit[size_t(a)] > logit[size_t(b)]; });
+    margin[size_t(t)] = logit[size_t(order[size_t(k - 1)])] - logit[size_t(order[size_t(k)])];
+    // Softmax then renormalisation over the chosen: the chosen logits' own softmax.
+    double sum = 0.0;
+    for (int64_t j = 0; j < k; ++j) sum += std::exp(logit[size_t(order[size_t(j)])] - logit[size_t(order[0])]);
+    const float* xnt = &xn[size_t(t * E)];
+    for (int64_t j = 0; j < k; ++j) {
+      const int e = order[size_t(j)];
+      chosen[size_t(t * k + j)] = e;
+      double wt = std::exp(logit[size_t(e)] - logit[size_t(order[0])]) / sum;
+      if (expert_scales) wt *= w.expert_scale[size_t(e)];
+      const WeightView g = w.gate.expert(e), u = w.up.expert(e), d = w.down.expert(e);
+      const std::vector<float> G = dequant_rows(g.data, g.type, FF, E), U = dequant_rows(u.data, u.type, FF, E),
+                               D = dequant_rows(d.data, d.type, E, FF);
+      std::vector<double> h(static_cast<size_t>(FF));
+      for (int64_t i = 0; i < FF; ++i) {
+        double gi = 0.0, ui = 0.0;
+        for (int64_t c = 0; c < E; ++c) {
+          gi += double(G[size_t(i * E + c)]) * xnt[c];
+          ui += double(U[size_t(i * E + c)]) * xnt[c];
+        }
+        h[size_t(i)] = gelu_f16_ref(float(gi)) * ui;
+      }
+      for (int64_t c = 0; c < E; ++c) {
+        double o = 0.0;
+        for (int64_t i = 0; i < FF; ++i) o += double(D[size_t(c * FF + i)]) * h[size_t(i)];
+        y[size_t(t * E + c)] += wt * o;
+      }
+    }
+  }
+  return y;
+}
+
+}  // namespace
+
+// The routed block with gemma4's options (router input transform, per-expert output scales,
+// GELU(tanh) experts) against the double-precision scalar reference above, in Exact mode on the F16
+// file, on random rows of every MoE layer; without the expert scales the reference is far off (so
+// they are exercised), and the chosen experts are the reference's wherever its margin is clear.
+TEST_CASE("moe: gemma4's routed block equals its scalar reference", "[moe][gemma4]") {
+  ModelOptions mo;
+  mo.activations = ActivationMode::Exact;
+  auto loaded = Model::load(repo("models/gemma4-moe-tiny-f16.gguf"), mo);
+  REQUIRE(loaded.ok());
+  std::shared_ptr<const Model> m = loaded.value();
+  const Model::Impl& I = m->impl();
+  const HParams& hp = I.hp;
+  REQUIRE(hp.n_expert == 8);
+  REQUIRE(hp.n_expert_used == 2);
+  ThreadPool pool(2);
+  const int64_t T = 24, E = hp.n_embd, k = hp.n_expert_used;
+  EvalWorkspace W;
+  W.ensure(hp, pool.size(), T);
+  std::vector<int32_t> toks(size_t(T), 1);
+  Forward f{I, pool, W, toks.data(), T, {}, {}};
+  uint64_t state = 0x9e3779b97f4a7c15ull;
+  auto uniform = [&] {  // [-1, 1)
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    return float(int64_t(state >> 11) - (int64_t(1) << 52)) / float(int64_t(1) << 52);
+  };
+  for (int l = 0; l < hp.n_layer; ++l) {
+    INFO("layer " << l);
+    REQUIRE(hp.layers[size_t(l)].moe);
+    const MoeWeights& w = I.layers[size_t(l)].moe;
+    REQUIRE(w.router_scale.size() == size_t(E));
+    REQUIRE(w.expert_scale.size() == size_t(hp.n_expert));
+    REQUIRE(w.act == FfnActivation::GeluTanhGated);
+    // Residual rows of varied scale (the router input is normalised) and normed-looking inputs.
+    std::vector<float> x(size_t(T * E)), xn(size_t(T * E));
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t c = 0; c < E; ++c) {
+        x[size_t(t * E + c)] = uniform() * float(1 + t % 5) * 3.0f;
+        xn[size_t(t * E + c)] = uniform() * 1.7f;
+      }
+    std::copy(x.begin(), x.end(), W.x.begin());
+    std::copy(xn.begin(), xn.end(), W.xn.begin());
+    routed_ffn(f, l);
+    std::vector<int> chosen, chosen_unscaled;
+    std::vector<double> margin, margin_unscaled;
+    const std::vector<double> ref = routed_ref(I, l, x, xn, T, true, chosen, margin);
+    const std::vector<double> unscaled = routed_ref(I, l, x, xn, T, false, chosen_unscaled, margin_unscaled);
+    double max_diff = 0.0, max_ref = 0.0, max_unscaled = 0.0;
+    int compared = 0;
+    for (int64_t t = 0; t < T; ++t) {
+      if (margin[size_t(t)] < 1e-4) continue;  // a tie the float router may break the other way
+      ++compared;
+      std::vector<int> ours(W.moe.choice.begin() + ptrdiff_t((l * T + t) * k), W.moe.choice.begin() + ptrdiff_t((l * T + t + 1) * k));
+      CHECK(ours == std::vector<int>(chosen.begin() + ptrdiff_t(t * k), chosen.begin() + ptrdiff_t((t + 1) * k)));
+      CHECK(std::fabs(double(W.moe.margin[size_t(l * T + t)]) - margin[size_t(t)]) < 1e-4);
+      for (int64_t c = 0; c < E; ++c) {
+        const double r = ref[size_t(t * E + c)];
+        max_diff = std::max(max_diff, std::fabs(double(W.q[size_t(t * E + c)]) - r));
+        max_ref = std::max(max_ref, std::fabs(r));
+        max_unscaled = std::max(max_unscaled, std::fabs(unscaled[size_t(t * E + c)] - r));
+      }
+    }
+    std::printf("moe gemma4 layer %d: routed block vs scalar reference max|diff| %.2e (outputs up to %.3f; without "
+                "the expert scales %.3f), %d of %lld rows\n",
+                l, max_diff, max_ref, max_unscaled, compared, (long long)T);
+    CHECK(compared >= T - 2);
+    CHECK(max_diff <= 1e-4 * std::max(1.0, max_ref));
+    CHECK(max_unscaled > 100 * 1e-4 * std::max(1.0, max_ref));
+  }
+}
+
+// gemma4 26B-A4B's keys and tensors: every layer with a router is a MoE layer beside its dense FFN;
+// the router's input scale is required, a missing one is refused naming it (the per-expert scales
+// are optional, as in llama.cpp).
+TEST_CASE("moe: gemma4's MoE hyper-parameters and tensors", "[moe][gemma4]") {
+  const std::string path = repo("models/gemma4-moe-tiny-q4km.gguf");
+  {
+    auto m = Model::load(path);
+    REQUIRE(m.ok());
+    const HParams& hp = m.value()->hparams();
+    CHECK(hp.arch == Arch::Gemma4);
+    CHECK(hp.n_expert == 8);
+    CHECK(hp.n_expert_used == 2);
+    CHECK(hp.n_ff_exp == 32);
+    CHECK(hp.expert_gating == ExpertGating::Softmax);
+    CHECK(hp.expert_weights_norm);
+    REQUIRE(hp.n_layer == 3);
+    for (int l = 0; l < 3; ++l) {
+      CHECK(hp.layers[size_t(l)].moe);
+      CHECK(hp.layers[size_t(l)].n_ff == (l == 2 ? 96 : 64));  // the dense FFN's per-layer widths
+      CHECK(hp.layers[size_t(l)].kv_source == -1);
+    }
+    CHECK(hp.n_embd_per_layer == 0);
+    const std::string d = m.value()->description();
+    INFO(d);
+    CHECK(d.find("2 of 8 experts per token") != std::string::npos);
+  }
+  {
+    std::vector<uint8_t> b = read_bytes(path);
+    auto m = load_renamed(b, "blk.1.ffn_gate_inp.scale", "blk.1.ffn_gate_inp.scalX");
+    REQUIRE(!m.ok());
+    CHECK(m.error().find("blk.1.ffn_gate_inp.scale") != std::string::npos);
+  }
+  {
+    std::vector<uint8_t> b = read_bytes(path);
+    auto m = load_renamed(b, "blk.2.post_ffw_norm_2.weight", "blk.2.post_ffw_norm_2.weighX");
+    REQUIRE(!m.ok());
+    CHECK(m.error().find("blk.2.post_ffw_norm_2.weight") != std::string::npos);
+  }
+  {
+    std::vector<uint8_t> b = read_bytes(path);
+    auto m = load_renamed(b, "blk.0.ffn_down_exps.scale", "blk.0.ffn_down_exps.scalX");
+    REQUIRE(m.ok());
+    CHECK(m.value()->impl().layers[0].moe.expert_scale.empty());
+    CHECK(m.value()->impl().layers[1].moe.expert_scale.size() == 8);
   }
 }
