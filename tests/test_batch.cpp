@@ -207,6 +207,18 @@ TEST_CASE("eval_batch: gemma4 sequences equal their own evals", "[batch][gemma4]
   }
 }
 
+// gemma4's 26B-A4B layout (tests/models/gemma4-moe-tiny-*): the dense FFN beside the routed experts
+// in every layer, the router on the residual stream; rows sharing an expert with other sequences'
+// rows give the same bits as alone (the expert matmuls are dots only), with sliding and global layers.
+TEST_CASE("eval_batch: gemma4 MoE sequences equal their own evals", "[batch][gemma4][moe]") {
+  const Case cases[] = {{"gemma4-moe-tiny-q4km.gguf", 8, true}, {"gemma4-moe-tiny-f16.gguf", 16, false}};
+  ThreadPool pool(2);
+  for (const Case& c : cases) {
+    check_batches(pool, c, Repack::On, {1, 2, 4});
+    if (c.file_rows) check_batches(pool, c, Repack::Off, {2, 4});
+  }
+}
+
 // The same on two small models only, for slow runs (ARM under qemu: scripts/test-arm.sh).
 TEST_CASE("eval_batch: quick: four sequences, llama and gemma3", "[batch][quick]") {
   ThreadPool pool(2);

@@ -535,6 +535,11 @@ TEST_CASE("gemma4: slot reuse and the prompt cache, replies unchanged", "[server
   slot_reuse_replies_unchanged(test_util::model_path("gemma4-tiny-q8_0.gguf"));
 }
 
+// gemma4's 26B-A4B layout: the MoE layers keep no state beyond their K/V (sliding and global).
+TEST_CASE("gemma4 MoE: slot reuse and the prompt cache, replies unchanged", "[server][slots][gemma4][moe]") {
+  slot_reuse_replies_unchanged(test_util::model_path("gemma4-moe-tiny-q4km.gguf"));
+}
+
 TEST_CASE("the default slot count fits the memory", "[slots]") {
   constexpr uint64_t MiB = 1 << 20;
   CHECK(default_slot_count(0, 0, 100 * MiB) == 1);                // unknown memory: one slot
