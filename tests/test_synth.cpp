@@ -660,3 +660,45 @@ TEST_CASE("synth: gemma4 shapes (E2B, E4B) load, run, and prefill equals one tok
   if (m.value()->packed_bytes() > 0) CHECK(r.max_diff == 0.0f);
   else CHECK(r.max_diff <= 0.1f);
 }
+
+// Issue 33: the 26B-A4B shape writes what the gemma4 loader reads for its MoE layers (the dense FFN
+// beside the routed experts, the router's input scale, per-expert scales; global layers with 2 KV
+// heads of 512 and no attn_v). Cut to 2 layers (a sliding one, then the global last layer) and 16
+// of the 128 experts: ~110 MB instead of ~870 MB for the two layers.
+TEST_CASE("synth: gemma4-26b-a4b (MoE) loads, runs, and prefill equals one token at a time", "[synth][gemma4][moe]") {
+  TempDir dir;
+  const std::string out = dir.file("gemma4moe.gguf");
+  REQUIRE(run(bin("picolm-synth") + " --shape gemma4-26b-a4b --type q4_k_m --layers 2 --experts 16 --vocab 2048 "
+                                    "--window 16 -o " + out) == 0);
+  auto m = Model::load(out);
+  REQUIRE(m.ok());
+  const HParams& hp = m.value()->hparams();
+  CHECK(hp.arch == Arch::Gemma4);
+  CHECK((hp.n_embd == 2816 && hp.n_head == 16 && hp.n_head_kv == 8 && hp.head_dim == 512));
+  CHECK((hp.n_expert == 16 && hp.n_expert_used == 8 && hp.n_ff_exp == 704));
+  CHECK((hp.n_embd_per_layer == 0 && hp.logit_softcap == 30.0f));
+  REQUIRE(hp.layers.size() == 2);
+  for (int l = 0; l < 2; ++l) {
+    const LayerHParams& lp = hp.layers[size_t(l)];
+    const bool global = l == 1;
+    CHECK(lp.moe);
+    CHECK(lp.n_ff == 2112);
+    CHECK(lp.window == (global ? 0 : 16));
+    CHECK(lp.head_dim == (global ? 512 : 256));
+    CHECK(lp.n_head_kv == (global ? 2 : 8));
+    CHECK(lp.kv_source == -1);
+  }
+  CHECK(m.value()->gguf().tensor("blk.1.attn_v.weight") == nullptr);  // V = K on the global layers
+  CHECK(m.value()->gguf().tensor("blk.0.attn_v.weight") != nullptr);
+  CHECK(type_of(m.value()->gguf(), "blk.0.ffn_gate_inp.weight") == "F32");
+  CHECK(type_of(m.value()->gguf(), "blk.0.ffn_up_exps.weight") == "Q4_K");
+  CHECK(m.value()->gguf().tensor("blk.1.ffn_down_exps.scale") != nullptr);
+  CHECK(m.value()->gguf().tensor("blk.1.ffn_gate_inp.scale") != nullptr);
+  check_runs(m.value());
+  auto r = prefill_vs_sequential(m.value(), some_tokens(40, hp.n_vocab));
+  if (m.value()->packed_bytes() > 0) CHECK(r.max_diff == 0.0f);
+  else CHECK(r.max_diff <= 0.1f);
+  // Fewer experts than are used per token is refused.
+  CHECK(run(bin("picolm-synth") + " --shape gemma4-26b-a4b --type q4_k_m --layers 1 --experts 4 -o " +
+            dir.file("x.gguf")) != 0);
+}

@@ -64,6 +64,11 @@ struct Shape {
   int global_head_dim = 0, swa_period = 0, n_kv_shared = 0, n_pl = 0;
   bool double_wide = false;
   float softcap = 0.0f;
+  // gemma4 26B-A4B: the global layers' KV heads (0: n_head_kv) and no attn_v there (V is the K
+  // projection, attention_k_eq_v); with n_expert, every layer has the dense FFN of n_ff beside the
+  // routed experts.
+  int global_head_kv = 0;
+  bool k_eq_v = false;
 };
 
 // Hyper-parameters as published in each model's config.json. n_vocab 0: the demo's vocabulary size.
@@ -122,6 +127,16 @@ constexpr Shape kShapes[] = {
      .n_vocab = 262144, .n_ctx = 131072, .rope_base = 1000000.0f, .rms_eps = 1e-6f, .tied = true, .qkv_bias = false,
      .head_dim = 256, .qk_norm = true, .post_norms = true, .window = 512, .global_head_dim = 512, .swa_period = 6,
      .n_kv_shared = 18, .n_pl = 256, .double_wide = false, .softcap = 30.0f},
+    // Gemma 4 26B-A4B (text_config; the GGUF keys of the published Q4_K_M): 30 layers, 5 sliding (head_dim
+    // 256, 8 KV heads, window 1024) per global one (head_dim 512, V = K), no per-layer embeddings, no KV
+    // sharing; every layer a dense GELU FFN of 2112 beside 128 experts of 704, 8 per token. The global
+    // layers' KV heads (2) are inferred from the published KV-cache size (~210 KiB per token in BF16: 25
+    // sliding layers x 8 x 256 x K,V + 5 global x 2 x 512 x K only).
+    {.name = "gemma4-26b-a4b", .arch = "gemma4", .n_layer = 30, .n_embd = 2816, .n_head = 16, .n_head_kv = 8,
+     .n_ff = 2112, .n_vocab = 262144, .n_ctx = 262144, .rope_base = 1000000.0f, .rms_eps = 1e-6f, .tied = true,
+     .qkv_bias = false, .head_dim = 256, .qk_norm = true, .post_norms = true, .window = 1024, .n_expert = 128,
+     .n_expert_used = 8, .n_ff_exp = 704, .global_head_dim = 512, .swa_period = 6, .n_kv_shared = 0, .n_pl = 0,
+     .double_wide = false, .softcap = 30.0f, .global_head_kv = 2, .k_eq_v = true},
 };
 
 // ---- type mixes (llama.cpp's llama_tensor_get_type rules for these recipes) -------------------
@@ -535,7 +550,8 @@ void usage(FILE* out) {
                "  --shape NAME        tinyllama-1.1b | qwen2.5-0.5b | qwen2.5-1.5b | smollm2-360m | llama-3.2-1b |\n"
                "                      qwen3-0.6b | qwen3-1.7b | gemma3-270m | gemma3-1b | smollm3-3b | qwen3.5-0.8b |\n"
                "                      qwen3.5-2b | lfm2.5-1.2b | qwen3-30b-a3b | lfm2-8b-a1b | phi-4-mini |\n"
-               "                      granite-4.0-h-tiny (its dense part) | gemma4-e2b | gemma4-e4b | demo\n"
+               "                      granite-4.0-h-tiny (its dense part) | gemma4-e2b | gemma4-e4b |\n"
+               "                      gemma4-26b-a4b | demo\n"
                "  --type MIX          q4_k_m | q8_0 | q4_0 | f16 | f32 (llama.cpp's per-tensor rules)\n"
                "  -o, --output FILE   output GGUF (written to FILE.tmp, then renamed)\n"
                "  --vocab-from FILE   copy all tokenizer.* keys from another GGUF (n_vocab must be >= its vocabulary)\n"
@@ -544,7 +560,9 @@ void usage(FILE* out) {
                "  --layers N          override the number of layers (smaller test models)\n"
                "  --merges N          demo vocabulary: number of BPE merges to learn (default 480)\n"
                "  --vocab N           override n_vocab (a smaller embedding for tests; >= the vocabulary's tokens)\n"
-               "  --window N          override the sliding window of gemma3 shapes\n"
+               "  --window N          override the sliding window of gemma3 / gemma4 shapes\n"
+               "  --experts N         override the number of routed experts of MoE shapes (smaller test models;\n"
+               "                      at least the experts used per token)\n"
                "  --arch NAME         write this general.architecture instead of the shape's (same tensors and\n"
                "                      seed: compares architectures on identical weights, e.g. smollm3 vs llama)\n");
 }
@@ -552,7 +570,7 @@ void usage(FILE* out) {
 struct Args {
   std::string shape, type = "q4_k_m", output, vocab_from, arch;
   uint64_t seed = 1;
-  int ctx = 0, layers = 0, merges = 480, vocab = 0, window = 0;
+  int ctx = 0, layers = 0, merges = 480, vocab = 0, window = 0, experts = 0;
 };
 
 bool parse_int(const char* s, long long& out) {
@@ -582,6 +600,11 @@ int run(const Args& a) {
   const int head_dim = shape->head_dim > 0 ? shape->head_dim : E / shape->n_head;
   const int q_dim = shape->n_head * head_dim, kv_dim = shape->n_head_kv * head_dim;
   const int n_ctx = a.ctx > 0 ? a.ctx : shape->n_ctx;
+  const int n_expert = a.experts > 0 ? a.experts : shape->n_expert;
+  if (shape->n_expert > 0 && n_expert < shape->n_expert_used) {
+    std::fprintf(stderr, "picolm-synth: --experts %d is fewer than the %d used per token\n", n_expert, shape->n_expert_used);
+    return 2;
+  }
 
   GgufWriter w;
   w.set_string("general.architecture", arch);
@@ -636,7 +659,7 @@ int run(const Args& a) {
     w.set_i32_array(arch + ".rope.dimension_sections", sections);
   }
   if (shape->n_expert > 0) {
-    w.set_u32(arch + ".expert_count", static_cast<uint32_t>(shape->n_expert));
+    w.set_u32(arch + ".expert_count", static_cast<uint32_t>(n_expert));
     w.set_u32(arch + ".expert_used_count", static_cast<uint32_t>(shape->n_expert_used));
     w.set_u32(arch + ".expert_feed_forward_length", static_cast<uint32_t>(shape->n_ff_exp));
     if (lfm2) {
@@ -664,7 +687,11 @@ int run(const Args& a) {
   // part keeps its share, and starts after a global layer (llama.cpp's sources: the last sliding
   // and the last global layer before it).
   const bool gemma4 = shape->swa_period > 0;
-  auto g4_global = [&](int l) { return gemma4 && l % shape->swa_period == shape->swa_period - 1; };
+  // The last layer is global too (true of every published Gemma 4: 35, 42, 30 and 60 layers end with
+  // one), so a shape cut short by --layers keeps a global layer.
+  auto g4_global = [&](int l) {
+    return gemma4 && (l % shape->swa_period == shape->swa_period - 1 || l == n_layer - 1);
+  };
   int g4_first_shared = n_layer;
   if (gemma4) {
     const int P = shape->swa_period;
@@ -674,7 +701,7 @@ int run(const Args& a) {
     std::vector<uint8_t> swa(static_cast<size_t>(n_layer));
     for (int l = 0; l < n_layer; ++l) {
       ff[size_t(l)] = shape->double_wide && l >= g4_first_shared ? 2 * n_ff : n_ff;
-      kv[size_t(l)] = shape->n_head_kv;
+      kv[size_t(l)] = g4_global(l) && shape->global_head_kv > 0 ? shape->global_head_kv : shape->n_head_kv;
       swa[size_t(l)] = g4_global(l) ? 0 : 1;
     }
     w.set_i32_array(arch + ".feed_forward_length", ff);
@@ -764,7 +791,7 @@ int run(const Args& a) {
       mat(p + "ffn_down.weight", Kind::FfnDown, l, E, n_ff, 1.0f / std::sqrt(static_cast<float>(n_ff)));
       return;
     }
-    const int NE = shape->n_expert, FE = shape->n_ff_exp;
+    const int NE = n_expert, FE = shape->n_ff_exp;
     plan.push_back({p + "ffn_gate_inp.weight", GgmlType::F32, E, NE, 0.0f, inv_e});
     auto experts = [&](std::string name, Kind kind, int64_t rows, int64_t cols, float sigma) {
       plan.push_back({std::move(name), pick_type(mix, kind, l, n_layer, cols, shape->tied), cols, rows, 0.0f, sigma, NE});
@@ -785,11 +812,13 @@ int run(const Args& a) {
   const int64_t n_pl_all = int64_t(n_layer) * shape->n_pl;
   if (gemma4) {
     vec("rope_freqs.weight", shape->global_head_dim / 2, 1.0f, 0.0f);
-    mat("per_layer_token_embd.weight", Kind::Other, 0, n_vocab, n_pl_all, 1.0f / std::sqrt(float(shape->n_pl)));
-    // llama.cpp's quantize keeps per_layer_model_proj as converted (BF16/F16 in the published files).
-    plan.push_back({"per_layer_model_proj.weight", mix == Mix::F32 ? GgmlType::F32 : GgmlType::F16, E, n_pl_all, 0.0f,
-                    inv_e});
-    vec("per_layer_proj_norm.weight", shape->n_pl, 1.0f, 0.05f);
+    if (shape->n_pl > 0) {
+      mat("per_layer_token_embd.weight", Kind::Other, 0, n_vocab, n_pl_all, 1.0f / std::sqrt(float(shape->n_pl)));
+      // llama.cpp's quantize keeps per_layer_model_proj as converted (BF16/F16 in the published files).
+      plan.push_back({"per_layer_model_proj.weight", mix == Mix::F32 ? GgmlType::F32 : GgmlType::F16, E, n_pl_all,
+                      0.0f, inv_e});
+      vec("per_layer_proj_norm.weight", shape->n_pl, 1.0f, 0.05f);
+    }
   }
   for (int l = 0; l < n_layer; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";
@@ -830,13 +859,14 @@ int run(const Args& a) {
     }
     if (gemma4) {
       const int hd = g4_global(l) ? shape->global_head_dim : head_dim;
-      const int qd = shape->n_head * hd, kvd = shape->n_head_kv * hd;
+      const int kv_heads = g4_global(l) && shape->global_head_kv > 0 ? shape->global_head_kv : shape->n_head_kv;
+      const int qd = shape->n_head * hd, kvd = kv_heads * hd;
       const int ff = shape->double_wide && l >= g4_first_shared ? 2 * n_ff : n_ff;
       mat(p + "attn_q.weight", Kind::AttnQ, l, qd, E, 1.4f * inv_e);
       vec(p + "attn_q_norm.weight", hd, 1.0f, 0.05f);
       if (l < g4_first_shared) {  // the KV-sharing layers have no K/V projections
         mat(p + "attn_k.weight", Kind::AttnK, l, kvd, E, 1.4f * inv_e);
-        mat(p + "attn_v.weight", Kind::AttnV, l, kvd, E, inv_e);
+        if (!(shape->k_eq_v && g4_global(l))) mat(p + "attn_v.weight", Kind::AttnV, l, kvd, E, inv_e);
         vec(p + "attn_k_norm.weight", hd, 1.0f, 0.05f);
       }
       mat(p + "attn_output.weight", Kind::AttnO, l, E, qd, 1.0f / std::sqrt(static_cast<float>(qd)));
@@ -845,10 +875,29 @@ int run(const Args& a) {
       mat(p + "ffn_gate.weight", Kind::FfnGate, l, ff, E, inv_e);
       mat(p + "ffn_up.weight", Kind::FfnUp, l, ff, E, inv_e);
       mat(p + "ffn_down.weight", Kind::FfnDown, l, E, ff, 1.0f / std::sqrt(static_cast<float>(ff)));
+      if (shape->n_expert > 0) {  // 26B-A4B: the routed branch beside the dense FFN (engine/arch/gemma4.cpp)
+        const int NE = n_expert, FE = shape->n_ff_exp;
+        vec(p + "post_ffw_norm_1.weight", E, 1.0f, 0.05f);
+        vec(p + "pre_ffw_norm_2.weight", E, 1.0f, 0.05f);
+        // The router reads rms_norm(x) / sqrt(E) * scale (norm ~1): N(0, 1) weights give logits of ~1.
+        plan.push_back({p + "ffn_gate_inp.weight", GgmlType::F32, E, NE, 0.0f, 1.0f});
+        vec(p + "ffn_gate_inp.scale", E, 1.0f, 0.05f);
+        auto experts = [&](std::string name, Kind kind, int64_t rows, int64_t cols, float sigma) {
+          plan.push_back({std::move(name), pick_type(mix, kind, l, n_layer, cols, shape->tied), cols, rows, 0.0f, sigma,
+                          NE});
+        };
+        experts(p + "ffn_gate_exps.weight", Kind::FfnGate, FE, E, inv_e);
+        experts(p + "ffn_up_exps.weight", Kind::FfnUp, FE, E, inv_e);
+        experts(p + "ffn_down_exps.weight", Kind::FfnDown, E, FE, 1.0f / std::sqrt(static_cast<float>(FE)));
+        vec(p + "ffn_down_exps.scale", NE, 1.0f, 0.05f);
+        vec(p + "post_ffw_norm_2.weight", E, 1.0f, 0.05f);
+      }
       vec(p + "post_ffw_norm.weight", E, 1.0f, 0.05f);
-      mat(p + "inp_gate.weight", Kind::Other, l, shape->n_pl, E, 0.5f * inv_e);
-      mat(p + "proj.weight", Kind::Other, l, E, shape->n_pl, 1.0f / std::sqrt(float(shape->n_pl)));
-      vec(p + "post_norm.weight", E, 1.0f, 0.05f);
+      if (shape->n_pl > 0) {
+        mat(p + "inp_gate.weight", Kind::Other, l, shape->n_pl, E, 0.5f * inv_e);
+        mat(p + "proj.weight", Kind::Other, l, E, shape->n_pl, 1.0f / std::sqrt(float(shape->n_pl)));
+        vec(p + "post_norm.weight", E, 1.0f, 0.05f);
+      }
       vec(p + "layer_output_scale.weight", 1, 0.9f, 0.0f);
       continue;
     }
@@ -975,7 +1024,7 @@ int main(int argc, char** argv) {
       if (!(v = val())) return 2;
       a.vocab_from = v;
     } else if (k == "--seed" || k == "--ctx" || k == "--layers" || k == "--merges" || k == "--vocab" ||
-               k == "--window") {
+               k == "--window" || k == "--experts") {
       if (!(v = val())) return 2;
       if (!parse_int(v, n) || n < 0 || n > (1ll << 31)) {
         std::fprintf(stderr, "picolm-synth: %s: '%s' is not a non-negative integer\n", k.c_str(), v);
@@ -986,6 +1035,7 @@ int main(int argc, char** argv) {
       else if (k == "--layers") a.layers = static_cast<int>(n);
       else if (k == "--vocab") a.vocab = static_cast<int>(n);
       else if (k == "--window") a.window = static_cast<int>(n);
+      else if (k == "--experts") a.experts = static_cast<int>(n);
       else a.merges = static_cast<int>(n);
     } else {
       std::fprintf(stderr, "picolm-synth: unknown argument '%s'\n", k.c_str());
