@@ -38,7 +38,7 @@ constexpr RecommendedModel kModels[] = {
      "Gemma 4 native tool calls, 4 GB boards"},
     {"LiquidAI/LFM2-8B-A1B-GGUF/LFM2-8B-A1B-Q4_K_M.gguf", "5.0 GB", "5.2 GB",
      "mixture of experts, decodes like a 1B; 8 GB boards"},
-    {"unsloth/Qwen3-30B-A3B-Instruct-2507-GGUF/Qwen3-30B-A3B-Instruct-2507-Q4_K_M.gguf", "18.6 GB", "19 GB",
+    {"unsloth/Qwen3-30B-A3B-Instruct-2507-GGUF/Qwen3-30B-A3B-Instruct-2507-Q4_K_M.gguf", "18.6 GB", "17 GB",
      "mixture of experts, strong tool caller for 24-32 GB machines; answers in 12 GB, slower"},
 };
 
