@@ -14,19 +14,32 @@ namespace picolm::cli {
 
 namespace {
 
-// Sizes are the hub's file sizes rounded; RAM is file + KV cache at the default context (4096,
-// FP16) + buffers, rounded up. Both approximate: the README says so.
+// Sizes are the hub's file sizes rounded. RAM is the measured peak resident memory of one sequence with
+// the default 4096-token context (picolm-bench -c 4096 -p 512 on a picolm-synth file of the same shape and
+// llama.cpp's recipe, docs/BENCHMARKS.md), rounded; each further --parallel slot adds its KV cache. The
+// mixture-of-experts files run in less RAM than that, slower (their experts are read from the file).
 constexpr RecommendedModel kModels[] = {
-    {"Qwen/Qwen3-0.6B-GGUF/Qwen3-0.6B-Q8_0.gguf", "0.6 GB", "1.2 GB", "Qwen3, thinking and tool calls, small boards"},
-    {"unsloth/Qwen3-1.7B-GGUF/Qwen3-1.7B-Q4_K_M.gguf", "1.1 GB", "1.8 GB", "Qwen3, better answers, Pi 4/5 with 4 GB+"},
-    {"Qwen/Qwen2.5-0.5B-Instruct-GGUF/qwen2.5-0.5b-instruct-q4_k_m.gguf", "0.5 GB", "0.8 GB",
+    {"Qwen/Qwen3-0.6B-GGUF/Qwen3-0.6B-Q8_0.gguf", "0.6 GB", "1.3 GB", "Qwen3, thinking and tool calls, small boards"},
+    {"unsloth/Qwen3-1.7B-GGUF/Qwen3-1.7B-Q4_K_M.gguf", "1.1 GB", "1.9 GB", "Qwen3, better answers, Pi 4/5 with 4 GB+"},
+    {"Qwen/Qwen2.5-0.5B-Instruct-GGUF/qwen2.5-0.5b-instruct-q4_k_m.gguf", "0.5 GB", "0.7 GB",
      "fastest useful tool caller, 1 GB boards"},
-    {"Qwen/Qwen2.5-1.5B-Instruct-GGUF/qwen2.5-1.5b-instruct-q4_k_m.gguf", "1.1 GB", "1.5 GB",
+    {"Qwen/Qwen2.5-1.5B-Instruct-GGUF/qwen2.5-1.5b-instruct-q4_k_m.gguf", "1.0 GB", "1.3 GB",
      "good tool calls, 2 GB boards"},
-    {"bartowski/Llama-3.2-1B-Instruct-GGUF/Llama-3.2-1B-Instruct-Q4_K_M.gguf", "0.8 GB", "1.3 GB",
+    {"bartowski/Llama-3.2-1B-Instruct-GGUF/Llama-3.2-1B-Instruct-Q4_K_M.gguf", "0.8 GB", "1.2 GB",
      "Llama 3.2 tool format"},
     {"HuggingFaceTB/SmolLM2-360M-Instruct-GGUF/smollm2-360m-instruct-q8_0.gguf", "0.4 GB", "0.6 GB",
      "tiny, 512 MB boards (weak tool calls)"},
+    {"unsloth/Qwen3.5-2B-GGUF/Qwen3.5-2B-Q4_K_M.gguf", "1.3 GB", "1.8 GB",
+     "Qwen3.5 hybrid, its XML tool calls, 4 GB boards"},
+    {"LiquidAI/LFM2.5-1.2B-Instruct-GGUF/LFM2.5-1.2B-Instruct-Q4_K_M.gguf", "0.7 GB", "1.0 GB",
+     "LFM2.5 hybrid, edge tool caller, 2 GB boards"},
+    {"ggml-org/gemma-3-1b-it-GGUF/gemma-3-1b-it-Q4_K_M.gguf", "0.8 GB", "1.2 GB", "Gemma 3, 2 GB boards"},
+    {"unsloth/gemma-4-E2B-it-GGUF/gemma-4-E2B-it-Q4_K_M.gguf", "3.2 GB", "2.6 GB",
+     "Gemma 4 native tool calls, 4 GB boards"},
+    {"LiquidAI/LFM2-8B-A1B-GGUF/LFM2-8B-A1B-Q4_K_M.gguf", "5.0 GB", "5.2 GB",
+     "mixture of experts, decodes like a 1B; 8 GB boards"},
+    {"unsloth/Qwen3-30B-A3B-Instruct-2507-GGUF/Qwen3-30B-A3B-Instruct-2507-Q4_K_M.gguf", "18.6 GB", "17 GB",
+     "mixture of experts, strong tool caller for 24-32 GB machines; answers in 12 GB, slower"},
 };
 
 std::string features_text(const CpuFeatures& f) {
