@@ -17,6 +17,7 @@
 #include <random>
 #include <sstream>
 
+#include "calls/call_syntax.h"
 #include "chat_template.h"
 #include "reasoning.h"
 #include "chat_template_cases.h"
@@ -554,15 +555,15 @@ TEST_CASE("Qwen3.5 thinking: the prompt opens the block, off closes it there", "
   REQUIRE(r.ok);
   CHECK(r.text.ends_with("<|im_start|>assistant\n<think>\n\n</think>\n\n"));
   CHECK(reasoning_traits(TemplateFamily::Lfm2).supported == false);
-  CHECK(family_traits(TemplateFamily::Qwen35).tool_call_style == ToolCallStyle::QwenXml);
-  CHECK(family_traits(TemplateFamily::Lfm25).tool_call_style == ToolCallStyle::PythonList);
+  CHECK(family_traits(TemplateFamily::Qwen35).call_syntax == &kQwenXmlSyntax);
+  CHECK(family_traits(TemplateFamily::Lfm25).call_syntax == &kPythonListSyntax);
 }
 
 TEST_CASE("Gemma 4: thinking switched by enable_thinking, the model's turn after tool results", "[reasoning][gemma4]") {
   REQUIRE(family_from_name("gemma4") == TemplateFamily::Gemma4);
   REQUIRE(family_from_name("Gemma-4") == TemplateFamily::Gemma4);
   const FamilyTraits& t = family_traits(TemplateFamily::Gemma4);
-  CHECK(t.tool_call_style == ToolCallStyle::Gemma4);
+  CHECK(t.call_syntax == &kGemma4Syntax);
   CHECK(t.tool_call_start == "<|tool_call>");
   CHECK(t.tool_call_end == "<tool_call|>");
   CHECK(t.parallel_tool_calls);
