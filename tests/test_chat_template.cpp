@@ -713,3 +713,44 @@ TEST_CASE("a template no record knows is rendered exactly and asks for the JSON 
   CHECK(rendered >= 30);
   CHECK(envelope_prompts >= 15);  // every non-empty lowered conversation shows the tools and the envelope
 }
+
+TEST_CASE("call syntax records: each family's syntax, and what the scheduler relies on in them", "[unit][tools]") {
+  const std::map<TemplateFamily, const CallSyntax*> expected = {
+      {TemplateFamily::Unknown, nullptr},           {TemplateFamily::ChatML, nullptr},
+      {TemplateFamily::Qwen25, &kTaggedJsonSyntax}, {TemplateFamily::Hermes, &kTaggedJsonSyntax},
+      {TemplateFamily::Llama31, &kBareJsonSyntax},  {TemplateFamily::Llama32, &kBareJsonSyntax},
+      {TemplateFamily::Zephyr, nullptr},            {TemplateFamily::MistralNemo, &kMistralArraySyntax},
+      {TemplateFamily::Gemma2, nullptr},            {TemplateFamily::Phi35, nullptr},
+      {TemplateFamily::DeepSeekR1, &kDeepSeekR1Syntax}, {TemplateFamily::Qwen3, &kTaggedJsonSyntax},
+      {TemplateFamily::SmolLM3, &kTaggedJsonSyntax}, {TemplateFamily::Gemma3, nullptr},
+      {TemplateFamily::Qwen35, &kQwenXmlSyntax},    {TemplateFamily::Lfm2, &kPythonListSyntax},
+      {TemplateFamily::Lfm25, &kPythonListSyntax},  {TemplateFamily::Gemma4, &kGemma4Syntax},
+  };
+  REQUIRE(expected.size() == static_cast<size_t>(kLastTemplateFamily) + 1);
+  for (const auto& [family, syntax] : expected) {
+    INFO(family_name(family));
+    const FamilyTraits& t = family_traits(family);
+    CHECK(t.call_syntax == syntax);
+    if (!syntax) continue;
+    CHECK(syntax->new_stream != nullptr);
+    if (syntax->grammar_format && !syntax->call_is_reply) CHECK_FALSE(t.tool_call_start.empty());  // the trigger
+    if (syntax->call_is_reply) {
+      CHECK(syntax->grammar_format == grammar::ToolCallFormat::JsonObject);
+      CHECK_FALSE(t.arguments_key.empty());
+    }
+    if (syntax->control_tags) CHECK((!t.tool_call_start.empty() && !t.tool_call_end.empty()));
+    // A template that shows no tools gets them lowered: in the family's own syntax only when the
+    // record names one, otherwise the envelope (DeepSeek R1).
+    if (!t.renders_tool_list && syntax->grammar_format) CHECK(syntax->lowered.has_value());
+  }
+  // The readers: the syntaxes with their own reader, and those read as JSON objects (openai.h).
+  for (const CallSyntax* s : {&kQwenXmlSyntax, &kPythonListSyntax, &kGemma4Syntax}) CHECK(s->read != nullptr);
+  for (const CallSyntax* s : {&kTaggedJsonSyntax, &kBareJsonSyntax, &kMistralArraySyntax, &kDeepSeekR1Syntax}) {
+    CHECK(s->read == nullptr);
+    CHECK(parse_native_tool_calls(*s, "<tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n</tool_call>", "[]").empty());
+  }
+  // Only Gemma 4 keeps a text beside its tags in the grammar's vocabulary: its string quote.
+  REQUIRE(kGemma4Syntax.vocabulary_texts.size() == 1);
+  CHECK(kGemma4Syntax.vocabulary_texts[0] == "<|\"|>");
+  CHECK(kPythonListSyntax.vocabulary_texts.empty());
+}
