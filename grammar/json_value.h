@@ -1,6 +1,8 @@
 // Internal: a small JSON DOM for schemas. We keep our own tree (instead of simdjson's read-only DOM)
 // because the schema compiler merges and rewrites subschemas, and enum/const literals must keep the
-// exact source spelling of numbers.
+// exact source spelling of numbers. It is also the project's one JSON tree outside the grammar: the
+// provider's tool-call readers (provider/calls/) build the arguments they read back in it and read
+// the tools' schemas with it; where a document is only read once, simdjson's DOM serves.
 #pragma once
 #include <string>
 #include <string_view>

@@ -91,22 +91,14 @@ enum class TemplateFamily : uint8_t {
 };
 constexpr TemplateFamily kLastTemplateFamily = TemplateFamily::Gemma4;
 
-// How a family's model writes tool calls in its output, and where its turn ends.
-enum class ToolCallStyle : uint8_t {
-  None,          // the template has no tool-call syntax
-  TaggedJson,    // <tool_call>\n{"name": ..., "arguments": {...}}\n</tool_call>, repeatable (Qwen, Hermes)
-  BareJson,      // the whole reply is {"name": ..., "parameters": {...}}, one call (Llama 3.x)
-  MistralArray,  // [TOOL_CALLS][{"name": ..., "arguments": {...}, "id": "..."}, ...]
-  DeepSeekR1,    // <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>name\n```json\n{...}\n```<｜tool▁call▁end｜>...
-  QwenXml,       // <tool_call>\n<function=NAME>\n<parameter=P>\nvalue\n</parameter>\n</function>\n</tool_call> (Qwen3.5)
-  PythonList,    // <|tool_call_start|>[name(a="v", n=3), ...]<|tool_call_end|> (LFM2, LFM2.5)
-  Gemma4,        // <|tool_call>call:NAME{key:<|"|>v<|"|>,n:3}<tool_call|>, repeatable (Gemma 4; gemma4_calls.h)
-};
+// How a family's model writes tool calls in its output: one record per syntax (calls/call_syntax.h).
+struct CallSyntax;
 
+// A family's tool-call syntax and where its turn ends.
 struct FamilyTraits {
   std::string_view name;         // canonical name, accepted by family_from_name
   bool renders_tool_list;        // the template shows the tools to the model
-  ToolCallStyle tool_call_style;
+  const CallSyntax* call_syntax;  // nullptr: the template has no tool-call syntax
   std::string_view tool_call_start;  // output text that opens the tool calls ("" if none)
   std::string_view tool_call_end;    // output text that closes one call ("" = the JSON value ends it)
   std::string_view arguments_key;    // "arguments" or "parameters"

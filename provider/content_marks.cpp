@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "protocols/protocol.h"
+
 namespace picolm {
 namespace {
 
@@ -63,6 +65,7 @@ std::string mark_control_text_json(std::string_view json, const ControlTextFinde
 std::vector<ChatMessage> mark_control_text(std::span<const ChatMessage> messages, TemplateFamily family,
                                            const ControlTextFinder& find) {
   std::vector<ChatMessage> out(messages.begin(), messages.end());
+  const bool arguments_as_text = protocol_of(family).arguments_as_text;
   for (ChatMessage& m : out) {
     // role is not content: the template decides what a role becomes, and an unknown role is
     // rejected or rendered by the template's own rules.
@@ -73,8 +76,10 @@ std::vector<ChatMessage> mark_control_text(std::span<const ChatMessage> messages
     for (ToolCall& c : m.tool_calls) {
       c.id = mark_control_text(c.id, find);
       c.name = mark_control_text(c.name, find);
-      c.arguments_json = family == TemplateFamily::DeepSeekR1 ? mark_control_text(c.arguments_json, find)
-                                                              : mark_control_text_json(c.arguments_json, find);
+      // Arguments the template concatenates as text are marked as text; otherwise they are parsed
+      // JSON, whose strings are marked.
+      c.arguments_json = arguments_as_text ? mark_control_text(c.arguments_json, find)
+                                           : mark_control_text_json(c.arguments_json, find);
     }
   }
   return out;

@@ -20,7 +20,6 @@
 #include "prompt_cache.h"
 #include "call_stream.h"
 #include "content_marks.h"
-#include "gemma4_calls.h"
 #include "grammar_vocab.h"
 #include "token_budget.h"
 #include "tool_format.h"
@@ -277,20 +276,13 @@ std::optional<std::string> envelope_content_text(std::string_view text) {
   return std::string(text.substr(b, e - b));
 }
 
-// Call syntaxes whose final arguments come from reading the whole reply (the streamed pieces are
-// checked against them), not from the JSON the streamer saw.
-bool native_syntax(ToolCallStyle style) {
-  return style == ToolCallStyle::QwenXml || style == ToolCallStyle::PythonList || style == ToolCallStyle::Gemma4;
-}
-// Families whose call tags may be control tokens: the decoder renders control tokens' text.
-bool renders_control_tags(ToolCallStyle style) { return style == ToolCallStyle::PythonList || style == ToolCallStyle::Gemma4; }
-
-// The calls of a reply: JSON (tagged or bare) or a native syntax (Qwen3.5, LFM2, Gemma 4; tool_format.h).
-std::vector<GeneratedToolCall> read_tool_calls(const Job& job, ToolCallStyle style, std::string_view text) {
-  if (!native_syntax(style))
+// The calls of a reply: JSON objects (after the trigger, or the whole reply) or, for a syntax with
+// its own reader, what that reader makes of the reply (calls/call_syntax.h).
+std::vector<GeneratedToolCall> read_tool_calls(const Job& job, const CallSyntax* syntax, std::string_view text) {
+  if (!syntax || !syntax->read)
     return job.trigger_at_start ? parse_bare_tool_calls(text) : parse_tagged_tool_calls(text, job.trigger, job.close_tag);
   std::vector<GeneratedToolCall> calls;
-  for (auto& c : parse_native_tool_calls(style, text, job.tools_json)) calls.push_back({"", c.name, c.arguments_json});
+  for (auto& c : syntax->read(text, job.tools_json)) calls.push_back({"", c.name, c.arguments_json});
   return calls;
 }
 
@@ -576,7 +568,8 @@ void Generation::end_prefill() {
   for (int32_t t : job_.prompt) sampler_->accept(t);
   // LFM2's call tags (and Gemma 4's, in a GGUF that marks them so) are control tokens: rendered,
   // so the trigger and the call text see them.
-  decoder_.emplace(tok_, renders_control_tags(family_traits(e_.family).tool_call_style));
+  const CallSyntax* syntax = family_traits(e_.family).call_syntax;
+  decoder_.emplace(tok_, syntax && syntax->control_tags);
   const bool from_start = constrained_from_start(job_.mode);
   // Thinking first (if any), then the answer: a constrained answer's grammar starts after </think>.
   // Sized only when there is thinking to size (the reserve compiles a matcher and tokenizes).
@@ -599,9 +592,9 @@ void Generation::end_prefill() {
                  job_.grammar, e_.vocab);
   if (job_.mode == OutputMode::ToolsTagged || job_.mode == OutputMode::ToolsForced ||
       job_.mode == OutputMode::ToolsOrJson || job_.mode == OutputMode::Envelope) {
-    const ToolCallStyle style = job_.mode == OutputMode::Envelope ? ToolCallStyle::TaggedJson
-                                                                  : family_traits(e_.family).tool_call_style;
-    calls_stream_.emplace(style, job_.tools_json);
+    // The envelope's calls are JSON objects (nullptr); otherwise the family's own syntax.
+    calls_stream_.emplace(job_.mode == OutputMode::Envelope ? nullptr : family_traits(e_.family).call_syntax,
+                          job_.tools_json);
   }
 }
 
@@ -900,18 +893,18 @@ void Generation::finalize() {
       out_.content = text_;
       break;
     case OutputMode::ToolsTagged:
-      out_.tool_calls = read_tool_calls(job_, family_traits(e_.family).tool_call_style, call_text_);
+      out_.tool_calls = read_tool_calls(job_, family_traits(e_.family).call_syntax, call_text_);
       if (!out_.tool_calls.empty() && all_space(text_)) out_.content.reset();
       else out_.content = text_;
       break;
     case OutputMode::ToolsForced:
-      out_.tool_calls = read_tool_calls(job_, family_traits(e_.family).tool_call_style, text_);
+      out_.tool_calls = read_tool_calls(job_, family_traits(e_.family).call_syntax, text_);
       break;
     case OutputMode::ToolsOrJson:
       // Calls when the calls' grammar took the whole reply and it is complete there, or when the
       // reply was cut off on the way to a call; otherwise the reply is the schema's answer.
       if (call_matcher_ && (call_matcher_->is_complete() || !matcher_ || !matcher_->is_complete()))
-        out_.tool_calls = read_tool_calls(job_, family_traits(e_.family).tool_call_style, text_);
+        out_.tool_calls = read_tool_calls(job_, family_traits(e_.family).call_syntax, text_);
       else
         out_.content = text_;
       break;
@@ -934,7 +927,8 @@ void Generation::finalize() {
     const ToolCallStreamer::Streamed& s = calls_stream_->calls()[i];
     c.id = streamed_ids_[i];
     // JSON calls: the object as written, minified (the same JSON value the parser read).
-    if (s.complete && (job_.mode == OutputMode::Envelope || !native_syntax(family_traits(e_.family).tool_call_style)))
+    const CallSyntax* syntax = family_traits(e_.family).call_syntax;
+    if (s.complete && (job_.mode == OutputMode::Envelope || !syntax || !syntax->read))
       c.arguments_json = s.arguments;
     if (c.arguments_json.compare(0, s.arguments.size(), s.arguments) == 0)
       job_.push_call_arguments(static_cast<int>(i), c.arguments_json.substr(s.arguments.size()));
@@ -1311,14 +1305,15 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineOptions& opts, Metric
   if (tok.bos_id() >= 0) impl->bos_text = tok.token_to_piece(tok.bos_id(), true);
   if (tok.eos_id() >= 0) impl->eos_text = tok.token_to_piece(tok.eos_id(), true);
 
-  // Grammar vocabulary (grammar_vocab.h); LFM2's <|tool_call_start|> / <|tool_call_end|> are
-  // control tokens its calls are written with: kept with their text for its call grammar. So are
-  // Gemma 4's call tags and string quote where a GGUF marks them Control (its own tokenizer has
-  // them user-defined, which the grammar keeps anyway).
+  // Grammar vocabulary (grammar_vocab.h); a syntax whose call tags may be control tokens (LFM2's
+  // <|tool_call_start|> / <|tool_call_end|>; Gemma 4's tags and string quote where a GGUF marks
+  // them Control) has them kept with their text for its call grammar.
   const FamilyTraits& ft = family_traits(impl->family);
   std::vector<std::string_view> call_tags;
-  if (ft.tool_call_style == ToolCallStyle::PythonList) call_tags = {ft.tool_call_start, ft.tool_call_end};
-  if (ft.tool_call_style == ToolCallStyle::Gemma4) call_tags = {ft.tool_call_start, ft.tool_call_end, gemma4::kQuote};
+  if (ft.call_syntax && ft.call_syntax->control_tags) {
+    call_tags = {ft.tool_call_start, ft.tool_call_end};
+    call_tags.insert(call_tags.end(), ft.call_syntax->vocabulary_texts.begin(), ft.call_syntax->vocabulary_texts.end());
+  }
   impl->vocab = grammar_vocabulary(tok, impl->n_vocab, call_tags);
 
   // ---- slots: one Session (KV cache) each, all of the same context ----
@@ -1439,9 +1434,12 @@ struct Engine::Impl::Preparing {
 // Step 1. The output mode: native calls, the envelope, a JSON answer, or plain text.
 void Engine::Impl::choose_output_mode(Preparing& p) const {
   const ChatRequest& req = p.req;
-  const ChatProtocol& protocol = protocol_of(family);
+  const FamilyTraits& traits = family_traits(family);
   p.tools_active = !req.tools.empty() && req.tool_choice != ToolChoice::None;
-  p.native = protocol.call_grammar.has_value();
+  // The family's own syntax is constrained when the grammar has a format for it and the model
+  // sees the tools: in its template, or in the lowered conversation in that syntax (SmolLM3).
+  p.native = traits.call_syntax && traits.call_syntax->grammar_format &&
+             (traits.renders_tool_list || traits.call_syntax->lowered);
   // response_format beside tools under tool_choice auto: the reply is the calls or the schema's
   // answer (OpenAI applies the schema to the text answer); the grammar has both branches.
   p.answer_beside_tools = p.tools_active && req.tool_choice == ToolChoice::Auto && req.response_format != ResponseFormat::Text;
@@ -1492,7 +1490,8 @@ bool Engine::Impl::render_prompt(Preparing& p, std::vector<ChatMessage> kept) co
     // or for <tool_call> JSON where the model was trained on it (SmolLM3, whose shipped template
     // drops the tools).
     LoweredConversation low = lower_tool_conversation(family, p.messages, p.tools_active ? p.tools_json : "",
-                                                      p.native ? LoweredToolSyntax::Tagged : LoweredToolSyntax::Envelope);
+                                                      p.native ? *family_traits(family).call_syntax->lowered
+                                                               : LoweredToolSyntax::Envelope);
     if (!low.ok) {
       p.err = ApiError{400, low.error, "invalid_request_error", "messages", ""};
       return false;
@@ -1619,13 +1618,13 @@ void Engine::Impl::find_stable_prefix(Preparing& p) const {
   job.stable_len = common;
 }
 
-// The grammar options of the family's native call syntax (its record's call_grammar): the format,
-// where the calls start and end, and the key of the arguments.
+// The grammar options of the family's call syntax (calls/call_syntax.h): the format, where the
+// calls start and end, and the key of the arguments.
 void Engine::Impl::native_call_options(Preparing& p, grammar::ToolListOptions& to) const {
-  const ChatProtocol& protocol = protocol_of(family);
-  const FamilyTraits& traits = protocol.tools;
-  to.format = *protocol.call_grammar;
-  if (to.format == grammar::ToolCallFormat::JsonObject) {
+  const FamilyTraits& traits = family_traits(family);
+  const CallSyntax& syntax = *traits.call_syntax;
+  to.format = *syntax.grammar_format;
+  if (syntax.call_is_reply) {
     // The reply is the call itself: it starts with '{' (the trigger, only at the start of the
     // reply) and uses the family's key for the arguments. One call per reply, as the template has.
     to.parallel = false;

@@ -58,20 +58,6 @@ LoweredConversation lower_tool_conversation(TemplateFamily family, std::span<con
                                             std::string_view tools_json,
                                             LoweredToolSyntax syntax = LoweredToolSyntax::Tagged);
 
-// Calls a model wrote in its family's native non-JSON syntax (the grammar engine's QwenXml and
-// PythonList formats), read back into OpenAI calls whose arguments_json is a compact JSON object
-// (id left empty). Calls cut off before their end, or malformed, are dropped.
-//   QwenXml: every <tool_call> block's <function=NAME> and its <parameter=P> values (one newline
-//     after the open tag and one before </parameter> belong to the syntax). A value is typed by
-//     the parameter's schema in tools_json (type, enum/const, anyOf/oneOf, local $ref): a
-//     parameter that can only be a string keeps the raw text; otherwise the text is read as JSON
-//     (or True / False / None, as the template writes them) when that gives an allowed non-string
-//     type, and is the raw string otherwise.
-//   PythonList: [name(k=v, ...), ...] after each <|tool_call_start|> (or a reply that is a bare
-//     list); Python literals (True, False, None, quoted strings with escapes, lists, dicts, tuples)
-//     become JSON.
-std::vector<ToolCall> parse_native_tool_calls(ToolCallStyle style, std::string_view text, std::string_view tools_json);
-
 // Past tool calls written the way the lowered prompt asks the model to write them
 // (arguments re-serialised on one line, keys in their original order). Empty string and
 // `error` set when an arguments text is not JSON.

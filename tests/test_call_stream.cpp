@@ -24,8 +24,8 @@ struct Fed {
   std::vector<int> pieces;
   std::vector<std::string> arguments;
 };
-Fed feed(ToolCallStyle style, const std::string& tools, const std::string& text, size_t step) {
-  ToolCallStreamer st(style, tools);
+Fed feed(const CallSyntax& style, const std::string& tools, const std::string& text, size_t step) {
+  ToolCallStreamer st(&style, tools);
   Fed f;
   std::vector<CallEvent> events;
   for (size_t n = step; ; n += step) {
@@ -52,10 +52,10 @@ TEST_CASE("ToolCallStreamer: pieces are prefixes of the final arguments in every
   SECTION("qwen3.5 XML") {
     const std::string reply = "<tool_call>\n<function=write_note>\n<parameter=text>\n" + text60 +
                               " \"q\"\n</parameter>\n<parameter=n>\n3\n</parameter>\n</function>\n</tool_call>";
-    const auto finals = parse_native_tool_calls(ToolCallStyle::QwenXml, reply, kTools);
+    const auto finals = parse_native_tool_calls(kQwenXmlSyntax, reply, kTools);
     REQUIRE(finals.size() == 1);
     for (size_t step : {1, 3, 7}) {
-      const Fed f = feed(ToolCallStyle::QwenXml, kTools, reply, step);
+      const Fed f = feed(kQwenXmlSyntax, kTools, reply, step);
       INFO("step " << step);
       REQUIRE(f.names.size() == 1);
       CHECK(f.names[0] == "write_note");
@@ -66,10 +66,10 @@ TEST_CASE("ToolCallStreamer: pieces are prefixes of the final arguments in every
   SECTION("lfm2 python") {
     const std::string reply = "<|tool_call_start|>[write_note(text=\"" + text60 +
                               " \\\"q\\\" \\u00e9\", n=3), write_note(n=1, text=\"x\")]<|tool_call_end|>";
-    const auto finals = parse_native_tool_calls(ToolCallStyle::PythonList, reply, kTools);
+    const auto finals = parse_native_tool_calls(kPythonListSyntax, reply, kTools);
     REQUIRE(finals.size() == 2);
     for (size_t step : {1, 3, 7}) {
-      const Fed f = feed(ToolCallStyle::PythonList, kTools, reply, step);
+      const Fed f = feed(kPythonListSyntax, kTools, reply, step);
       INFO("step " << step);
       REQUIRE(f.names.size() == 2);
       CHECK(f.arguments[0] == finals[0].arguments_json);
@@ -80,7 +80,7 @@ TEST_CASE("ToolCallStreamer: pieces are prefixes of the final arguments in every
   SECTION("JSON") {
     const std::string reply = "<tool_call>\n{\"name\": \"write_note\", \"arguments\": {\"text\": \"" + text60 +
                               " {\\\"x\\\"}\", \"n\": 3}}\n</tool_call>";
-    const Fed f = feed(ToolCallStyle::TaggedJson, kTools, reply, 2);
+    const Fed f = feed(kTaggedJsonSyntax, kTools, reply, 2);
     REQUIRE(f.names.size() == 1);
     CHECK(f.arguments[0] == "{\"text\":\"" + text60 + " {\\\"x\\\"}\",\"n\":3}");
     CHECK(f.pieces[0] >= 2);

@@ -17,6 +17,7 @@
 #include <random>
 #include <sstream>
 
+#include "calls/call_syntax.h"
 #include "chat_template.h"
 #include "reasoning.h"
 #include "chat_template_cases.h"
@@ -554,15 +555,15 @@ TEST_CASE("Qwen3.5 thinking: the prompt opens the block, off closes it there", "
   REQUIRE(r.ok);
   CHECK(r.text.ends_with("<|im_start|>assistant\n<think>\n\n</think>\n\n"));
   CHECK(reasoning_traits(TemplateFamily::Lfm2).supported == false);
-  CHECK(family_traits(TemplateFamily::Qwen35).tool_call_style == ToolCallStyle::QwenXml);
-  CHECK(family_traits(TemplateFamily::Lfm25).tool_call_style == ToolCallStyle::PythonList);
+  CHECK(family_traits(TemplateFamily::Qwen35).call_syntax == &kQwenXmlSyntax);
+  CHECK(family_traits(TemplateFamily::Lfm25).call_syntax == &kPythonListSyntax);
 }
 
 TEST_CASE("Gemma 4: thinking switched by enable_thinking, the model's turn after tool results", "[reasoning][gemma4]") {
   REQUIRE(family_from_name("gemma4") == TemplateFamily::Gemma4);
   REQUIRE(family_from_name("Gemma-4") == TemplateFamily::Gemma4);
   const FamilyTraits& t = family_traits(TemplateFamily::Gemma4);
-  CHECK(t.tool_call_style == ToolCallStyle::Gemma4);
+  CHECK(t.call_syntax == &kGemma4Syntax);
   CHECK(t.tool_call_start == "<|tool_call>");
   CHECK(t.tool_call_end == "<tool_call|>");
   CHECK(t.parallel_tool_calls);
@@ -711,4 +712,45 @@ TEST_CASE("a template no record knows is rendered exactly and asks for the JSON 
   }
   CHECK(rendered >= 30);
   CHECK(envelope_prompts >= 15);  // every non-empty lowered conversation shows the tools and the envelope
+}
+
+TEST_CASE("call syntax records: each family's syntax, and what the scheduler relies on in them", "[unit][tools]") {
+  const std::map<TemplateFamily, const CallSyntax*> expected = {
+      {TemplateFamily::Unknown, nullptr},           {TemplateFamily::ChatML, nullptr},
+      {TemplateFamily::Qwen25, &kTaggedJsonSyntax}, {TemplateFamily::Hermes, &kTaggedJsonSyntax},
+      {TemplateFamily::Llama31, &kBareJsonSyntax},  {TemplateFamily::Llama32, &kBareJsonSyntax},
+      {TemplateFamily::Zephyr, nullptr},            {TemplateFamily::MistralNemo, &kMistralArraySyntax},
+      {TemplateFamily::Gemma2, nullptr},            {TemplateFamily::Phi35, nullptr},
+      {TemplateFamily::DeepSeekR1, &kDeepSeekR1Syntax}, {TemplateFamily::Qwen3, &kTaggedJsonSyntax},
+      {TemplateFamily::SmolLM3, &kTaggedJsonSyntax}, {TemplateFamily::Gemma3, nullptr},
+      {TemplateFamily::Qwen35, &kQwenXmlSyntax},    {TemplateFamily::Lfm2, &kPythonListSyntax},
+      {TemplateFamily::Lfm25, &kPythonListSyntax},  {TemplateFamily::Gemma4, &kGemma4Syntax},
+  };
+  REQUIRE(expected.size() == static_cast<size_t>(kLastTemplateFamily) + 1);
+  for (const auto& [family, syntax] : expected) {
+    INFO(family_name(family));
+    const FamilyTraits& t = family_traits(family);
+    CHECK(t.call_syntax == syntax);
+    if (!syntax) continue;
+    CHECK(syntax->new_stream != nullptr);
+    if (syntax->grammar_format && !syntax->call_is_reply) CHECK_FALSE(t.tool_call_start.empty());  // the trigger
+    if (syntax->call_is_reply) {
+      CHECK(syntax->grammar_format == grammar::ToolCallFormat::JsonObject);
+      CHECK_FALSE(t.arguments_key.empty());
+    }
+    if (syntax->control_tags) CHECK((!t.tool_call_start.empty() && !t.tool_call_end.empty()));
+    // A template that shows no tools gets them lowered: in the family's own syntax only when the
+    // record names one, otherwise the envelope (DeepSeek R1).
+    if (!t.renders_tool_list && syntax->grammar_format) CHECK(syntax->lowered.has_value());
+  }
+  // The readers: the syntaxes with their own reader, and those read as JSON objects (openai.h).
+  for (const CallSyntax* s : {&kQwenXmlSyntax, &kPythonListSyntax, &kGemma4Syntax}) CHECK(s->read != nullptr);
+  for (const CallSyntax* s : {&kTaggedJsonSyntax, &kBareJsonSyntax, &kMistralArraySyntax, &kDeepSeekR1Syntax}) {
+    CHECK(s->read == nullptr);
+    CHECK(parse_native_tool_calls(*s, "<tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n</tool_call>", "[]").empty());
+  }
+  // Only Gemma 4 keeps a text beside its tags in the grammar's vocabulary: its string quote.
+  REQUIRE(kGemma4Syntax.vocabulary_texts.size() == 1);
+  CHECK(kGemma4Syntax.vocabulary_texts[0] == "<|\"|>");
+  CHECK(kPythonListSyntax.vocabulary_texts.empty());
 }

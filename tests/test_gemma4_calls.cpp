@@ -309,7 +309,7 @@ TEST_CASE("Gemma 4 calls stream their arguments as they are written", "[unit]") 
   // Every split of the text into growing prefixes hands out pieces that concatenate to the final
   // arguments, each piece valid UTF-8 (a character is never cut).
   for (size_t step : {size_t(1), size_t(2), size_t(3), size_t(7)}) {
-    ToolCallStreamer s(ToolCallStyle::Gemma4, kTools);
+    ToolCallStreamer s(&kGemma4Syntax, kTools);
     std::vector<CallEvent> events;
     for (size_t n = step;; n += step) {
       s.update(std::string_view(text).substr(0, std::min(n, text.size())), events);
@@ -338,7 +338,7 @@ TEST_CASE("Gemma 4 calls stream their arguments as they are written", "[unit]") 
     }
   }
   // The string streams before it ends.
-  ToolCallStreamer s(ToolCallStyle::Gemma4, kTools);
+  ToolCallStreamer s(&kGemma4Syntax, kTools);
   std::vector<CallEvent> events;
   s.update("<|tool_call>call:get_weather{city:<|\"|>Saint-Ét<|\"", events);
   REQUIRE(s.calls().size() == 1);

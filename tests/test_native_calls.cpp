@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "calls/call_syntax.h"
 #include "chat_template.h"
 #include "grammar/grammar.h"
 #include "grammar_walk.h"
@@ -200,35 +201,35 @@ TEST_CASE("LFM2 Python-call grammar: keyword arguments with Python literals", "[
 }
 
 TEST_CASE("native calls read back into JSON arguments", "[unit]") {
-  auto one = [](ToolCallStyle style, const std::string& text, const char* tools = kTools) {
+  auto one = [](const CallSyntax& style, const std::string& text, const char* tools = kTools) {
     auto calls = parse_native_tool_calls(style, text, tools);
     REQUIRE(calls.size() == 1);
     return calls[0];
   };
-  ToolCall c = one(ToolCallStyle::QwenXml, xml_call("get_weather", {{"city", "Saint-\nDenis \"x\""}, {"days", "3"}, {"detailed", "True"},
+  ToolCall c = one(kQwenXmlSyntax, xml_call("get_weather", {{"city", "Saint-\nDenis \"x\""}, {"days", "3"}, {"detailed", "True"},
                                                                   {"tags", "[\"a\", \"é\"]"}, {"extra", "None"}, {"opts", "{\"a\": false}"}}));
   CHECK(c.name == "get_weather");
   CHECK(c.arguments_json ==
         R"({"city":"Saint-\nDenis \"x\"","days":3,"detailed":true,"tags":["a","é"],"extra":null,"opts":{"a":false}})");
   // A string parameter keeps text that looks like another type; an anyOf with null reads null.
-  c = one(ToolCallStyle::QwenXml, xml_call("get_weather", {{"city", "42"}, {"extra", "null"}}));
+  c = one(kQwenXmlSyntax, xml_call("get_weather", {{"city", "42"}, {"extra", "null"}}));
   CHECK(c.arguments_json == R"({"city":"42","extra":null})");
-  c = one(ToolCallStyle::QwenXml, xml_call("get_weather", {{"city", "\"quoted\""}, {"extra", "abc"}}));
+  c = one(kQwenXmlSyntax, xml_call("get_weather", {{"city", "\"quoted\""}, {"extra", "abc"}}));
   CHECK(c.arguments_json == R"({"city":"\"quoted\"","extra":"abc"})");
   // Values that begin or end with newlines keep all but the syntax's own.
-  c = one(ToolCallStyle::QwenXml, xml_call("get_weather", {{"city", "\na\n"}}));
+  c = one(kQwenXmlSyntax, xml_call("get_weather", {{"city", "\na\n"}}));
   CHECK(c.arguments_json == R"({"city":"\na\n"})");
-  c = one(ToolCallStyle::QwenXml, "thinking aloud first\n\n" + xml_call("get_time", {}));
+  c = one(kQwenXmlSyntax, "thinking aloud first\n\n" + xml_call("get_time", {}));
   CHECK(c.arguments_json == "{}");
   // $ref'd parameter types.
   const char* ref_tools =
       R"([{"type":"function","function":{"name":"f","parameters":{"$defs":{"n":{"type":"integer"}},"type":"object","properties":{"k":{"$ref":"#/$defs/n"},"s":{"oneOf":[{"type":"string"},{"type":"array"}]}}}}}])";
-  c = one(ToolCallStyle::QwenXml, xml_call("f", {{"k", "7"}, {"s", "[1, 2]"}}), ref_tools);
+  c = one(kQwenXmlSyntax, xml_call("f", {{"k", "7"}, {"s", "[1, 2]"}}), ref_tools);
   CHECK(c.arguments_json == R"({"k":7,"s":[1,2]})");
-  c = one(ToolCallStyle::QwenXml, xml_call("f", {{"s", "[1, 2"}}), ref_tools);
+  c = one(kQwenXmlSyntax, xml_call("f", {{"s", "[1, 2"}}), ref_tools);
   CHECK(c.arguments_json == R"({"s":"[1, 2"})");
 
-  c = one(ToolCallStyle::PythonList,
+  c = one(kPythonListSyntax,
           "<|tool_call_start|>[get_weather(city=\"Saint \\\"D\\\"\\n\\u00e9\\ud83d\\ude00\", days=3, detailed=True, extra=None, "
           "tags=['x', \"y\"], opts={\"a\": False, 'b': (1, 2.50, -0.5e3)})]<|tool_call_end|>");
   CHECK(c.name == "get_weather");
@@ -236,24 +237,24 @@ TEST_CASE("native calls read back into JSON arguments", "[unit]") {
         "{\"city\":\"Saint \\\"D\\\"\\né😀\",\"days\":3,\"detailed\":true,\"extra\":null,\"tags\":[\"x\",\"y\"],"
         "\"opts\":{\"a\":false,\"b\":[1,2.50,-0.5e3]}}");
   // JSON's \/ (allowed by the string grammar) reads as "/", an escaped backslash stays one.
-  c = one(ToolCallStyle::PythonList, "<|tool_call_start|>[get_weather(city=\"a\\/b\\\\/c\")]<|tool_call_end|>");
+  c = one(kPythonListSyntax, "<|tool_call_start|>[get_weather(city=\"a\\/b\\\\/c\")]<|tool_call_end|>");
   CHECK(c.arguments_json == R"({"city":"a/b\\/c"})");
-  auto calls = parse_native_tool_calls(ToolCallStyle::PythonList,
+  auto calls = parse_native_tool_calls(kPythonListSyntax,
                                        "Sure.<|tool_call_start|>[get_time(), get_weather(city=\"Paris\")]<|tool_call_end|>Done.", kTools);
   REQUIRE(calls.size() == 2);
   CHECK(calls[0].name == "get_time");
   CHECK(calls[0].arguments_json == "{}");
   CHECK(calls[1].arguments_json == R"({"city":"Paris"})");
-  CHECK(parse_native_tool_calls(ToolCallStyle::PythonList, "[get_time()]", kTools).size() == 1);  // a bare list
+  CHECK(parse_native_tool_calls(kPythonListSyntax, "[get_time()]", kTools).size() == 1);  // a bare list
   // Cut off: complete calls kept, the open one dropped.
-  calls = parse_native_tool_calls(ToolCallStyle::PythonList, "<|tool_call_start|>[get_time(), get_weather(city=\"Par", kTools);
+  calls = parse_native_tool_calls(kPythonListSyntax, "<|tool_call_start|>[get_time(), get_weather(city=\"Par", kTools);
   REQUIRE(calls.size() == 1);
   CHECK(calls[0].name == "get_time");
-  calls = parse_native_tool_calls(ToolCallStyle::QwenXml,
+  calls = parse_native_tool_calls(kQwenXmlSyntax,
                                   xml_call("get_time", {}) + "\n<tool_call>\n<function=get_weather>\n<parameter=city>\nPa", kTools);
   REQUIRE(calls.size() == 1);
   CHECK(calls[0].name == "get_time");
-  CHECK(parse_native_tool_calls(ToolCallStyle::QwenXml, "no calls here", kTools).empty());
+  CHECK(parse_native_tool_calls(kQwenXmlSyntax, "no calls here", kTools).empty());
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -382,7 +383,7 @@ TEST_CASE("random walks under the Qwen3.5 and LFM2 call grammars read back into 
                              "\n    text: " + w.text);
           continue;
         }
-        const auto calls = parse_native_tool_calls(c.format == "python" ? ToolCallStyle::PythonList : ToolCallStyle::QwenXml,
+        const auto calls = parse_native_tool_calls(c.format == "python" ? kPythonListSyntax : kQwenXmlSyntax,
                                                    w.text, c.tools);
         n_calls += static_cast<int>(calls.size());
         if (examples.count(c.format) == 0 && c.parallel) {
@@ -529,7 +530,7 @@ TEST_CASE("template examples and rendered past calls are accepted token by token
     const std::string xml = r.text.substr(from, to + 12 - from);
     replay(xml_g, b, xml);
     // Read back: the same arguments.
-    const auto back = parse_native_tool_calls(ToolCallStyle::QwenXml, xml, picoclaw);
+    const auto back = parse_native_tool_calls(kQwenXmlSyntax, xml, picoclaw);
     REQUIRE(back.size() == 1);
     std::string want;
     REQUIRE(python_tojson(call.arguments_json, want));
@@ -540,7 +541,7 @@ TEST_CASE("template examples and rendered past calls are accepted token by token
     std::string py;
     REQUIRE(format_python_tool_calls(std::vector<ToolCall>{call}, py));
     replay(py_g, b, py);
-    const auto back_py = parse_native_tool_calls(ToolCallStyle::PythonList, py, picoclaw);
+    const auto back_py = parse_native_tool_calls(kPythonListSyntax, py, picoclaw);
     REQUIRE(back_py.size() == 1);
     got.clear();
     REQUIRE(python_tojson(back_py[0].arguments_json, got));
@@ -550,5 +551,5 @@ TEST_CASE("template examples and rendered past calls are accepted token by token
   std::string py;
   REQUIRE(format_python_tool_calls(calls, py));
   replay(py_g, b, py);
-  CHECK(parse_native_tool_calls(ToolCallStyle::PythonList, py, picoclaw).size() == calls.size());
+  CHECK(parse_native_tool_calls(kPythonListSyntax, py, picoclaw).size() == calls.size());
 }

@@ -540,34 +540,40 @@ class Renderer {
     }
     if (items.empty()) return exec_body(s.else_body, f);
     const int64_t n = static_cast<int64_t>(items.size());
-    // loop.changed(*values): the values of its last call in this loop (undefined before the first).
+    // loop.changed(*values): the values of its last call in this loop (undefined before the first);
+    // one function for the whole loop, since that memory is the loop's.
     auto last_changed = std::make_shared<Value>();
+    const Value changed = make_fn("changed", [last_changed](Args& args, Kwargs&) {
+      Value now = Value::list(args, true);
+      if (!last_changed->is_undefined() && equal(*last_changed, now)) return Value::boolean(false);
+      *last_changed = std::move(now);
+      return Value::boolean(true);
+    });
     for (int64_t i = 0; i < n; ++i) {
       step();
       Frame iter;
       iter.parent = &f;
-      Value loop = Value::dict();
-      loop.set("index", Value::integer(i + 1));
-      loop.set("index0", Value::integer(i));
-      loop.set("revindex", Value::integer(n - i));
-      loop.set("revindex0", Value::integer(n - i - 1));
-      loop.set("first", Value::boolean(i == 0));
-      loop.set("last", Value::boolean(i == n - 1));
-      loop.set("length", Value::integer(n));
-      loop.set("depth", Value::integer(1));
-      loop.set("depth0", Value::integer(0));
-      if (i > 0) loop.set("previtem", items[i - 1]);
-      if (i + 1 < n) loop.set("nextitem", items[i + 1]);
-      loop.set("cycle", make_fn("cycle", [i](Args& args, Kwargs&) {
-                 if (args.empty()) throw Error("no items for cycling given");
-                 return args[static_cast<size_t>(i) % args.size()];
-               }));
-      loop.set("changed", make_fn("changed", [last_changed](Args& args, Kwargs&) {
-                 Value now = Value::list(args, true);
-                 if (!last_changed->is_undefined() && equal(*last_changed, now)) return Value::boolean(false);
-                 *last_changed = std::move(now);
-                 return Value::boolean(true);
-               }));
+      // The loop object's keys are distinct: appended in jinja2's order without Value::set's search
+      // (a template's nested loops build one per iteration; the search made that quadratic in keys).
+      Value::Dict d;
+      d.reserve(13);
+      d.emplace_back("index", Value::integer(i + 1));
+      d.emplace_back("index0", Value::integer(i));
+      d.emplace_back("revindex", Value::integer(n - i));
+      d.emplace_back("revindex0", Value::integer(n - i - 1));
+      d.emplace_back("first", Value::boolean(i == 0));
+      d.emplace_back("last", Value::boolean(i == n - 1));
+      d.emplace_back("length", Value::integer(n));
+      d.emplace_back("depth", Value::integer(1));
+      d.emplace_back("depth0", Value::integer(0));
+      if (i > 0) d.emplace_back("previtem", items[i - 1]);
+      if (i + 1 < n) d.emplace_back("nextitem", items[i + 1]);
+      d.emplace_back("cycle", make_fn("cycle", [i](Args& args, Kwargs&) {
+                       if (args.empty()) throw Error("no items for cycling given");
+                       return args[static_cast<size_t>(i) % args.size()];
+                     }));
+      d.emplace_back("changed", changed);
+      Value loop = Value::dict(std::move(d));
       iter.set("loop", std::move(loop));
       assign(s.names, items[i], iter);
       const Flow fl = exec_body(s.body, iter);

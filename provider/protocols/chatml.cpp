@@ -23,8 +23,7 @@ const ChatProtocol kChatMLProtocol = {
     .detect = detect,
     .reference_template = kTemplate,
     .reference_origin = "the ChatML template llama.cpp and Hugging Face use for models without one",
-    .tools = {"chatml", false, ToolCallStyle::None, "", "", "", false, kStops},
-    .call_grammar = std::nullopt,
+    .tools = {"chatml", false, nullptr, "", "", "", false, kStops},
     .reasoning = {},
     .thinks = nullptr,
 };

@@ -1,5 +1,6 @@
 // DeepSeek-R1 distills: <｜User｜> / <｜Assistant｜>, <think> opened by the prompt; the template concatenates
 // the arguments text of past calls and shows no tool list (tool_format.h adds one).
+#include "calls/call_syntax.h"
 #include "protocol.h"
 
 namespace picolm {
@@ -26,8 +27,7 @@ const ChatProtocol kDeepSeekR1Protocol = {
     .detect = detect,
     .reference_template = kTemplate,
     .reference_origin = "huggingface.co/deepseek-ai/DeepSeek-R1-Distill-Llama-8B tokenizer_config.json (the Qwen distills render the same)",
-    .tools = {"deepseek-r1", false, ToolCallStyle::DeepSeekR1, "<｜tool▁calls▁begin｜>", "<｜tool▁call▁end｜>", "", true, kStops},
-    .call_grammar = std::nullopt,
+    .tools = {"deepseek-r1", false, &kDeepSeekR1Syntax, "<｜tool▁calls▁begin｜>", "<｜tool▁call▁end｜>", "", true, kStops},
     .reasoning = {true, "<think>", "</think>", "\n\n", true, false},
     .thinks = thinks_always,
     .arguments_as_text = true,

@@ -27,8 +27,7 @@ const ChatProtocol kGemma2Protocol = {
     .detect = detect,
     .reference_template = kTemplate,
     .reference_origin = "huggingface.co/google/gemma-2-2b-it tokenizer_config.json",
-    .tools = {"gemma2", false, ToolCallStyle::None, "", "", "", false, kStops},
-    .call_grammar = std::nullopt,
+    .tools = {"gemma2", false, nullptr, "", "", "", false, kStops},
     .reasoning = {},
     .thinks = nullptr,
 };

@@ -65,8 +65,7 @@ const ChatProtocol kGemma3Protocol = {
     .detect = detect,
     .reference_template = kTemplate,
     .reference_origin = "google/gemma-3-*-it tokenizer_config.json (as llama.cpp and Hugging Face copy it)",
-    .tools = {"gemma3", false, ToolCallStyle::None, "", "", "", false, kStops},
-    .call_grammar = std::nullopt,
+    .tools = {"gemma3", false, nullptr, "", "", "", false, kStops},
     .reasoning = {},
     .thinks = nullptr,
 };

@@ -4,6 +4,7 @@
 // <|tool_response>response:NAME{...}<tool_response|>, thinking in <|channel>thought ... <channel|>,
 // switched on by enable_thinking (<|think|> at the top of the system turn).
 #include "gemma4_calls.h"
+#include "calls/call_syntax.h"
 #include "protocol.h"
 
 namespace picolm {
@@ -378,8 +379,7 @@ const ChatProtocol kGemma4Protocol = {
     .detect = detect,
     .reference_template = kTemplate,
     .reference_origin = "huggingface.co/google/gemma-4-31B-it chat_template.jinja",
-    .tools = {"gemma4", true, ToolCallStyle::Gemma4, gemma4::kCallOpen, gemma4::kCallClose, "", true, gemma4::kStops},
-    .call_grammar = grammar::ToolCallFormat::Gemma4,
+    .tools = {"gemma4", true, &kGemma4Syntax, gemma4::kCallOpen, gemma4::kCallClose, "", true, gemma4::kStops},
     // The template writes a past turn's thinking as <|channel>thought\n...\n<channel|> followed
     // directly by the turn's text: nothing to force after a closed block.
     .reasoning = {true, gemma4::kThinkingOpen, gemma4::kThinkingClose, "", false, true},

@@ -1,4 +1,5 @@
 // NousResearch Hermes 2 Pro / Hermes 3 tool_use: ChatML, <tools> in the system prompt, <tool_call> JSON calls.
+#include "calls/call_syntax.h"
 #include "protocol.h"
 
 namespace picolm {
@@ -176,8 +177,7 @@ const ChatProtocol kHermesProtocol = {
     .detect = detect,
     .reference_template = kTemplate,
     .reference_origin = "huggingface.co/NousResearch/Hermes-2-Pro-Llama-3-8B tokenizer_config.json, tool_use (Hermes 3 renders the same)",
-    .tools = {"hermes", true, ToolCallStyle::TaggedJson, "<tool_call>", "</tool_call>", "arguments", true, kStops},
-    .call_grammar = grammar::ToolCallFormat::Hermes,
+    .tools = {"hermes", true, &kTaggedJsonSyntax, "<tool_call>", "</tool_call>", "arguments", true, kStops},
     .reasoning = {},
     .thinks = nullptr,
 };

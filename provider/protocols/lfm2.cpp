@@ -1,5 +1,6 @@
 // LFM2: <|tool_list_start|>, Python-style calls in <|tool_call_start|>[f(a=1)]<|tool_call_end|>, written into the
 // assistant content (the template renders no tool_calls).
+#include "calls/call_syntax.h"
 #include "protocol.h"
 
 namespace picolm {
@@ -61,8 +62,7 @@ const ChatProtocol kLfm2Protocol = {
     .detect = detect,
     .reference_template = kTemplate,
     .reference_origin = "huggingface.co/LiquidAI/LFM2-8B-A1B tokenizer_config.json",
-    .tools = {"lfm2", true, ToolCallStyle::PythonList, "<|tool_call_start|>", "<|tool_call_end|>", "", true, kStops},
-    .call_grammar = grammar::ToolCallFormat::PythonList,
+    .tools = {"lfm2", true, &kPythonListSyntax, "<|tool_call_start|>", "<|tool_call_end|>", "", true, kStops},
     .reasoning = {},
     .thinks = nullptr,
     .calls_in_content = true,

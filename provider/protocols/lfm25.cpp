@@ -1,4 +1,5 @@
 // LFM2.5 Instruct: "List of tools: [...]", Python-style calls as LFM2, past </think> stripped.
+#include "calls/call_syntax.h"
 #include "protocol.h"
 
 namespace picolm {
@@ -68,8 +69,7 @@ const ChatProtocol kLfm25Protocol = {
     .detect = detect,
     .reference_template = kTemplate,
     .reference_origin = "huggingface.co/LiquidAI/LFM2.5-1.2B-Instruct tokenizer_config.json",
-    .tools = {"lfm2.5", true, ToolCallStyle::PythonList, "<|tool_call_start|>", "<|tool_call_end|>", "", true, kStops},
-    .call_grammar = grammar::ToolCallFormat::PythonList,
+    .tools = {"lfm2.5", true, &kPythonListSyntax, "<|tool_call_start|>", "<|tool_call_end|>", "", true, kStops},
     .reasoning = {},
     .thinks = nullptr,
     .calls_in_content = true,

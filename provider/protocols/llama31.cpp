@@ -1,4 +1,5 @@
 // Llama 3.1 / 3.3 instruct: tools in the first user turn, the reply is one bare JSON call {"name", "parameters"}.
+#include "calls/call_syntax.h"
 #include "protocol.h"
 
 namespace picolm {
@@ -134,8 +135,7 @@ const ChatProtocol kLlama31Protocol = {
     .detect = detect,
     .reference_template = kTemplate,
     .reference_origin = "huggingface.co/meta-llama/Llama-3.1-8B-Instruct tokenizer_config.json (Llama 3.3 renders the same)",
-    .tools = {"llama3.1", true, ToolCallStyle::BareJson, "{\"name\"", "", "parameters", false, kStops},
-    .call_grammar = grammar::ToolCallFormat::JsonObject,
+    .tools = {"llama3.1", true, &kBareJsonSyntax, "{\"name\"", "", "parameters", false, kStops},
     .reasoning = {},
     .thinks = nullptr,
 };

@@ -1,4 +1,5 @@
 // Llama 3.2 instruct: as Llama 3.1, with today's date from strftime_now.
+#include "calls/call_syntax.h"
 #include "protocol.h"
 
 namespace picolm {
@@ -118,8 +119,7 @@ const ChatProtocol kLlama32Protocol = {
     .detect = detect,
     .reference_template = kTemplate,
     .reference_origin = "huggingface.co/meta-llama/Llama-3.2-3B-Instruct tokenizer_config.json",
-    .tools = {"llama3.2", true, ToolCallStyle::BareJson, "{\"name\"", "", "parameters", false, kStops},
-    .call_grammar = grammar::ToolCallFormat::JsonObject,
+    .tools = {"llama3.2", true, &kBareJsonSyntax, "{\"name\"", "", "parameters", false, kStops},
     .reasoning = {},
     .thinks = nullptr,
 };

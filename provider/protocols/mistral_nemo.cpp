@@ -1,4 +1,5 @@
 // Mistral Nemo 2407: [INST], [AVAILABLE_TOOLS], [TOOL_CALLS] arrays, [TOOL_RESULTS].
+#include "calls/call_syntax.h"
 #include "protocol.h"
 
 namespace picolm {
@@ -111,8 +112,7 @@ const ChatProtocol kMistralNemoProtocol = {
     .detect = detect,
     .reference_template = kTemplate,
     .reference_origin = "huggingface.co/mistralai/Mistral-Nemo-Instruct-2407 tokenizer_config.json",
-    .tools = {"mistral-nemo", true, ToolCallStyle::MistralArray, "[TOOL_CALLS]", "", "arguments", true, kStops},
-    .call_grammar = std::nullopt,
+    .tools = {"mistral-nemo", true, &kMistralArraySyntax, "[TOOL_CALLS]", "", "arguments", true, kStops},
     .reasoning = {},
     .thinks = nullptr,
 };

@@ -31,8 +31,7 @@ const ChatProtocol kPhi35Protocol = {
     .detect = detect,
     .reference_template = kTemplate,
     .reference_origin = "huggingface.co/microsoft/Phi-3.5-mini-instruct tokenizer_config.json",
-    .tools = {"phi3.5", false, ToolCallStyle::None, "", "", "", false, kStops},
-    .call_grammar = std::nullopt,
+    .tools = {"phi3.5", false, nullptr, "", "", "", false, kStops},
     .reasoning = {},
     .thinks = nullptr,
 };

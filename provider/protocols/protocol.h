@@ -6,17 +6,21 @@
 // A record says:
 //   - how to recognise the family from the template text (detect);
 //   - the published template it was written against (reference_template, origin beside it);
-//   - its tool-call syntax (tools: tags, argument key, parallel calls, stop strings), which also
-//     selects the grammar's call format and how calls are read back (scheduler.cpp,
-//     tool_format.h's parse_native_tool_calls);
+//   - its tool-call syntax (tools: a pointer to the syntax's record in calls/, which says the
+//     grammar's call format, how calls are read back and streamed, whether the tags may be
+//     control tokens; beside it the family's own tags, argument key, parallel calls, stop strings);
 //   - its reasoning markers and whether the prompt lets the model think (reasoning, thinks);
 //   - how an OpenAI conversation is handed to its template (the context quirks below) and
 //     whether tools must be lowered into plain turns (tool_format.h).
 // A template that no record recognises is rendered as written, and its tool calls go through
 // the JSON envelope (the generic record, kGenericProtocol); the provider warns at start.
 //
-// To add a family: one file here defining its record (copy the closest one), one line in
-// registry.cpp, one TemplateFamily member in chat_template.h, and a test (see docs/ARCHITECTURE.md).
+// To add a family whose call syntax exists already (calls/call_syntax.h): one file here defining
+// its record (copy the closest one), its file in provider/CMakeLists.txt, its extern below, one
+// line in registry.cpp, one TemplateFamily member in chat_template.h, and a test case (the
+// family's line in tests/chat_template_cases.h; see docs/ARCHITECTURE.md). A new call syntax adds
+// its own record file in calls/ (calls/call_syntax.h says what it holds). Nothing in the
+// scheduler, the HTTP layer or the grammar vocabulary changes.
 //
 // Thread-safety: records are constants.
 #pragma once
@@ -38,10 +42,6 @@ struct ChatProtocol {
   std::string_view reference_template;  // the published template, byte for byte
   std::string_view reference_origin;    // where it was published
   FamilyTraits tools;                   // tool-call syntax and stop strings
-  // The grammar format that constrains the family's own call syntax (Engine::prepare's
-  // native_call_options adds the tags and argument key from `tools`); nullopt: the family has
-  // none we constrain, its calls go through the JSON envelope.
-  std::optional<grammar::ToolCallFormat> call_grammar;
   ReasoningTraits reasoning;
   // Whether the prompt for these messages lets the model think, by the template's own rules.
   // nullptr: never (reasoning.supported is false) or always (prefills_open without switchable).

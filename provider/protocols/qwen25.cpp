@@ -1,4 +1,5 @@
 // Qwen2.5 instruct: ChatML with a "# Tools" system block, <tool_call> JSON calls, <tool_response> results.
+#include "calls/call_syntax.h"
 #include "protocol.h"
 
 namespace picolm {
@@ -79,8 +80,7 @@ const ChatProtocol kQwen25Protocol = {
     .detect = detect,
     .reference_template = kTemplate,
     .reference_origin = "huggingface.co/Qwen/Qwen2.5-7B-Instruct tokenizer_config.json (via llama.cpp models/templates)",
-    .tools = {"qwen2.5", true, ToolCallStyle::TaggedJson, "<tool_call>", "</tool_call>", "arguments", true, kStops},
-    .call_grammar = grammar::ToolCallFormat::Hermes,
+    .tools = {"qwen2.5", true, &kTaggedJsonSyntax, "<tool_call>", "</tool_call>", "arguments", true, kStops},
     .reasoning = {},
     .thinks = nullptr,
 };

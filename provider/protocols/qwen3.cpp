@@ -1,5 +1,6 @@
 // Qwen3 (dense, 2025): ChatML + "# Tools", <tool_call> JSON, <think> with enable_thinking. Its template tests
 // '</think>' in message.content, which fails on null: a null content is given as "".
+#include "calls/call_syntax.h"
 #include "protocol.h"
 
 namespace picolm {
@@ -110,8 +111,7 @@ const ChatProtocol kQwen3Protocol = {
     .detect = detect,
     .reference_template = kTemplate,
     .reference_origin = "huggingface.co/Qwen/Qwen3-0.6B tokenizer_config.json (the dense Qwen3 line shares it)",
-    .tools = {"qwen3", true, ToolCallStyle::TaggedJson, "<tool_call>", "</tool_call>", "arguments", true, kStops},
-    .call_grammar = grammar::ToolCallFormat::Hermes,
+    .tools = {"qwen3", true, &kTaggedJsonSyntax, "<tool_call>", "</tool_call>", "arguments", true, kStops},
     .reasoning = {true, "<think>", "</think>", "\n\n", false, true},
     .thinks = thinks_unless_disabled,
     .null_content_as_empty = true,

@@ -1,5 +1,6 @@
 // Qwen3.5: ChatML + "# Tools" (JSON tool lines), XML-parameter <tool_call>s, the prompt opens <think> (or
 // closes it at once when enable_thinking is false).
+#include "calls/call_syntax.h"
 #include "protocol.h"
 
 namespace picolm {
@@ -179,8 +180,7 @@ const ChatProtocol kQwen35Protocol = {
     .detect = detect,
     .reference_template = kTemplate,
     .reference_origin = "huggingface.co/Qwen/Qwen3.5-4B tokenizer_config.json (the Qwen3.5 line shares it)",
-    .tools = {"qwen3.5", true, ToolCallStyle::QwenXml, "<tool_call>", "</tool_call>", "", true, kStops},
-    .call_grammar = grammar::ToolCallFormat::QwenXml,
+    .tools = {"qwen3.5", true, &kQwenXmlSyntax, "<tool_call>", "</tool_call>", "", true, kStops},
     .reasoning = {true, "<think>", "</think>", "\n\n", true, true},
     .thinks = thinks_unless_disabled,
 };

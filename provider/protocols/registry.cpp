@@ -26,8 +26,7 @@ const ChatProtocol kGenericProtocol = {
     .detect = nullptr,
     .reference_template = {},
     .reference_origin = {},
-    .tools = {"unknown", false, ToolCallStyle::None, "", "", "", false, {}},
-    .call_grammar = std::nullopt,
+    .tools = {"unknown", false, nullptr, "", "", "", false, {}},
     .reasoning = {},
     .thinks = nullptr,
 };

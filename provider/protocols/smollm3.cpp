@@ -1,6 +1,7 @@
 // SmolLM3: ChatML, /think and /no_think. The shipped template shows no tools (tool_format.* lowers them into
 // the system prompt), but the model was trained on Hermes-style <tool_call> JSON, so the lowered prompt asks
 // for that.
+#include "calls/call_syntax.h"
 #include "protocol.h"
 
 namespace picolm {
@@ -99,8 +100,7 @@ const ChatProtocol kSmolLM3Protocol = {
     .detect = detect,
     .reference_template = kTemplate,
     .reference_origin = "huggingface.co/HuggingFaceTB/SmolLM3-3B as its GGUFs ship it (Unsloth's edit, no tool rendering)",
-    .tools = {"smollm3", false, ToolCallStyle::TaggedJson, "<tool_call>", "</tool_call>", "arguments", true, kStops},
-    .call_grammar = grammar::ToolCallFormat::Hermes,
+    .tools = {"smollm3", false, &kTaggedJsonSyntax, "<tool_call>", "</tool_call>", "arguments", true, kStops},
     .reasoning = {true, "<think>", "</think>", "\n", false, true},
     .thinks = smollm3_thinks,
 };

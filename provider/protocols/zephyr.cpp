@@ -36,8 +36,7 @@ const ChatProtocol kZephyrProtocol = {
     .detect = detect,
     .reference_template = kTemplate,
     .reference_origin = "the TinyLlama-1.1B-Chat GGUF (shared/golden/llama-spm32k-q4km.json)",
-    .tools = {"zephyr", false, ToolCallStyle::None, "", "", "", false, kStops},
-    .call_grammar = std::nullopt,
+    .tools = {"zephyr", false, nullptr, "", "", "", false, kStops},
     .reasoning = {},
     .thinks = nullptr,
 };
