@@ -33,7 +33,7 @@ void load_decoder_layers(WeightLoader& L, Model::Impl& m, const DecoderLayout& d
 }
 
 void load_decoder(WeightLoader& L, Model::Impl& m, const DecoderLayout& d) {
-  load_embeddings_and_output(L, m);
+  load_embeddings_and_output(L, m, d.output_norm);
   load_decoder_layers(L, m, d);
 }
 
@@ -92,18 +92,6 @@ Status read_short_conv_pattern(const GgufFile& f, HParams& hp) {
       lp.rope = -1;
     }
   return Ok{};
-}
-
-void load_lfm2_embeddings(WeightLoader& L, Model::Impl& m) {
-  HParams& hp = m.hp;
-  const int64_t E = hp.n_embd;
-  m.tok_embd = L.matrix("token_embd.weight", hp.n_vocab, E);
-  m.output_norm = L.vec("token_embd_norm.weight", E);
-  m.output = L.matrix("output.weight", hp.n_vocab, E, /*optional=*/true);
-  if (!m.output.data) {
-    hp.tied_output = true;
-    m.output = m.tok_embd;
-  }
 }
 
 Status read_delta_net_pattern(const GgufFile& f, HParams& hp, int64_t default_interval) {

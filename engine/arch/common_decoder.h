@@ -12,6 +12,7 @@ namespace picolm {
 // What differs between the families in an otherwise common layer: per layer
 //   x += mixer(attn_norm(x));  x += ffn(<ffn_norm>(x))
 struct DecoderLayout {
+  const char* output_norm = "output_norm.weight";  // the final norm's name (lfm2: token_embd_norm.weight)
   const char* ffn_norm = "ffn_norm.weight";  // the pre-FFN norm's name (qwen35: post_attention_norm.weight)
   AttentionTensors attn{};                    // the attention layers' optional tensors
   bool gated_attention = false;               // attention layers are recurrent.h's gated_attention (qwen35)
@@ -22,7 +23,7 @@ struct DecoderLayout {
 // Per layer: blk.N.attn_norm, the layout's pre-FFN norm, the mixer of the layer's kind and its FFN
 // (load_moe when LayerHParams::moe, else load_ffn). Embeddings and output are the caller's.
 void load_decoder_layers(WeightLoader& L, Model::Impl& m, const DecoderLayout& d);
-// load_embeddings_and_output, then the layers.
+// load_embeddings_and_output (with the layout's final norm), then the layers.
 void load_decoder(WeightLoader& L, Model::Impl& m, const DecoderLayout& d);
 
 // y = the mixer of `layer` (attention, gated attention, short conv, delta net or Mamba-2) on xn.
@@ -40,9 +41,6 @@ Status read_softmax_routing(const GgufFile& f, HParams& hp);
 // lfm2, lfm2moe: <arch>.shortconv.l_cache; the layers whose head_count_kv entry is 0 are gated short
 // convolutions (no RoPE).
 Status read_short_conv_pattern(const GgufFile& f, HParams& hp);
-// lfm2, lfm2moe: token_embd, the final norm token_embd_norm (llama.cpp's name for it) and output,
-// tied to token_embd when the file has none.
-void load_lfm2_embeddings(WeightLoader& L, Model::Impl& m);
 // qwen35, qwen35moe: the gated delta net's <arch>.ssm.* keys and the pattern: every
 // full_attention_interval-th layer is full attention, the others delta nets. A file without the
 // interval key gets default_interval (0: the key is required).

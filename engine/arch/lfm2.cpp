@@ -10,7 +10,9 @@
 namespace picolm {
 namespace {
 
-const DecoderLayout kLayout{.attn = {.qkv_bias = Presence::Absent, .qk_norm = Presence::Required}};
+// llama.cpp names LFM2's final norm token_embd_norm.
+const DecoderLayout kLayout{.output_norm = "token_embd_norm.weight",
+                            .attn = {.qkv_bias = Presence::Absent, .qk_norm = Presence::Required}};
 
 Status read_hparams(const GgufFile& f, HParams& hp) {
   hp.arch = Arch::Lfm2;
@@ -18,10 +20,7 @@ Status read_hparams(const GgufFile& f, HParams& hp) {
   return read_short_conv_pattern(f, hp);
 }
 
-void load_weights(WeightLoader& L, Model::Impl& m) {
-  load_lfm2_embeddings(L, m);
-  load_decoder_layers(L, m, kLayout);
-}
+void load_weights(WeightLoader& L, Model::Impl& m) { load_decoder(L, m, kLayout); }
 
 void forward(Forward& f) { forward_decoder(f, kLayout); }
 

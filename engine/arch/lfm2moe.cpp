@@ -10,7 +10,8 @@
 namespace picolm {
 namespace {
 
-const DecoderLayout kLayout{.attn = {.qkv_bias = Presence::Absent, .qk_norm = Presence::Required},
+const DecoderLayout kLayout{.output_norm = "token_embd_norm.weight",
+                            .attn = {.qkv_bias = Presence::Absent, .qk_norm = Presence::Required},
                             .moe = {.select_bias = true}};
 
 Status read_hparams(const GgufFile& f, HParams& hp) {
@@ -37,10 +38,7 @@ Status read_hparams(const GgufFile& f, HParams& hp) {
   return Ok{};
 }
 
-void load_weights(WeightLoader& L, Model::Impl& m) {
-  load_lfm2_embeddings(L, m);
-  load_decoder_layers(L, m, kLayout);
-}
+void load_weights(WeightLoader& L, Model::Impl& m) { load_decoder(L, m, kLayout); }
 
 void forward(Forward& f) { forward_decoder(f, kLayout); }
 
