@@ -1295,6 +1295,7 @@ TEST_CASE("matmul_groups equals one matmul_pair or matmul_multi per group", "[ke
         for (int g = 0; g < n; ++g) {
           INFO("group " << g);
           const size_t bytes = pair_want[g].size() * sizeof(float);
+          if (bytes == 0) continue;  // the group without tokens (memcmp of empty vectors' null data is undefined)
           CHECK(std::memcmp(pair_got[g].data(), pair_want[g].data(), bytes) == 0);
           CHECK(std::memcmp(multi_got[g].data(), multi_want[g].data(), bytes) == 0);
           CHECK(std::memcmp(b_got[g].data(), b_want[g].data(), bytes) == 0);

@@ -221,6 +221,7 @@ void matmul_impl(const KernelTable& k, ThreadPool& pool, ActivationMode mode, co
   for (int g = 0; g < n_groups; ++g) {
     const MatmulGroup& G = groups[g];
     GroupPlan& P = gp[static_cast<size_t>(g)];
+    if (G.n_tokens == 0) continue;  // nothing to compute (its outputs may be null)
     int64_t max_chunk = 0;
     const int n_chunked = combine != nullptr ? 1 : G.n_targets;
     const bool decode = G.n_tokens < 4;  // one token (or a few): each task's rows are a cold stream
