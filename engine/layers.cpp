@@ -399,11 +399,11 @@ void load_ffn(WeightLoader& L, const HParams& hp, int layer, FfnWeights& w) {
   w.down = L.matrix(p + "ffn_down.weight", E, n_ff);
 }
 
-void load_embeddings_and_output(WeightLoader& L, Model::Impl& m) {
+void load_embeddings_and_output(WeightLoader& L, Model::Impl& m, const char* output_norm) {
   HParams& hp = m.hp;
   const int64_t E = hp.n_embd;
   m.tok_embd = L.matrix("token_embd.weight", hp.n_vocab, E);
-  m.output_norm = L.vec("output_norm.weight", E);
+  m.output_norm = L.vec(output_norm, E);
   m.output = L.matrix("output.weight", hp.n_vocab, E, /*optional=*/true);
   m.rope_freq_factors = L.vec("rope_freqs.weight", hp.head_dim / 2, /*optional=*/true);
   for (float x : m.rope_freq_factors)

@@ -141,8 +141,9 @@ struct AttentionTensors {
 void load_attention(WeightLoader& L, const HParams& hp, int layer, const AttentionTensors& opt, AttnWeights& w);
 // blk.<layer>.ffn_{gate,up,down}.weight.
 void load_ffn(WeightLoader& L, const HParams& hp, int layer, FfnWeights& w);
-// token_embd, output_norm and output (tied to token_embd when the file has none), rope_freqs.
-void load_embeddings_and_output(WeightLoader& L, Model::Impl& m);
+// token_embd, output_norm (lfm2: token_embd_norm) and output (tied to token_embd when the file has
+// none), rope_freqs.
+void load_embeddings_and_output(WeightLoader& L, Model::Impl& m, const char* output_norm = "output_norm.weight");
 // Everything the pre-norm decoder reads: the above plus attn_norm and ffn_norm per layer.
 void load_prenorm_decoder(WeightLoader& L, Model::Impl& m, const AttentionTensors& opt);
 

@@ -50,6 +50,11 @@ ExpertStack experts(WeightLoader& L, const GgufTensor* t, const std::string& nam
 
 size_t matrix_bytes(const WeightView& v) { return v.data ? size_t(v.rows) * row_bytes(v.type, v.cols) : 0; }
 
+// How gate and up combine: SiLU(gate) * up, or GELU-tanh(gate) * up (gemma4).
+PairCombineFn combine_of(const Forward& f, FfnActivation act) {
+  return act == FfnActivation::SiluGated ? f.m.vec_ops->silu_mul : gelu_tanh_mul;
+}
+
 // The gated FFN (SwiGLU or GELU(tanh)-gated) of the rows X [n][cols] through one expert (or the
 // shared expert) into Y [n][rows of down]; H [n][ff] is scratch.
 void gated_ffn(Forward& f, FfnActivation act, const WeightView& gate, const WeightView& up, const WeightView& down,
@@ -59,11 +64,70 @@ void gated_ffn(Forward& f, FfnActivation act, const WeightView& gate, const Weig
   MatmulTarget a{gate.type, gate.data, gate.rows, H, gate.packed};
   MatmulTarget b{up.type, up.data, up.rows, nullptr, up.packed};
   a.dots_only = b.dots_only = dots_only;
-  const PairCombineFn combine = act == FfnActivation::SiluGated ? f.m.vec_ops->silu_mul : gelu_tanh_mul;
-  matmul_pair(K, f.pool, mode, a, b, gate.cols, X, n, combine);
+  matmul_pair(K, f.pool, mode, a, b, gate.cols, X, n, combine_of(f, act));
   MatmulTarget d{down.type, down.data, down.rows, Y, down.packed};
   d.dots_only = dots_only;
   matmul_multi(K, f.pool, mode, &d, 1, down.cols, H, n);
+}
+
+// Up to this many chosen (row, expert) slots in a pass (a decode step: n_expert_used per row), every
+// chosen expert's gate/up runs in one pass of the pool and every down in a second, instead of two
+// passes per expert (LFM2-8B-A1B: 8 per MoE layer, 176 per token). Each product is the same dots on
+// the same rows as alone (dots only), so a row's result does not depend on the path its pass took.
+constexpr int64_t kGroupedSlots = 64;
+
+// The routed experts of the pass (S.start / S.slots grouped by expert) in two pool passes: the
+// gathered rows of every chosen expert in xg [slot][E], their gated products in hg [slot][ff],
+// outputs in yg [slot][E]; then the weighted outputs added to their rows' acc in ascending expert id.
+void grouped_experts(Forward& f, const MoeWeights& w, int64_t E, int64_t ff) {
+  EvalWorkspace& W = f.w;
+  MoeScratch& S = W.moe;
+  const HParams& hp = f.hp();
+  const KernelTable& K = *f.m.kernels;
+  const ActivationMode mode = f.m.opts.activations;
+  const int64_t NE = hp.n_expert, k = hp.n_expert_used, n_slots = f.T * k;
+  grow(S.xg, size_t(n_slots * E));
+  grow(S.hg, size_t(n_slots * ff));
+  grow(S.yg, size_t(n_slots * E));
+  for (int64_t s = 0; s < n_slots; ++s) {
+    const int64_t t = S.slots[size_t(s)] / k;
+    std::memcpy(&S.xg[size_t(s * E)], &W.xn[size_t(t * E)], size_t(E) * sizeof(float));
+  }
+  // Targets: per chosen expert its gate and up, then its down (capacity for every expert: no
+  // reallocation while the groups point into them).
+  std::vector<MatmulTarget>& tg = S.targets;
+  std::vector<MatmulGroup>& up = S.up_groups;
+  std::vector<MatmulGroup>& down = S.down_groups;
+  tg.clear();
+  up.clear();
+  down.clear();
+  tg.reserve(size_t(3 * NE));
+  const int64_t FF = w.gate.rows;
+  for (int64_t e = 0; e < NE; ++e) {
+    const int64_t s0 = S.start[size_t(e)], n = S.start[size_t(e + 1)] - s0;
+    if (n == 0) continue;
+    const WeightView g = w.gate.expert(int(e)), u = w.up.expert(int(e)), d = w.down.expert(int(e));
+    MatmulTarget a{g.type, g.data, g.rows, &S.hg[size_t(s0 * FF)], g.packed};
+    MatmulTarget b{u.type, u.data, u.rows, nullptr, u.packed};
+    MatmulTarget c{d.type, d.data, d.rows, &S.yg[size_t(s0 * E)], d.packed};
+    a.dots_only = b.dots_only = c.dots_only = true;
+    tg.push_back(a);
+    tg.push_back(b);
+    up.push_back({&tg[tg.size() - 2], 2, g.cols, &S.xg[size_t(s0 * E)], n});
+    tg.push_back(c);
+    down.push_back({&tg.back(), 1, d.cols, &S.hg[size_t(s0 * FF)], n});
+    S.counters.expert_bytes += w.gate.expert_bytes() + w.up.expert_bytes() + w.down.expert_bytes();
+    ++S.counters.expert_uses;
+  }
+  matmul_groups(K, f.pool, mode, up.data(), int(up.size()), combine_of(f, w.act));
+  matmul_groups(K, f.pool, mode, down.data(), int(down.size()), nullptr);
+  for (int64_t s = 0; s < n_slots; ++s) {  // slots ascend by expert, rows ascend within one
+    const int64_t slot = S.slots[size_t(s)], t = slot / k;
+    const float wt = S.weight[size_t(slot)];
+    float* a = &S.acc[size_t(t * E)];
+    const float* y = &S.yg[size_t(s * E)];
+    for (int64_t c = 0; c < E; ++c) a[c] += wt * y[c];
+  }
 }
 
 }  // namespace
@@ -71,7 +135,7 @@ void gated_ffn(Forward& f, FfnActivation act, const WeightView& gate, const Weig
 size_t MoeScratch::bytes() const {
   auto b = [](const auto& v) { return v.capacity() * sizeof(v[0]); };
   return b(probs) + b(select) + b(chosen) + b(weight) + b(start) + b(slots) + b(xg) + b(hg) + b(yg) + b(acc) +
-         b(router_in) + b(dense) + b(margin) + b(choice);
+         b(router_in) + b(dense) + b(margin) + b(choice) + b(targets) + b(up_groups) + b(down_groups);
 }
 
 void routed_ffn(Forward& f, int layer) {
@@ -193,27 +257,31 @@ void routed_ffn(Forward& f, int layer) {
   // Each chosen expert once: gather its rows, run its FFN on them, add the weighted outputs to their rows.
   // A row's sum runs over its experts in ascending id (the loop order), whatever the batch holds.
   std::fill_n(S.acc.begin(), T * E, 0.0f);
-  for (int64_t e = 0; e < NE; ++e) {
-    const int64_t s0 = S.start[size_t(e)], n = S.start[size_t(e + 1)] - s0;
-    if (n == 0) continue;
-    grow(S.xg, size_t(n * E));
-    grow(S.hg, size_t(n * ff));
-    grow(S.yg, size_t(n * E));
-    for (int64_t i = 0; i < n; ++i) {
-      const int64_t t = S.slots[size_t(s0 + i)] / k;
-      std::memcpy(&S.xg[size_t(i * E)], &W.xn[size_t(t * E)], size_t(E) * sizeof(float));
+  if (T * k <= kGroupedSlots) {  // a decode step: two pool passes for all its experts
+    grouped_experts(f, w, E, ff);
+  } else {
+    for (int64_t e = 0; e < NE; ++e) {
+      const int64_t s0 = S.start[size_t(e)], n = S.start[size_t(e + 1)] - s0;
+      if (n == 0) continue;
+      grow(S.xg, size_t(n * E));
+      grow(S.hg, size_t(n * ff));
+      grow(S.yg, size_t(n * E));
+      for (int64_t i = 0; i < n; ++i) {
+        const int64_t t = S.slots[size_t(s0 + i)] / k;
+        std::memcpy(&S.xg[size_t(i * E)], &W.xn[size_t(t * E)], size_t(E) * sizeof(float));
+      }
+      gated_ffn(f, w.act, w.gate.expert(int(e)), w.up.expert(int(e)), w.down.expert(int(e)), S.xg.data(), n,
+                S.hg.data(), S.yg.data(), /*dots_only=*/true);
+      for (int64_t i = 0; i < n; ++i) {
+        const int64_t s = S.slots[size_t(s0 + i)], t = s / k;
+        const float wt = S.weight[size_t(s)];
+        float* a = &S.acc[size_t(t * E)];
+        const float* y = &S.yg[size_t(i * E)];
+        for (int64_t c = 0; c < E; ++c) a[c] += wt * y[c];
+      }
+      S.counters.expert_bytes += w.gate.expert_bytes() + w.up.expert_bytes() + w.down.expert_bytes();
+      ++S.counters.expert_uses;
     }
-    gated_ffn(f, w.act, w.gate.expert(int(e)), w.up.expert(int(e)), w.down.expert(int(e)), S.xg.data(), n,
-              S.hg.data(), S.yg.data(), /*dots_only=*/true);
-    for (int64_t i = 0; i < n; ++i) {
-      const int64_t s = S.slots[size_t(s0 + i)], t = s / k;
-      const float wt = S.weight[size_t(s)];
-      float* a = &S.acc[size_t(t * E)];
-      const float* y = &S.yg[size_t(i * E)];
-      for (int64_t c = 0; c < E; ++c) a[c] += wt * y[c];
-    }
-    S.counters.expert_bytes += w.gate.expert_bytes() + w.up.expert_bytes() + w.down.expert_bytes();
-    ++S.counters.expert_uses;
   }
 
   float* const y = W.q.data();

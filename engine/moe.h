@@ -15,7 +15,9 @@
 // written to y (the workspace's q buffer), as ffn() does.
 //
 // Sparse reading: the rows of the micro-batch are grouped by expert, and each chosen expert's three
-// matrices are read once for all its rows (one matmul_pair and one matmul over the gathered rows);
+// matrices are read once for all its rows (one matmul_pair and one matmul over the gathered rows;
+// in a decode step, at most 64 chosen (row, expert) slots, every chosen expert's gate/up in one
+// matmul_groups pass of the pool and every down in a second, instead of two passes per expert);
 // experts nobody chose are not touched. The experts stay in the file's mapping (never repacked:
 // their pages are faulted in when first chosen, so a model larger than RAM pages only what it
 // uses). Their matmuls never take the many-token GEMM (MatmulTarget::dots_only): a row's result

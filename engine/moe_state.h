@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "kernels/kernels.h"
+
 namespace picolm {
 
 // Bytes of weights the routed FFN blocks read, summed over forward passes until reset by the reader.
@@ -24,12 +26,17 @@ struct MoeScratch {
   std::vector<float> weight;   // [T][n_expert_used]: their weights (normalised, scaled)
   std::vector<int32_t> start;  // [n_expert + 1]: the chosen slots grouped by expert (counting sort)
   std::vector<int32_t> slots;  // [T * n_expert_used]: slot t * n_expert_used + j, grouped by expert
-  std::vector<float> xg;       // [rows of one expert][n_embd]: gathered inputs
+  // One expert's rows at a time, or (a decode step: few slots) every chosen slot's, grouped by expert.
+  std::vector<float> xg;       // [rows][n_embd]: gathered inputs
   std::vector<float> hg;       // [rows][max(n_ff_exp, n_ff_shexp)]: SiLU(gate) * up
-  std::vector<float> yg;       // [rows][n_embd]: one expert's outputs
+  std::vector<float> yg;       // [rows][n_embd]: the experts' outputs
   std::vector<float> acc;      // [T][n_embd]: the weighted sum of the chosen experts
   std::vector<float> router_in;  // [T][n_embd]: the router's input when it is not xn (MoeWeights::router_scale)
   std::vector<float> dense;    // [T][n_embd]: gemma4's dense FFN branch, held while the routed branch runs
+  // The few-slot path's products: per chosen expert its gate, up and down targets and their
+  // matmul_groups entries (gate/up pairs, downs).
+  std::vector<MatmulTarget> targets;
+  std::vector<MatmulGroup> up_groups, down_groups;
   // Router margin of the last forward pass: [layer][T], the k-th best selection score minus the
   // (k+1)-th, as a difference of router logits for softmax gating without a selection bias (the
   // log of the probability ratio), else of selection scores (+inf on layers without experts, or

@@ -256,14 +256,16 @@ TEST_CASE("eval_batch: mixture-of-experts models (qwen3moe, lfm2moe, qwen35moe)"
 }
 
 // Issue 32's architectures (tests/models): phi3 (fused projections as row slices of one matrix,
-// LongRoPE) and granitehybrid (Mamba-2 state per sequence), each sequence's logits in a batch the
-// same bits as alone where the matmuls promise it.
+// LongRoPE) and granitehybrid (Mamba-2 state per sequence; its MoE form routes every layer's FFN
+// and adds an ungated shared expert), each sequence's logits in a batch the same bits as alone where
+// the matmuls promise it.
 TEST_CASE("eval_batch: phi3 and granitehybrid (Mamba-2) sequences as alone", "[batch]") {
   const std::string dir = std::string(PICOLM_TEST_DATA_DIR) + "/models/";
   const std::string phi3_q4 = dir + "phi3-tiny-q4km.gguf", phi3_q8 = dir + "phi3-tiny-q8_0.gguf";
   const std::string gh_q4 = dir + "granitehybrid-tiny-q4km.gguf", gh_f16 = dir + "granitehybrid-tiny-f16.gguf";
-  const Case cases[] = {{phi3_q4.c_str(), 16, true}, {gh_q4.c_str(), 16, true},
-                        {phi3_q8.c_str(), 16, false}, {gh_f16.c_str(), 1, false}};
+  const std::string ghm_q4 = dir + "granitehybrid-moe-tiny-q4km.gguf", ghm_f16 = dir + "granitehybrid-moe-tiny-f16.gguf";
+  const Case cases[] = {{phi3_q4.c_str(), 16, true},   {gh_q4.c_str(), 16, true},       {phi3_q8.c_str(), 16, false},
+                        {gh_f16.c_str(), 1, false},    {ghm_q4.c_str(), 16, true},      {ghm_f16.c_str(), 1, false}};
   ThreadPool pool(2);
   for (const Case& c : cases) {
     check_batches(pool, c, Repack::On, {1, 2, 3, 4});

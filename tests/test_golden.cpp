@@ -280,7 +280,8 @@ TEST_CASE("hybrid: logits do not depend on how a prompt is split into evals", "[
   ThreadPool pool(2);
   const std::string sh = PICOLM_SHARED_DIR;
   for (auto [root, stem] : {std::pair{sh, "lfm2-tiny-q4km"}, {sh, "qwen35-tiny-q4km"}, {sh, "qwen35-tiny-f16"},
-                            {kRepoData, "granitehybrid-tiny-q4km"}, {kRepoData, "granitehybrid-tiny-f16"}}) {
+                            {kRepoData, "granitehybrid-tiny-q4km"}, {kRepoData, "granitehybrid-tiny-f16"},
+                            {kRepoData, "granitehybrid-moe-tiny-q4km"}, {kRepoData, "granitehybrid-moe-tiny-f16"}}) {
     const golden::File g = golden::load(root + "/golden/" + stem + ".json");
     const std::vector<int32_t>& tokens = g.prompts.back().tokens;
     REQUIRE(tokens.size() > 64);
@@ -306,7 +307,8 @@ TEST_CASE("hybrid: logits do not depend on how a prompt is split into evals", "[
 TEST_CASE("hybrid: state snapshots, truncate and restore_state", "[golden][hybrid]") {
   ThreadPool pool(2);
   const std::string sh = PICOLM_SHARED_DIR;
-  for (auto [root, stem] : {std::pair{sh, "lfm2-tiny-q8_0"}, {sh, "qwen35-tiny-q8_0"}, {kRepoData, "granitehybrid-tiny-q8_0"}}) {
+  for (auto [root, stem] : {std::pair{sh, "lfm2-tiny-q8_0"}, {sh, "qwen35-tiny-q8_0"}, {kRepoData, "granitehybrid-tiny-q8_0"},
+                            {kRepoData, "granitehybrid-moe-tiny-q4km"}}) {
     INFO(stem);
     const golden::File g = golden::load(root + "/golden/" + stem + ".json");
     auto m = Model::load(root + "/models/" + g.model_file);
@@ -386,14 +388,15 @@ TEST_CASE("hybrid: state snapshots, truncate and restore_state", "[golden][hybri
 TEST_CASE("hybrid: K/V rows only for attention layers", "[golden][hybrid]") {
   ThreadPool pool(2);
   for (const std::string& path : {shared("models/lfm2-tiny-q4km.gguf"), shared("models/qwen35-tiny-q4km.gguf"),
-                                  kRepoData + "/models/granitehybrid-tiny-q4km.gguf"}) {
+                                  kRepoData + "/models/granitehybrid-tiny-q4km.gguf",
+                                  kRepoData + "/models/granitehybrid-moe-tiny-q4km.gguf"}) {
     const std::string name = path.substr(path.rfind('/') + 1);
     auto m = Model::load(path);
     REQUIRE(m.ok());
     const HParams& hp = m.value()->hparams();
     int n_attn = 0;
     for (const LayerHParams& lp : hp.layers) n_attn += lp.kind == LayerKind::Attention;
-    // lfm2-tiny: layers 1 and 3; qwen35-tiny: layer 3; granitehybrid-tiny: layer 1 (of 3)
+    // lfm2-tiny: layers 1 and 3; qwen35-tiny: layer 3; granitehybrid-tiny: layer 1 (of 3), its MoE form's (of 2)
     CHECK(n_attn == (hp.arch == Arch::Lfm2 ? 2 : 1));
     Session s(m.value(), pool, SessionOptions{4096, 64});
     const size_t kv = 2 * size_t(n_attn) * 4096 * s.kv_bytes_per_position_per_layer();

@@ -1237,3 +1237,77 @@ TEST_CASE("matmul: dots_only rows equal the rows alone, bit for bit", "[kernels]
     }
   }
 }
+
+// matmul_groups (a decode step's experts in two passes of the pool): groups of different shapes,
+// weight types, inputs and token counts (one group with no tokens) in one call give each group the
+// bits of its own matmul_pair / matmul_multi call, on every table, both modes, 1 and 3 threads.
+TEST_CASE("matmul_groups equals one matmul_pair or matmul_multi per group", "[kernels][matmul][moe]") {
+  std::mt19937 rng(33);
+  auto combine = [](int n, float* a, const float* b) {
+    for (int i = 0; i < n; ++i) a[i] = a[i] * 0.5f - b[i];
+  };
+  struct Shape {
+    GgmlType wt;
+    int64_t rows, cols, n_tok;
+  };
+  const Shape shapes[] = {{GgmlType::Q4_K, 320, 512, 1}, {GgmlType::Q8_0, 48, 64, 3},
+                          {GgmlType::F16, 136, 128, 2},  {GgmlType::Q5_0, 64, 96, 0},
+                          {GgmlType::Q4_K, 96, 256, 19}};
+  const int n = int(std::size(shapes));
+  for (int nt = 1; nt <= 3; nt += 2) {
+    ThreadPool pool(nt);
+    for (const KernelTable* k : all_tables()) {
+      for (ActivationMode mode : {ActivationMode::Quantized, ActivationMode::Exact}) {
+        INFO("table " << k->name << " threads " << nt << (mode == ActivationMode::Exact ? " exact" : " quantized"));
+        std::vector<std::vector<uint8_t>> A(n), B(n);
+        std::vector<std::vector<float>> X(n), pair_want(n), pair_got(n), multi_want(n), multi_got(n), b_want(n), b_got(n);
+        std::vector<MatmulTarget> pairs(2 * size_t(n)), multis(2 * size_t(n));
+        std::vector<MatmulGroup> pg(n), mg(n);
+        for (int g = 0; g < n; ++g) {
+          const Shape& s = shapes[g];
+          for (int64_t r = 0; r < s.rows; ++r) {
+            auto a = random_weights(rng, s.wt, s.cols), b = random_weights(rng, s.wt, s.cols);
+            A[g].insert(A[g].end(), a.begin(), a.end());
+            B[g].insert(B[g].end(), b.begin(), b.end());
+          }
+          X[g] = random_floats(rng, s.cols * std::max<int64_t>(s.n_tok, 1));
+          const size_t ny = size_t(s.rows * s.n_tok);
+          pair_want[g].assign(ny, NAN);
+          pair_got[g].assign(ny, NAN);
+          multi_want[g].assign(ny, NAN);
+          multi_got[g].assign(ny, NAN);
+          b_want[g].assign(ny, NAN);
+          b_got[g].assign(ny, NAN);
+          const MatmulTarget ta{s.wt, A[g].data(), s.rows, pair_want[g].data()}, tb{s.wt, B[g].data(), s.rows, nullptr};
+          if (s.n_tok > 0) matmul_pair(*k, pool, mode, ta, tb, s.cols, X[g].data(), s.n_tok, combine);
+          const MatmulTarget tm[2] = {{s.wt, A[g].data(), s.rows, multi_want[g].data()},
+                                      {s.wt, B[g].data(), s.rows, b_want[g].data()}};
+          if (s.n_tok > 0) matmul_multi(*k, pool, mode, tm, 2, s.cols, X[g].data(), s.n_tok);
+          pairs[2 * size_t(g)] = {s.wt, A[g].data(), s.rows, pair_got[g].data()};
+          pairs[2 * size_t(g) + 1] = {s.wt, B[g].data(), s.rows, nullptr};
+          multis[2 * size_t(g)] = {s.wt, A[g].data(), s.rows, multi_got[g].data()};
+          multis[2 * size_t(g) + 1] = {s.wt, B[g].data(), s.rows, b_got[g].data()};
+          pg[size_t(g)] = {&pairs[2 * size_t(g)], 2, s.cols, X[g].data(), s.n_tok};
+          mg[size_t(g)] = {&multis[2 * size_t(g)], 2, s.cols, X[g].data(), s.n_tok};
+        }
+        matmul_groups(*k, pool, mode, pg.data(), n, combine);
+        matmul_groups(*k, pool, mode, mg.data(), n, nullptr);
+        for (int g = 0; g < n; ++g) {
+          INFO("group " << g);
+          const size_t bytes = pair_want[g].size() * sizeof(float);
+          if (bytes == 0) continue;  // the group without tokens (memcmp of empty vectors' null data is undefined)
+          CHECK(std::memcmp(pair_got[g].data(), pair_want[g].data(), bytes) == 0);
+          CHECK(std::memcmp(multi_got[g].data(), multi_want[g].data(), bytes) == 0);
+          CHECK(std::memcmp(b_got[g].data(), b_want[g].data(), bytes) == 0);
+        }
+      }
+    }
+  }
+  // A paired group of two different row counts is a caller bug.
+  ThreadPool pool(1);
+  std::vector<float> x(64), y(64);
+  std::vector<uint8_t> w(size_t(2) * row_bytes(GgmlType::Q8_0, 64));
+  const MatmulTarget bad[2] = {{GgmlType::Q8_0, w.data(), 2, y.data()}, {GgmlType::Q8_0, w.data(), 1, nullptr}};
+  const MatmulGroup g{bad, 2, 64, x.data(), 1};
+  CHECK_THROWS(matmul_groups(scalar_kernels(), pool, ActivationMode::Quantized, &g, 1, combine));
+}

@@ -398,7 +398,17 @@ TEST_CASE("model: phi3 and granitehybrid files with broken metadata or tensors a
   };
   refused(granite, "groups.gguf", "granitehybrid.ssm", [](GgufWriter& w) { w.set_u32("granitehybrid.ssm.group_count", 3); });
   refused(granite, "inner.gguf", "granitehybrid.ssm", [](GgufWriter& w) { w.set_u32("granitehybrid.ssm.inner_size", 500); });
-  refused(granite, "moe.gguf", "not supported yet", [](GgufWriter& w) { w.set_u32("granitehybrid.expert_count", 64); });
+  // An expert count without the rest of the MoE keys, or with a used count above it.
+  refused(granite, "moe.gguf", "granitehybrid.expert_used_count", [](GgufWriter& w) { w.set_u32("granitehybrid.expert_count", 64); });
+  refused(granite, "used.gguf", "granitehybrid.expert_used_count", [](GgufWriter& w) {
+    w.set_u32("granitehybrid.expert_count", 4);
+    w.set_u32("granitehybrid.expert_used_count", 6);
+  });
+  // A dense file that claims experts: the loader names the missing router.
+  refused(granite, "noexperts.gguf", "missing tensor 'blk.0.ffn_gate_inp.weight'", [](GgufWriter& w) {
+    w.set_u32("granitehybrid.expert_count", 8);
+    w.set_u32("granitehybrid.expert_used_count", 2);
+  });
   refused(granite, "scale.gguf", "multiplier", [](GgufWriter& w) { w.set_f32("granitehybrid.residual_scale", -1.0f); });
   // A larger d_state than the tensors hold: the loader names the misshapen ones.
   refused(granite, "state.gguf", "blk.0.ssm_in.weight", [](GgufWriter& w) { w.set_u32("granitehybrid.ssm.state_size", 64); });

@@ -1,6 +1,7 @@
-// Mixture-of-experts architectures (issue 32: qwen3moe, lfm2moe, qwen35moe) and the routed FFN block
+// Mixture-of-experts architectures (issue 32: qwen3moe, lfm2moe, qwen35moe, granitehybrid's MoE form) and the routed FFN block
 // (engine/moe.h): goldens from llama.cpp 66d65ec on tiny random-weight models committed in
-// tests/models and tests/golden (made by tools/golden/make_moe_set.py), and the sparse reading of
+// tests/models and tests/golden (made by tools/golden/make_moe_set.py; granitehybrid-moe by
+// make_phi3_granite_set.py), and the sparse reading of
 // the experts (an instrumentation counter of the block, not timing).
 //
 // Near-ties of the routing. Where a row's k-th and (k+1)-th best router scores are almost equal, any
@@ -59,6 +60,10 @@ Tolerance tolerance_for(const std::string& stem) {
       // (this file's 0.3 would fail 4 of 88 story positions, 0.31-0.60, at each of which ours is the
       // closer to exact math).
       {"gemma4-moe-tiny-f16", {0.02f, 0.03f}}, {"gemma4-moe-tiny-q4km", {0.02f, 0.7f}},
+      // Granite-4.0-H-Tiny's form (Mamba-2 + NoPE attention, routed FFN + ungated shared expert, Granite's
+      // multipliers). Measured: exact 0.0013-0.0016; quantized F16 0.0047, Q4_K_M 0.11 (llama.cpp's own
+      // Q4_K_M run is 1.6 from exact math).
+      {"granitehybrid-moe-tiny-f16", {0.02f, 0.03f}}, {"granitehybrid-moe-tiny-q4km", {0.02f, 0.3f}},
   };
   auto it = t.find(stem);
   REQUIRE(it != t.end());
@@ -275,6 +280,7 @@ TEST_CASE("golden: qwen3moe-tiny (f16, q4km)", "[golden][moe]") { golden_arch("q
 TEST_CASE("golden: lfm2moe-tiny (f16, q4km)", "[golden][moe][hybrid]") { golden_arch("lfm2moe"); }
 TEST_CASE("golden: qwen35moe-tiny (f16, q4km)", "[golden][moe][hybrid]") { golden_arch("qwen35moe"); }
 TEST_CASE("golden: gemma4-moe-tiny (f16, q4km)", "[golden][moe][gemma4]") { golden_arch("gemma4-moe"); }
+TEST_CASE("golden: granitehybrid-moe-tiny (f16, q4km)", "[golden][moe][hybrid]") { golden_arch("granitehybrid-moe"); }
 
 // Sparse reading: a decode step reads the weights of the chosen experts only. The block counts the
 // expert bytes it reads (MoeCounters); a step of one row must read exactly n_expert_used experts'
@@ -283,7 +289,7 @@ TEST_CASE("golden: gemma4-moe-tiny (f16, q4km)", "[golden][moe][gemma4]") { gold
 TEST_CASE("moe: a decode step reads only the chosen experts' weights", "[moe]") {
   ThreadPool pool(2);
   for (const char* file : {"qwen3moe-tiny-q4km.gguf", "lfm2moe-tiny-q4km.gguf", "qwen35moe-tiny-f16.gguf",
-                           "gemma4-moe-tiny-q4km.gguf"}) {
+                           "gemma4-moe-tiny-q4km.gguf", "granitehybrid-moe-tiny-q4km.gguf"}) {
     INFO(file);
     auto loaded = Model::load(repo(std::string("models/") + file));
     REQUIRE(loaded.ok());
@@ -388,6 +394,26 @@ TEST_CASE("moe: description and loader errors", "[moe]") {
   CHECK(l.value()->hparams().expert_gating == ExpertGating::Sigmoid);
   CHECK(!l.value()->hparams().layers[0].moe);
   CHECK(l.value()->hparams().layers[1].moe);
+  // granitehybrid's MoE form: experts of feed_forward_length (no expert_feed_forward_length key), a
+  // shared expert of expert_shared_feed_forward_length without a gate, every layer routed.
+  auto g = Model::load(repo("models/granitehybrid-moe-tiny-q4km.gguf"));
+  REQUIRE(g.ok());
+  const HParams& gh = g.value()->hparams();
+  CHECK(gh.arch == Arch::GraniteHybrid);
+  CHECK(gh.expert_gating == ExpertGating::Softmax);
+  CHECK(gh.expert_weights_norm);
+  CHECK(gh.n_expert == 8);
+  CHECK(gh.n_expert_used == 2);
+  CHECK(gh.n_ff_exp == 64);
+  CHECK(gh.n_ff_shexp == 128);
+  for (int l = 0; l < gh.n_layer; ++l) {
+    CHECK(gh.layers[size_t(l)].moe);
+    const MoeWeights& w = g.value()->impl().layers[size_t(l)].moe;
+    CHECK(w.shared.down.data != nullptr);
+    CHECK(w.shared_gate.empty());
+  }
+  CHECK(gh.layers[0].kind == LayerKind::Mamba2);
+  CHECK(gh.layers[1].kind == LayerKind::Attention);
 }
 
 namespace {

@@ -522,10 +522,10 @@ void slot_reuse_replies_unchanged(const std::string& model) {
 TEST_CASE("hybrid models: slot reuse goes back to a state snapshot, replies unchanged", "[server][slots]") {
   for (const char* file : {"qwen35-tiny-q8_0.gguf", "lfm2-tiny-q8_0.gguf"}) slot_reuse_replies_unchanged(kShared + "/models/" + file);
   // Issue 32's models from the repository's tests/models: the mixture-of-experts ones (qwen3moe
-  // reuses K/V only, lfm2moe and qwen35moe are hybrids as well), granitehybrid (Mamba-2 state) and
-  // phi3 (an attention-only model: its slot reuse cuts the KV back).
+  // reuses K/V only, lfm2moe and qwen35moe are hybrids as well), granitehybrid (Mamba-2 state; its
+  // MoE form too) and phi3 (an attention-only model: its slot reuse cuts the KV back).
   for (const char* file : {"qwen3moe-tiny-q4km.gguf", "lfm2moe-tiny-q4km.gguf", "qwen35moe-tiny-q4km.gguf",
-                           "granitehybrid-tiny-q8_0.gguf", "phi3-tiny-q8_0.gguf"})
+                           "granitehybrid-tiny-q8_0.gguf", "granitehybrid-moe-tiny-q4km.gguf", "phi3-tiny-q8_0.gguf"})
     slot_reuse_replies_unchanged(std::string(PICOLM_TEST_DATA_DIR) + "/models/" + file);
 }
 

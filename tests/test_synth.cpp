@@ -611,19 +611,24 @@ TEST_CASE("synth: phi-4-mini and granite-4.0-h-tiny shapes load, run, and prefil
     if (m.value()->packed_bytes() > 0) CHECK(r.max_diff == 0.0f);
     else CHECK(r.max_diff <= 0.1f);
   }
-  SECTION("granite-4.0-h-tiny, dense part (Mamba-2 48 heads of 64, d_state 128; NoPE attention on layer 5)") {
+  SECTION("granite-4.0-h-tiny (Mamba-2 48 heads of 64, d_state 128; NoPE attention on layer 5; 64 experts of 512, 6 per token, shared expert of 1024)") {
     const std::string out = dir.file("granite.gguf");
     REQUIRE(run(bin("picolm-synth") + " --shape granite-4.0-h-tiny --type q4_k_m --layers 6 --vocab 2048 -o " + out) == 0);
     auto m = Model::load(out);
     REQUIRE(m.ok());
     const HParams& hp = m.value()->hparams();
     CHECK(hp.arch == Arch::GraniteHybrid);
-    CHECK((hp.n_embd == 1536 && hp.n_head == 12 && hp.n_head_kv == 4 && hp.head_dim == 128 && hp.n_ff == 1024));
+    CHECK((hp.n_embd == 1536 && hp.n_head == 12 && hp.n_head_kv == 4 && hp.head_dim == 128));
+    CHECK((hp.n_expert == 64 && hp.n_expert_used == 6 && hp.n_ff_exp == 512 && hp.n_ff_shexp == 1024));
+    CHECK(hp.expert_gating == ExpertGating::Softmax);
+    CHECK(m.value()->gguf().tensor("blk.0.ffn_down_shexp.weight") != nullptr);
+    CHECK(m.value()->gguf().tensor("blk.0.ffn_gate_inp_shexp.weight") == nullptr);  // ungated
     CHECK((hp.m2_heads == 48 && hp.m2_head_dim == 64 && hp.m2_state == 128 && hp.m2_groups == 1 && hp.m2_conv == 4));
     CHECK((hp.embedding_scale == 12.0f && hp.residual_scale == 0.22f && hp.logit_scale == 6.0f));
     for (int l = 0; l < 6; ++l) {
       CHECK(hp.layers[size_t(l)].kind == (l == 5 ? LayerKind::Attention : LayerKind::Mamba2));
       CHECK(hp.layers[size_t(l)].rope == -1);  // NoPE
+      CHECK(hp.layers[size_t(l)].moe);
     }
     check_runs(m.value());
     auto r = prefill_vs_sequential(m.value(), some_tokens(40, hp.n_vocab));

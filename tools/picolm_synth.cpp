@@ -52,6 +52,9 @@ struct Shape {
   // gating with a selection bias (lfm2moe) or softmax (qwen3moe).
   int n_expert = 0, n_expert_used = 0, n_ff_exp = 0, n_dense_lead = 0;
   bool sigmoid_gating = false;
+  // granitehybrid's MoE form: an ungated shared expert of n_ff_shexp beside the routed ones, whose
+  // width is feed_forward_length (n_ff == n_ff_exp; no expert_feed_forward_length key, as the real files).
+  int n_ff_shexp = 0;
   // phi3: fused attn_qkv and gate|up ffn_up, LongRoPE factors of the original context orig_ctx.
   bool fused = false;
   int orig_ctx = 0;
@@ -107,15 +110,16 @@ constexpr Shape kShapes[] = {
     {.name = "phi-4-mini", .arch = "phi3", .n_layer = 32, .n_embd = 3072, .n_head = 24, .n_head_kv = 8, .n_ff = 8192,
      .n_vocab = 200064, .n_ctx = 131072, .rope_base = 10000.0f, .rms_eps = 1e-5f, .tied = true, .qkv_bias = false,
      .n_rot = 96, .fused = true, .orig_ctx = 4096},
-    // Granite-4.0-H-Tiny, dense part only: its FFN is 64 routed experts of 512 (6 per token) plus a
-    // shared one of 1024; without the routed-FFN block (issue32a) the shape has the shared expert as a
-    // dense FFN, so it costs less than the real model per token. Attention (NoPE) on 4 of 40 layers.
+    // Granite-4.0-H-Tiny (7B-A1B; the published GGUF's keys): every layer's FFN is 64 routed experts
+    // of 512 (6 per token, softmax router) plus an ungated shared expert of 1024. Attention (NoPE) on 4
+    // of 40 layers, Mamba-2 (48 heads of 64, d_state 128, 1 group) on the others.
     {.name = "granite-4.0-h-tiny", .arch = "granitehybrid", .n_layer = 40, .n_embd = 1536, .n_head = 12,
-     .n_head_kv = 4, .n_ff = 1024, .n_vocab = 100352, .n_ctx = 1048576, .rope_base = 10000.0f, .rms_eps = 1e-5f,
+     .n_head_kv = 4, .n_ff = 512, .n_vocab = 100352, .n_ctx = 1048576, .rope_base = 10000.0f, .rms_eps = 1e-5f,
      .tied = true, .qkv_bias = false, .head_dim = 128,
-     .attn_layers = (1ull << 5) | (1ull << 15) | (1ull << 25) | (1ull << 35), .m2_heads = 48, .m2_head_dim = 64,
-     .m2_state = 128, .m2_groups = 1, .m2_conv = 4, .embedding_scale = 12.0f, .residual_scale = 0.22f,
-     .logit_scale = 6.0f, .attention_scale = 0.0078125f},
+     .attn_layers = (1ull << 5) | (1ull << 15) | (1ull << 25) | (1ull << 35), .n_expert = 64, .n_expert_used = 6,
+     .n_ff_exp = 512, .n_ff_shexp = 1024, .m2_heads = 48, .m2_head_dim = 64, .m2_state = 128, .m2_groups = 1,
+     .m2_conv = 4, .embedding_scale = 12.0f, .residual_scale = 0.22f, .logit_scale = 6.0f,
+     .attention_scale = 0.0078125f},
     // Gemma 4 E2B / E4B (text_config): 4 (E4B: 5) sliding layers of head_dim 256 per global layer of 512,
     // window 512, the last 20 (18) layers sharing K/V, per-layer embeddings of 256, soft-cap 30. The
     // global layers' proportional RoPE (rope_freqs) is written as plain RoPE: it changes no cost.
@@ -550,8 +554,7 @@ void usage(FILE* out) {
                "  --shape NAME        tinyllama-1.1b | qwen2.5-0.5b | qwen2.5-1.5b | smollm2-360m | llama-3.2-1b |\n"
                "                      qwen3-0.6b | qwen3-1.7b | gemma3-270m | gemma3-1b | smollm3-3b | qwen3.5-0.8b |\n"
                "                      qwen3.5-2b | lfm2.5-1.2b | qwen3-30b-a3b | lfm2-8b-a1b | phi-4-mini |\n"
-               "                      granite-4.0-h-tiny (its dense part) | gemma4-e2b | gemma4-e4b |\n"
-               "                      gemma4-26b-a4b | demo\n"
+               "                      granite-4.0-h-tiny | gemma4-e2b | gemma4-e4b | gemma4-26b-a4b | demo\n"
                "  --type MIX          q4_k_m | q8_0 | q4_0 | f16 | f32 (llama.cpp's per-tensor rules)\n"
                "  -o, --output FILE   output GGUF (written to FILE.tmp, then renamed)\n"
                "  --vocab-from FILE   copy all tokenizer.* keys from another GGUF (n_vocab must be >= its vocabulary)\n"
@@ -661,7 +664,10 @@ int run(const Args& a) {
   if (shape->n_expert > 0) {
     w.set_u32(arch + ".expert_count", static_cast<uint32_t>(n_expert));
     w.set_u32(arch + ".expert_used_count", static_cast<uint32_t>(shape->n_expert_used));
-    w.set_u32(arch + ".expert_feed_forward_length", static_cast<uint32_t>(shape->n_ff_exp));
+    if (granite)
+      w.set_u32(arch + ".expert_shared_feed_forward_length", static_cast<uint32_t>(shape->n_ff_shexp));
+    else
+      w.set_u32(arch + ".expert_feed_forward_length", static_cast<uint32_t>(shape->n_ff_exp));
     if (lfm2) {
       w.set_u32(arch + ".leading_dense_block_count", static_cast<uint32_t>(shape->n_dense_lead));
       w.set_u32(arch + ".expert_gating_func", shape->sigmoid_gating ? 2u : 1u);
@@ -852,6 +858,14 @@ int run(const Args& a) {
         mat(p + "ssm_out.weight", Kind::AttnO, l, E, d_inner, rs / std::sqrt(static_cast<float>(d_inner)));
       }
       vec(p + "ffn_norm.weight", E, 1.0f, 0.05f);
+      if (shape->n_expert > 0) {  // the routed experts, then the shared one
+        ffn(p, l);
+        const int64_t SF = shape->n_ff_shexp;
+        mat(p + "ffn_gate_shexp.weight", Kind::FfnGate, l, SF, E, inv_e);
+        mat(p + "ffn_up_shexp.weight", Kind::FfnUp, l, SF, E, inv_e);
+        mat(p + "ffn_down_shexp.weight", Kind::FfnDown, l, E, SF, rs / std::sqrt(static_cast<float>(SF)));
+        continue;
+      }
       mat(p + "ffn_gate.weight", Kind::FfnGate, l, n_ff, E, inv_e);
       mat(p + "ffn_up.weight", Kind::FfnUp, l, n_ff, E, inv_e);
       mat(p + "ffn_down.weight", Kind::FfnDown, l, E, n_ff, rs / std::sqrt(static_cast<float>(n_ff)));

@@ -7,22 +7,29 @@
 // logit_scale (each 0 or absent: none). Granite-4.0-H uses no positional encoding
 // (rope.scaling.finetuned = false: NoPE attention layers); Bamba files set it and get normal
 // (non-NeoX) RoPE. Output tied to token_embd when the file has no output.weight.
-// The MoE form (H-Tiny, H-Small: ffn_gate_inp and experts) is refused for now.
+// The MoE form (H-Tiny, H-Small: a file with expert_count) routes every layer's FFN (engine/moe.h):
+// softmax router, top n_expert_used renormalised to sum 1, no scale (llama.cpp's graph hard-codes
+// these for the family), experts of feed_forward_length (llama.cpp reads n_ff for them, not
+// expert_feed_forward_length), plus, when expert_shared_feed_forward_length > 0, a shared SwiGLU
+// expert added without a gate; the residual scale applies to their sum.
 // Reference: llama.cpp src/models/granite-hybrid.cpp, mamba-base.cpp and src/llama-model.cpp.
 #include <cmath>
 
-#include "arch/arch.h"
-#include "mamba2.h"
+#include "arch/common_decoder.h"
 
 namespace picolm {
 namespace {
+
+// Attention with optional q/k/v biases; the shared expert (when the file has one) has no gate.
+DecoderLayout layout(const HParams& hp) {
+  return {.attn = {.qkv_bias = Presence::Optional, .qk_norm = Presence::Absent},
+          .moe = {.shared_expert = hp.n_ff_shexp > 0, .shared_expert_gate = false}};
+}
 
 Status read_hparams(const GgufFile& f, HParams& hp) {
   hp.arch = Arch::GraniteHybrid;
   hp.rope_neox = false;
   const std::string a = "granitehybrid.";
-  if (f.get_int(a + "expert_count").value_or(0) > 0)
-    return Error{"granitehybrid with experts (Granite-4.0-H Tiny/Small MoE) is not supported yet"};
   std::string missing;
   auto need = [&](const char* key) -> int64_t {
     auto v = f.get_int(a + key);
@@ -51,6 +58,16 @@ Status read_hparams(const GgufFile& f, HParams& hp) {
       !scale("logit_scale", hp.logit_scale) || !scale("attention.scale", attn_scale))
     return Error{"implausible granitehybrid multiplier (embedding_scale, residual_scale, logit_scale, attention.scale)"};
   if (attn_scale > 0.0f) hp.attn_scale = attn_scale;
+  if (f.get_int(a + "expert_count").value_or(0) > 0) {
+    if (Status s = read_softmax_routing(f, hp); !s) return s;
+    hp.n_ff_exp = hp.layers[0].n_ff;
+    for (const LayerHParams& lp : hp.layers)
+      if (lp.n_ff != hp.n_ff_exp) return Error{"granitehybrid with experts: feed_forward_length differs between layers"};
+    // llama.cpp: no shared expert unless the key says so (read_moe_hparams defaults it to n_ff).
+    const int64_t shexp = f.get_int(a + "expert_shared_feed_forward_length").value_or(0);
+    if (shexp < 0 || shexp > (1 << 20)) return Error{"implausible " + a + "expert_shared_feed_forward_length"};
+    hp.n_ff_shexp = int32_t(shexp);
+  }
   const bool use_rope = f.get_bool(a + "rope.scaling.finetuned").value_or(true);
   for (LayerHParams& lp : hp.layers) {
     if (lp.n_head_kv == 0) lp.kind = LayerKind::Mamba2;  // llama.cpp: recurrent iff head_count_kv is 0
@@ -60,24 +77,10 @@ Status read_hparams(const GgufFile& f, HParams& hp) {
 }
 
 void load_weights(WeightLoader& L, Model::Impl& m) {
-  HParams& hp = m.hp;
-  const int64_t E = hp.n_embd;
-  load_embeddings_and_output(L, m);
-  m.layers.resize(size_t(hp.n_layer));
-  for (int l = 0; l < hp.n_layer; ++l) {
-    LayerWeights& w = m.layers[size_t(l)];
-    const std::string p = "blk." + std::to_string(l) + ".";
-    w.attn_norm = L.vec(p + "attn_norm.weight", E);
-    w.ffn_norm = L.vec(p + "ffn_norm.weight", E);
-    if (hp.layers[size_t(l)].kind == LayerKind::Mamba2) {
-      load_mamba2(L, hp, l, w.m2);
-    } else {
-      load_attention(L, hp, l, {.qkv_bias = Presence::Optional, .qk_norm = Presence::Absent}, w.attn);
-      if (L.file().tensor(p + "attn_output.bias")) L.errors.push_back("granitehybrid: attn_output.bias is not supported");
-    }
-    if (L.file().tensor(p + "ffn_gate_inp.weight")) L.errors.push_back("granitehybrid: MoE layers are not supported yet");
-    load_ffn(L, hp, l, w.ffn);
-  }
+  load_decoder(L, m, layout(m.hp));
+  for (int l = 0; l < m.hp.n_layer; ++l)
+    if (L.file().tensor("blk." + std::to_string(l) + ".attn_output.bias"))
+      L.errors.push_back("granitehybrid: attn_output.bias is not supported");
 }
 
 // y *= s (a sublayer's output before its residual add); ggml_scale's single multiply.
@@ -92,19 +95,16 @@ void scale_output(Forward& f, float s) {
 
 void forward(Forward& f) {
   const HParams& hp = f.hp();
+  const DecoderLayout d = layout(hp);
   const auto& layers = f.m.layers;
   const int n_layer = hp.n_layer;
   embed(f, hp.embedding_scale != 0.0f ? hp.embedding_scale : 1.0f);
   norm_input(f, layers[0].attn_norm);
   for (int l = 0; l < n_layer; ++l) {
-    const LayerWeights& w = layers[size_t(l)];
-    if (hp.layers[size_t(l)].kind == LayerKind::Mamba2)
-      mamba2(f, l);
-    else
-      attention(f, l);
+    mixer(f, l, d);  // Mamba-2 or attention
     scale_output(f, hp.residual_scale);
-    residual(f, nullptr, &w.ffn_norm);
-    ffn(f, l, FfnActivation::SiluGated);
+    residual(f, nullptr, &layers[size_t(l)].ffn_norm);
+    feed_forward(f, l, d);  // dense, or routed + shared expert
     scale_output(f, hp.residual_scale);
     residual(f, nullptr, l + 1 < n_layer ? &layers[size_t(l) + 1].attn_norm : nullptr);
   }

@@ -150,6 +150,21 @@ using PairCombineFn = void (*)(int n, float* a, const float* b);
 void matmul_pair(const KernelTable& k, ThreadPool& pool, ActivationMode mode, const MatmulTarget& a,
                  const MatmulTarget& b, int64_t cols, const float* X, int64_t n_tokens, PairCombineFn combine);
 
+// Independent products in one pass of the pool (one barrier instead of one per product): group g
+// multiplies its own targets by its own input X (n_tokens rows of cols). Without combine, each
+// group is a matmul_multi; with it, each group is a matmul_pair (two targets of equal rows). Same
+// values as one call per group. For many small products whose inputs differ (the experts a decode
+// step chose: every expert's gate/up on its rows, then every expert's down on its own products).
+struct MatmulGroup {
+  const MatmulTarget* targets;
+  int n_targets;
+  int64_t cols;
+  const float* X;
+  int64_t n_tokens;
+};
+void matmul_groups(const KernelTable& k, ThreadPool& pool, ActivationMode mode, const MatmulGroup* groups,
+                   int n_groups, PairCombineFn combine);
+
 // fp16 <-> fp32 (IEEE binary16), round-to-nearest-even.
 float fp16_to_fp32(uint16_t h);
 uint16_t fp32_to_fp16(float f);

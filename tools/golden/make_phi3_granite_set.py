@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """Make the tiny phi3 and granitehybrid test models and their goldens (issue 32).
 
-usage: make_phi3_granite_set.py (the arguments of make_newarch_set.py) [--arch phi3|granitehybrid ...]
+usage: make_phi3_granite_set.py (the arguments of make_newarch_set.py) [--arch phi3|granitehybrid|granitehybrid-moe ...]
 
 The chain of make_newarch_set.py (whose run() and TYPES it imports) with synth_phi3_granite.py as
-the master writer: llama-quantize to F16 / Q8_0 / Q4_K_M, make_golden on each with its F32 twin.
+the master writer: llama-quantize to F16 / Q8_0 / Q4_K_M (granitehybrid-moe: F16 and Q4_K_M only,
+the repository's size budget), make_golden on each with its F32 twin.
 """
 import argparse
 import json
@@ -23,7 +24,13 @@ DESC = {
                      "(Mamba-2, NoPE attention, Mamba-2), n_embd 256, attention 4 heads/2 KV heads/head_dim 64, "
                      "Mamba-2 d_inner 512, 8 heads of 64, d_state 32, 2 groups, conv 4 with bias, n_ff 512, "
                      "embedding/residual/logit/attention multipliers 12/0.22/8/1/64, 512-token SentencePiece vocab (stories260K's)",
+    "granitehybrid-moe": "granitehybrid-moe-tiny: granitehybrid arch (Granite-4.0-H-Tiny's MoE form), random weights, 2 layers "
+                         "(Mamba-2, NoPE attention), routed FFN in both (softmax router, top 2 of 8 experts of n_ff 64 "
+                         "renormalised, plus an ungated shared expert of 128), n_embd 256, attention 4 heads/2 KV heads/head_dim 64, "
+                         "Mamba-2 d_inner 512, 8 heads of 64, d_state 32, 2 groups, conv 4 with bias, "
+                         "embedding/residual/logit/attention multipliers 12/0.22/8/1/64, 512-token SentencePiece vocab (stories260K's)",
 }
+TYPES_OF = {"granitehybrid-moe": ("f16", "q4km")}
 
 
 def main():
@@ -44,6 +51,8 @@ def main():
     for arch in archs:
         master = os.path.join(a.work, f"{arch}-tiny-f32.gguf")
         for suffix, qtype in TYPES:
+            if arch in TYPES_OF and suffix not in TYPES_OF[arch]:
+                continue
             stem = f"{arch}-tiny-{suffix}"
             dst = os.path.join(models, stem + ".gguf")
             if os.path.exists(dst):

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Tiny random-weight F32 GGUF masters of the architectures phi3 (Phi-4-mini's form) and granitehybrid
-(Granite-4.0-H's dense form: Mamba-2 + attention).
+(Granite-4.0-H's dense form: Mamba-2 + attention; and, as `granitehybrid-moe`, its MoE form of H-Tiny
+and H-Small: every layer's FFN routed, plus a shared expert).
 
 usage: synth_phi3_granite.py GGUF_PY_DIR VOCAB_GGUF OUT_DIR SEED [ARCH ...]
 
@@ -40,18 +41,36 @@ ARCHS = {
     "granitehybrid": dict(n_layer=3, n_embd=256, n_head=4, n_head_kv=[0, 2, 0], head_dim=64, n_ff=512, ctx=1 << 20,
                           rope_base=10000.0, eps=1e-5, d_inner=512, d_state=32, n_group=2, n_ssm_head=8, d_conv=4,
                           embedding_scale=12.0, residual_scale=0.22, logit_scale=8.0, attention_scale=0.015625),
+    # Granite-4.0-H-Tiny's form (GGUF arch granitehybrid with expert_count): the dense form's Mamba-2 and
+    # NoPE attention layers (pattern mamba, attention) whose FFN is llama.cpp's build_moe_ffn in every
+    # layer (softmax router, top 2 of 8, renormalised, no scale) plus an ungated shared SwiGLU expert.
+    # As in the real files, feed_forward_length is the experts' width (64 here; H-Tiny 512) and
+    # expert_shared_feed_forward_length the shared expert's (128, twice the experts' as H-Tiny's 1024);
+    # no expert_feed_forward_length key (llama.cpp reads n_ff for the experts). Router N(0, 1/n_embd):
+    # router logits of standard deviation ~1, so most positions route by a clear margin.
+    "granitehybrid-moe": dict(arch="granitehybrid", rng_index=2, n_layer=2, n_embd=256, n_head=4, n_head_kv=[0, 2],
+                              head_dim=64, n_ff=64, ctx=1 << 20, rope_base=10000.0, eps=1e-5, d_inner=512,
+                              d_state=32, n_group=2, n_ssm_head=8, d_conv=4, embedding_scale=12.0,
+                              residual_scale=0.22, logit_scale=8.0, attention_scale=0.015625,
+                              n_expert=8, n_used=2, n_ff_shexp=128),
 }
+# The random streams of the first two masters are keyed by their index in the sorted list of the
+# original two (granitehybrid 0, phi3 1), so adding a master leaves theirs unchanged.
+ARCHS["granitehybrid"]["rng_index"] = 0
+ARCHS["phi3"]["rng_index"] = 1
 
 
-def make(arch, c, seed):
-    path = os.path.join(OUT, f"{arch}-tiny-f32.gguf")
-    rng = np.random.default_rng([seed, 100 + sorted(ARCHS).index(arch)])
+def make(key, c, seed):
+    path = os.path.join(OUT, f"{key}-tiny-f32.gguf")
+    rng = np.random.default_rng([seed, 100 + c["rng_index"]])
+    arch = c.get("arch", key)
+    NE = c.get("n_expert", 0)
     w = GGUFWriter(path, arch)
     E, L, H, HD, FF = c["n_embd"], c["n_layer"], c["n_head"], c["head_dim"], c["n_ff"]
     hkv = c["n_head_kv"]
     # Not "phi3" in the name: llama.cpp's vocab loader then sets attributes of Phi-3's special tokens
     # (<|endoftext|>), which stories260K's vocabulary lacks.
-    w.add_name(("Phi 4 Mini" if arch == "phi3" else arch) + f" tiny (random weights, seed {seed})")
+    w.add_name(("Phi 4 Mini" if arch == "phi3" else key) + f" tiny (random weights, seed {seed})")
     w.add_context_length(c["ctx"]); w.add_embedding_length(E); w.add_block_count(L)
     w.add_feed_forward_length(FF); w.add_head_count(H); w.add_head_count_kv(hkv)
     w.add_rope_freq_base(c["rope_base"]); w.add_layer_norm_rms_eps(c["eps"])
@@ -70,10 +89,16 @@ def make(arch, c, seed):
         w.add_embedding_scale(c["embedding_scale"]); w.add_residual_scale(c["residual_scale"])
         w.add_logit_scale(c["logit_scale"]); w.add_attention_scale(c["attention_scale"])
         w.add_rope_scaling_finetuned(False)
+        if NE:
+            w.add_expert_count(NE); w.add_expert_used_count(c["n_used"])
+            w.add_expert_shared_feed_forward_length(c["n_ff_shexp"])
     n_vocab = base.copy_tokenizer(VOCAB, w)
 
     def mat(rows, cols, std):  # numpy (rows, cols) = ggml ne (cols, rows)
         return (rng.standard_normal((rows, cols)) * std).astype(np.float32)
+
+    def stack(n, rows, cols, std):  # numpy (n, rows, cols) = ggml ne (cols, rows, n)
+        return (rng.standard_normal((n, rows, cols)) * std).astype(np.float32)
 
     def norm(n, mean=1.0, std=0.1):
         return (mean + rng.standard_normal(n) * std).astype(np.float32)
@@ -125,6 +150,16 @@ def make(arch, c, seed):
                 t[p + "attn_v.weight"] = mat(kv * HD, E, s)
                 t[p + "attn_output.weight"] = mat(E, H * HD, rs / np.sqrt(H * HD))
             t[p + "ffn_norm.weight"] = norm(E)
+            if NE:
+                SF = c["n_ff_shexp"]
+                t[p + "ffn_gate_inp.weight"] = mat(NE, E, s)
+                t[p + "ffn_gate_exps.weight"] = stack(NE, FF, E, s)
+                t[p + "ffn_up_exps.weight"] = stack(NE, FF, E, s)
+                t[p + "ffn_down_exps.weight"] = stack(NE, E, FF, rs / np.sqrt(FF))
+                t[p + "ffn_gate_shexp.weight"] = mat(SF, E, s)
+                t[p + "ffn_up_shexp.weight"] = mat(SF, E, s)
+                t[p + "ffn_down_shexp.weight"] = mat(E, SF, rs / np.sqrt(SF))
+                continue
             t[p + "ffn_gate.weight"] = mat(FF, E, s)
             t[p + "ffn_up.weight"] = mat(FF, E, s)
             t[p + "ffn_down.weight"] = mat(E, FF, rs / np.sqrt(FF))
