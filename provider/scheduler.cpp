@@ -576,7 +576,8 @@ void Generation::end_prefill() {
   for (int32_t t : job_.prompt) sampler_->accept(t);
   // LFM2's call tags (and Gemma 4's, in a GGUF that marks them so) are control tokens: rendered,
   // so the trigger and the call text see them.
-  decoder_.emplace(tok_, renders_control_tags(family_traits(e_.family).tool_call_style));
+  decoder_.emplace(tok_, renders_control_tags(family_traits(e_.family).tool_call_style) ||
+                             protocol_of(e_.family).control_call_tags);
   const bool from_start = constrained_from_start(job_.mode);
   // Thinking first (if any), then the answer: a constrained answer's grammar starts after </think>.
   // Sized only when there is thinking to size (the reserve compiles a matcher and tokenizes).
@@ -1319,6 +1320,7 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineOptions& opts, Metric
   std::vector<std::string_view> call_tags;
   if (ft.tool_call_style == ToolCallStyle::PythonList) call_tags = {ft.tool_call_start, ft.tool_call_end};
   if (ft.tool_call_style == ToolCallStyle::Gemma4) call_tags = {ft.tool_call_start, ft.tool_call_end, gemma4::kQuote};
+  if (protocol_of(impl->family).control_call_tags) call_tags = {ft.tool_call_start, ft.tool_call_end};
   impl->vocab = grammar_vocabulary(tok, impl->n_vocab, call_tags);
 
   // ---- slots: one Session (KV cache) each, all of the same context ----
@@ -1636,6 +1638,12 @@ void Engine::Impl::native_call_options(Preparing& p, grammar::ToolListOptions& t
     p.job.tools_json = p.req.tools_json;
     p.job.trigger = std::string(traits.tool_call_start);
     p.job.close_tag = std::string(traits.tool_call_end);
+    if (to.format == grammar::ToolCallFormat::JsonArray) {
+      // Phi-4-mini: the calls of a turn as one JSON array between its tags.
+      to.array_open = traits.tool_call_start;
+      to.array_close = traits.tool_call_end;
+      to.arguments_key = std::string(traits.arguments_key);
+    }
   }
 }
 

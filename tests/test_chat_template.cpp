@@ -712,3 +712,39 @@ TEST_CASE("a template no record knows is rendered exactly and asks for the JSON 
   CHECK(rendered >= 30);
   CHECK(envelope_prompts >= 15);  // every non-empty lowered conversation shows the tools and the envelope
 }
+
+TEST_CASE("Phi-4-mini: the tools in the system message, past calls as a tagged JSON array", "[chat_template][phi4]") {
+  REQUIRE(family_from_name("phi4-mini") == TemplateFamily::Phi4Mini);
+  REQUIRE(family_from_name("Phi-4-mini") == TemplateFamily::Phi4Mini);
+  const FamilyTraits& t = family_traits(TemplateFamily::Phi4Mini);
+  CHECK(t.tool_call_start == "<|tool_call|>");
+  CHECK(t.tool_call_end == "<|/tool_call|>");
+  CHECK(protocol_of(TemplateFamily::Phi4Mini).call_grammar == grammar::ToolCallFormat::JsonArray);
+  CHECK_FALSE(family_needs_tool_lowering(TemplateFamily::Phi4Mini));
+  // Phi-3.5's template is not taken for Phi-4-mini's, nor the other way round.
+  CHECK(detect_template_family(protocol_of(TemplateFamily::Phi35).reference_template) == TemplateFamily::Phi35);
+
+  const std::string tools =
+      R"([{"type": "function", "function": {"name": "get_time", "description": "Now", "parameters": {"type": "object", "properties": {}}}}])";
+  RenderOptions ro;
+  ro.tools_json = tools;
+  ro.bos_token = ro.eos_token = "<|endoftext|>";
+  const std::string listed = R"(<|tool|>[{"name": "get_time", "description": "Now", "parameters": {"type": "object", "properties": {}}}]<|/tool|>)";
+  // No system message: an empty one carries the tools.
+  auto r = render_chat(TemplateFamily::Phi4Mini, std::vector<ChatMessage>{msg("user", "Time?")}, ro);
+  REQUIRE(r.ok);
+  CHECK(r.text == "<|system|>" + listed + "<|end|><|user|>Time?<|end|><|assistant|>");
+  // With one: it carries them after its text; a past call and its result, as the model wrote them.
+  const std::vector<ChatMessage> conv = {msg("system", "Be brief."), msg("user", "Time?"),
+                                         call_msg("", {{"call00001", "get_time", "{ }"}}), tool_msg("call00001", "12:00")};
+  r = render_chat(TemplateFamily::Phi4Mini, conv, ro);
+  REQUIRE(r.ok);
+  CHECK(r.text == "<|system|>Be brief." + listed +
+                      "<|end|><|user|>Time?<|end|><|assistant|><|tool_call|>[{\"name\": \"get_time\", \"arguments\": {}}]"
+                      "<|/tool_call|><|end|><|tool|>12:00<|end|><|assistant|>");
+  // Without tools the conversation renders as the template alone does.
+  ro.tools_json.clear();
+  r = render_chat(TemplateFamily::Phi4Mini, std::vector<ChatMessage>{msg("system", "S"), msg("user", "U")}, ro);
+  REQUIRE(r.ok);
+  CHECK(r.text == "<|system|>S<|end|><|user|>U<|end|><|assistant|>");
+}

@@ -49,7 +49,18 @@ struct ChatProtocol {
   // How the conversation is given to the template (chat_template.h states the common rules):
   bool null_content_as_empty = false;  // a null content is given as "" (the template tests `in` on it)
   bool arguments_as_text = false;      // tool-call arguments stay JSON text (the template concatenates them)
-  bool calls_in_content = false;       // the template renders no tool_calls: calls go into content (Python list)
+  // The template renders no tool_calls: a turn's calls go into its content as the model writes
+  // them, in the record's call syntax (LFM2's Python list; Phi-4-mini's tagged JSON array).
+  bool calls_in_content = false;
+  // The template reads no `tools` variable but a JSON text in the system message's `tools` field
+  // (Phi-4-mini): the tool list (the functions of the OpenAI list, json.dumps spelling) is put
+  // there, into the first message when it is a system message, else into an empty system message
+  // put before the conversation.
+  bool tools_in_system_message = false;
+  // The call tags are control tokens in the family's vocabulary (Phi-4-mini's <|tool_call|>): the
+  // grammar's vocabulary keeps them with their text and the decoder renders them, as for LFM2's
+  // and Gemma 4's (scheduler.cpp).
+  bool control_call_tags = false;
   // The generation prompt the template leaves out: with add_generation_prompt, a prompt that ends
   // with `after` gets `open` appended (Gemma 4 after a turn whose text and results it closed).
   struct TurnReopen {
@@ -89,6 +100,7 @@ extern const ChatProtocol kQwen35Protocol;
 extern const ChatProtocol kLfm2Protocol;
 extern const ChatProtocol kLfm25Protocol;
 extern const ChatProtocol kGemma4Protocol;
+extern const ChatProtocol kPhi4MiniProtocol;
 
 }  // namespace picolm
 
