@@ -89,8 +89,9 @@ enum class TemplateFamily : uint8_t {
   Lfm25,        // LFM2.5 Instruct: "List of tools: [...]", Python-style calls, past </think> stripped
   Gemma4,       // Gemma 4: <|turn>ROLE, <|tool_call>call:NAME{key:VALUE}<tool_call|>, <|channel>thought
   Phi4Mini,     // Phi-4-mini instruct: Phi-3.5 turns, tools in the system message, <|tool_call|>[JSON]<|/tool_call|>
+  Granite4,     // Granite 4.0 / 4.1: <|start_of_role|>ROLE<|end_of_role|>, <tools> JSON lines, <tool_call> JSON
 };
-constexpr TemplateFamily kLastTemplateFamily = TemplateFamily::Phi4Mini;
+constexpr TemplateFamily kLastTemplateFamily = TemplateFamily::Granite4;
 
 // How a family's model writes tool calls in its output, and where its turn ends.
 enum class ToolCallStyle : uint8_t {
@@ -123,7 +124,7 @@ std::string_view family_name(TemplateFamily family);
 // Names for --chat-template: the canonical names plus aliases ("chatml", "qwen2.5"/"qwen",
 // "hermes", "llama3"/"llama3.1"/"llama3.3", "llama3.2", "zephyr"/"tinyllama", "mistral"/"mistral-nemo",
 // "gemma"/"gemma2", "phi3"/"phi3.5", "deepseek-r1", "qwen3", "smollm3", "gemma3", "qwen3.5"/"qwen35",
-// "lfm2", "lfm2.5"/"lfm25", "gemma4"/"gemma-4", "phi4-mini"/"phi-4-mini"). Case-insensitive; nullopt if unknown.
+// "lfm2", "lfm2.5"/"lfm25", "gemma4"/"gemma-4", "phi4-mini"/"phi-4-mini", "granite4"/"granite-4"/"granite4.1"). Case-insensitive; nullopt if unknown.
 std::optional<TemplateFamily> family_from_name(std::string_view name);
 
 // Recognises the family from the template text by distinctive literals (each record's detect()).

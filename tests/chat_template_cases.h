@@ -351,6 +351,7 @@ inline std::vector<FamilyTemplates> all_families() {
       {TemplateFamily::Lfm25, {"LFM2.5-Instruct.jinja"}, "<|startoftext|>", "<|im_end|>"},
       {TemplateFamily::Gemma4, {"google-gemma-4-31B-it.jinja"}, "<bos>", "<eos>"},
       {TemplateFamily::Phi4Mini, {"tests:microsoft-Phi-4-mini-instruct.jinja"}, "<|endoftext|>", "<|endoftext|>"},
+      {TemplateFamily::Granite4, {"tests:ibm-granite-granite-4.0.jinja"}, "", "<|end_of_text|>"},
   };
 }
 

@@ -748,3 +748,43 @@ TEST_CASE("Phi-4-mini: the tools in the system message, past calls as a tagged J
   REQUIRE(r.ok);
   CHECK(r.text == "<|system|>S<|end|><|user|>U<|end|><|assistant|>");
 }
+
+TEST_CASE("Granite 4: detected from the 4.0 and 4.1 templates, calls as <tool_call> JSON, results in <tool_response>", "[chat_template][granite4]") {
+  REQUIRE(family_from_name("granite4") == TemplateFamily::Granite4);
+  const FamilyTraits& t = family_traits(TemplateFamily::Granite4);
+  CHECK(t.tool_call_style == ToolCallStyle::TaggedJson);
+  CHECK(t.tool_call_start == "<tool_call>");
+  CHECK(protocol_of(TemplateFamily::Granite4).call_grammar == grammar::ToolCallFormat::Hermes);
+  // Each published template in tests/templates is detected as its family, and only the Granite 4
+  // and Phi-4-mini ones as these two (the others stay what they were: no false positives).
+  const std::string dir = std::string(PICOLM_SOURCE_DIR) + "/tests/templates/";
+  int seen = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    if (entry.path().extension() != ".jinja") continue;
+    const std::string name = entry.path().filename().string();
+    const TemplateFamily f = detect_template_family(read_file(entry.path().string()));
+    INFO("template " << name << " detected as " << family_name(f));
+    if (name.starts_with("ibm-granite-granite-4.")) CHECK(f == TemplateFamily::Granite4);
+    else if (name == "microsoft-Phi-4-mini-instruct.jinja") CHECK(f == TemplateFamily::Phi4Mini);
+    else CHECK((f != TemplateFamily::Granite4 && f != TemplateFamily::Phi4Mini));
+    ++seen;
+  }
+  CHECK(seen >= 31);
+  CHECK(detect_template_family(read_file(kTemplates + "ibm-granite-granite-3.3-2B-Instruct.jinja")) == TemplateFamily::Unknown);
+
+  RenderOptions ro;
+  ro.tools_json = R"([{"type": "function", "function": {"name": "get_time", "parameters": {"type": "object", "properties": {}}}}])";
+  ro.eos_token = "<|end_of_text|>";
+  const std::vector<ChatMessage> conv = {msg("user", "Time?"),
+                                         call_msg("", {{"a", "get_time", "{}"}, {"b", "get_time", "{\"tz\": \"UTC\"}"}}),
+                                         tool_msg("a", "12:00"), tool_msg("b", "11:00")};
+  const auto r = render_chat(TemplateFamily::Granite4, conv, ro);
+  REQUIRE(r.ok);
+  CHECK(r.text.starts_with("<|start_of_role|>system<|end_of_role|>You are a helpful assistant with access to the following tools."));
+  CHECK(r.text.find("<tools>\n{\"type\": \"function\", \"function\": {\"name\": \"get_time\"") != std::string::npos);
+  CHECK(r.text.ends_with("<|start_of_role|>user<|end_of_role|>Time?<|end_of_text|>\n"
+                         "<|start_of_role|>assistant<|end_of_role|><tool_call>\n{\"name\": \"get_time\", \"arguments\": {}}\n</tool_call>\n"
+                         "<tool_call>\n{\"name\": \"get_time\", \"arguments\": {\"tz\": \"UTC\"}}\n</tool_call><|end_of_text|>\n"
+                         "<|start_of_role|>user<|end_of_role|>\n<tool_response>\n12:00\n</tool_response>\n<tool_response>\n11:00\n"
+                         "</tool_response><|end_of_text|>\n<|start_of_role|>assistant<|end_of_role|>"));
+}

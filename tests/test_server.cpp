@@ -1817,6 +1817,26 @@ TEST_CASE("Phi-4-mini's published template on the tiny phi3 model: tools in the 
       });
 }
 
+TEST_CASE("Granite 4's published template on the tiny granitehybrid model: <tool_call> JSON calls, <tool_response> results", "[server][granite4]") {
+  // Issue 32: Granite 4.0's template (tests/templates) as --chat-template-file on the tiny
+  // random-weight granitehybrid (Mamba-2 + attention) model: the tools as JSON lines in <tools>,
+  // calls constrained as <tool_call>\n{"name": ..., "arguments": {...}}\n</tool_call> (joined by
+  // "\n"), results as <tool_response> blocks in one user turn.
+  serve_published_template(
+      kSource + "/tests/models/granitehybrid-tiny-q8_0.gguf", kSource + "/tests/templates/ibm-granite-granite-4.0.jinja",
+      TemplateFamily::Granite4, "<tools>\n{\"type\": \"function\", \"function\": {\"name\": \"set_light\"",
+      [](const std::string& prompt, const std::vector<CallSeen>& calls) {
+        std::string written = "<|start_of_role|>assistant<|end_of_role|>";
+        for (size_t i = 0; i < calls.size(); ++i)
+          written += (i ? "\n<tool_call>\n" : "<tool_call>\n") + python_call_json(calls[i]) + "\n</tool_call>";
+        written += "<|end_of_text|>\n";
+        CHECK(prompt.find(written) != std::string::npos);
+        std::string results = "<|start_of_role|>user<|end_of_role|>";
+        for (size_t i = 0; i < calls.size(); ++i) results += "\n<tool_response>\ndone " + std::to_string(i) + "\n</tool_response>";
+        CHECK(prompt.ends_with(results + "<|end_of_text|>\n<|start_of_role|>assistant<|end_of_role|>"));
+      });
+}
+
 // ---------------------------------------------------------------- issue 21: clients
 
 namespace {

@@ -101,6 +101,7 @@ extern const ChatProtocol kLfm2Protocol;
 extern const ChatProtocol kLfm25Protocol;
 extern const ChatProtocol kGemma4Protocol;
 extern const ChatProtocol kPhi4MiniProtocol;
+extern const ChatProtocol kGranite4Protocol;
 
 }  // namespace picolm
 
