@@ -150,7 +150,7 @@ class ThinkingDriver {
   // think_limit: thinking tokens (forced open included) after which close is forced.
   ThinkingDriver(const ThinkingPlan& plan, const Tokenizer& tok, bool constrained_answer, int64_t think_limit)
       : plan_(plan), tok_(tok), constrained_(constrained_answer), limit_(think_limit),
-        splitter_(plan.open, plan.close, plan.start_inside) {
+        splitter_(plan.open, plan.close, plan.start_inside, plan.block_marker) {
     if (!plan_.split) return;
     if (plan_.start_inside && limit_ <= 0) force_close();  // the prompt opened it; no tokens for it
     // Open the block only if there is room to think in it.
@@ -166,6 +166,8 @@ class ThinkingDriver {
 
   bool active() const { return active_; }
   bool thinking() const { return active_ && !splitter_.in_answer(); }
+  // A stray marker ended the answer (ThinkingPlan::block_marker): the reply stops there.
+  bool answer_ended() const { return active_ && splitter_.ended(); }
   // The answer (and its grammar) may start: thinking is over and nothing forced is pending.
   bool answer_started() const { return !active_ || (splitter_.in_answer() && forced_.empty()); }
   bool has_forced() const { return !forced_.empty(); }
@@ -864,7 +866,7 @@ void Generation::token_evaluated() {
       stream_calls(text_);
     emit_safe(false);
   }
-  if (matcher_ && matcher_->is_terminated()) {
+  if ((matcher_ && matcher_->is_terminated()) || thinking_->answer_ended()) {
     finish_ = "stop";
     finalize();
   }
@@ -1507,6 +1509,9 @@ bool Engine::Impl::render_prompt(Preparing& p, std::vector<ChatMessage> kept) co
   // Thinking: what the request, the --reasoning default and the template decide together.
   p.job.thinking = plan_thinking(family, p.messages, p.req.enable_thinking, p.req.reasoning_effort, opts.reasoning,
                                  p.ro.enable_thinking);
+  // Stray channel markers end a plain answer (Gemma 4); before a call the call grammar decides.
+  if (p.job.thinking.split && p.job.mode == OutputMode::Plain)
+    p.job.thinking.block_marker = std::string(protocol_of(family).answer_block_marker);
   ChatRenderResult rendered = render_chat(chat_template, p.messages, p.ro);
   if (!rendered.ok) {
     p.err = ApiError{400, "the conversation cannot be rendered with the " + std::string(family_name(family)) +

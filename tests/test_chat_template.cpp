@@ -788,3 +788,75 @@ TEST_CASE("Granite 4: detected from the 4.0 and 4.1 templates, calls as <tool_ca
                          "<|start_of_role|>user<|end_of_role|>\n<tool_response>\n12:00\n</tool_response>\n<tool_response>\n11:00\n"
                          "</tool_response><|end_of_text|>\n<|start_of_role|>assistant<|end_of_role|>"));
 }
+
+TEST_CASE("reasoning splitter with Gemma 4's marker: stray channel markers never reach the content", "[reasoning][gemma4]") {
+  // What llama.cpp 3f545be's Gemma 4 parser (common/chat.cpp, without tools) makes of a reply:
+  // whole <|channel>thought ... <channel|> blocks anywhere (after extra <|channel> markers) are
+  // reasoning; content stops at a <channel|> outside a block and at a <|channel> that opens none.
+  struct MarkerCase {
+    std::string text, reasoning, content;
+    bool ended;
+  };
+  const std::vector<MarkerCase> cases = {
+      {"Hello there.", "", "Hello there.", false},
+      {"Hello there.<channel|>", "", "Hello there.", true},                           // a lone close
+      {"Hello<channel|>more text", "", "Hello", true},                                // content stops there
+      {"Hello there.<|channel>thought\n<channel|>", "", "Hello there.", false},       // empty block after the text
+      {"<|channel>thought\n<channel|>Hello", "", "Hello", false},                      // empty block first
+      {"<|channel>thought\nhmm<channel|>Hi", "hmm", "Hi", false},
+      {"A<|channel>thought\nx<channel|>B<|channel>thought y<channel|>C", "xy", "ABC", false},
+      {"A<|channel><|channel>thought\nz<channel|>B", "z", "AB", false},               // extra markers first
+      {"A<|channel>other", "", "A", true},                                            // a marker that opens no block
+      {"A<|channel>", "", "A", true},
+      {"A<|channel>tho", "", "A", true},                                              // cut off: no block
+      {"A <|chan", "", "A <|chan", false},                                            // part of a marker is text
+      {"A <chann", "", "A <chann", false},
+      {"A<|channel>thought\nnever closed", "never closed", "A", false},
+      {"<channel|>", "", "", true},
+      {"x < y | z >", "", "x < y | z >", false},
+  };
+  std::mt19937 rng(33);
+  for (const auto& c : cases) {
+    INFO("text: " << c.text);
+    std::vector<std::vector<size_t>> cut_sets = {{}};
+    std::vector<size_t> every;
+    for (size_t i = 1; i < c.text.size(); ++i) every.push_back(i);
+    cut_sets.push_back(every);
+    for (int r = 0; r < 50 && c.text.size() > 1; ++r) {
+      std::vector<size_t> cuts;
+      for (size_t i = 1; i < c.text.size(); ++i)
+        if (rng() % 3 == 0) cuts.push_back(i);
+      cut_sets.push_back(cuts);
+    }
+    for (const auto& cuts : cut_sets) {
+      ReasoningSplitter sp("<|channel>thought", "<channel|>", false, "<|channel>");
+      std::string reasoning, content;
+      auto take = [&](const ReasoningPiece& p) {
+        for (const char* m : {"<|channel>", "<channel|>"}) {
+          CHECK(p.reasoning.find(m) == std::string::npos);
+          CHECK(p.content.find(m) == std::string::npos);
+        }
+        reasoning += p.reasoning;
+        content += p.content;
+      };
+      size_t prev = 0;
+      for (size_t cut : cuts) {
+        take(sp.push(std::string_view(c.text).substr(prev, cut - prev)));
+        prev = cut;
+      }
+      take(sp.push(std::string_view(c.text).substr(prev)));
+      take(sp.finish());
+      CHECK(reasoning == c.reasoning);
+      CHECK(content == c.content);
+      CHECK(sp.ended() == c.ended);
+    }
+  }
+  // Without the marker (every other family, and Gemma 4 before a call) nothing changes.
+  ReasoningSplitter plain("<|channel>thought", "<channel|>", false);
+  ReasoningPiece p = plain.push("Hello<channel|>");
+  p.content += plain.finish().content;
+  CHECK(p.content == "Hello<channel|>");
+  CHECK_FALSE(plain.ended());
+  // The Gemma 4 record asks for it.
+  CHECK(protocol_of(TemplateFamily::Gemma4).answer_block_marker == "<|channel>");
+}

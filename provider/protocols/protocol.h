@@ -66,6 +66,11 @@ struct ChatProtocol {
   struct TurnReopen {
     std::string_view after, open;
   } reopen_turn = {};
+  // A marker that opens thinking blocks anywhere in a plain answer (Gemma 4's "<|channel>", of
+  // which reasoning.open is the marker plus a name): such a block is reasoning, and a marker that
+  // opens none or a stray reasoning.close ends the answer, as llama.cpp 3f545be reads Gemma 4's
+  // replies (ReasoningSplitter). "": only a block at the start of the reply is reasoning.
+  std::string_view answer_block_marker = {};
 };
 
 // The record of a family (the generic one for TemplateFamily::Unknown).
