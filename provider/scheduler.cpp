@@ -576,8 +576,8 @@ void Generation::end_prefill() {
 
   sampler_.emplace(job_.sampling);
   for (int32_t t : job_.prompt) sampler_->accept(t);
-  // LFM2's call tags (and Gemma 4's, in a GGUF that marks them so) are control tokens: rendered,
-  // so the trigger and the call text see them.
+  // LFM2's and Phi-4-mini's call tags (and Gemma 4's, in a GGUF that marks them so) are control
+  // tokens: rendered, so the trigger and the call text see them.
   decoder_.emplace(tok_, renders_control_tags(family_traits(e_.family).tool_call_style) ||
                              protocol_of(e_.family).control_call_tags);
   const bool from_start = constrained_from_start(job_.mode);
@@ -1317,7 +1317,8 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineOptions& opts, Metric
   // Grammar vocabulary (grammar_vocab.h); LFM2's <|tool_call_start|> / <|tool_call_end|> are
   // control tokens its calls are written with: kept with their text for its call grammar. So are
   // Gemma 4's call tags and string quote where a GGUF marks them Control (its own tokenizer has
-  // them user-defined, which the grammar keeps anyway).
+  // them user-defined, which the grammar keeps anyway), and the tags of records that say so
+  // (control_call_tags: Phi-4-mini's <|tool_call|> / <|/tool_call|>).
   const FamilyTraits& ft = family_traits(impl->family);
   std::vector<std::string_view> call_tags;
   if (ft.tool_call_style == ToolCallStyle::PythonList) call_tags = {ft.tool_call_start, ft.tool_call_end};
