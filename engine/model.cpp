@@ -176,12 +176,13 @@ Result<std::shared_ptr<Model>> Model::from_gguf(std::unique_ptr<GgufFile> file, 
     if (lp.head_dim != hp.head_dim || lp.kv_source >= 0)
       for (int32_t v : {lp.head_dim, lp.kv_source}) h.pod(v);
   }
-  if (hp.arch == Arch::Gemma4) {
-    for (int32_t d : hp.rope_dims) h.pod(d);
-    h.pod(hp.n_embd_per_layer);
-    h.pod(hp.v_norm);
-    h.pod(hp.logit_softcap);
-  }
+  // Hyper-parameters only some architectures set (gemma4's today): each hashed when it is not its
+  // default, as the per-layer shapes above, so that the fingerprints (and prompt-cache files) of the
+  // models without it stay what they were, whatever the architecture.
+  for (int32_t d : hp.rope_dims) h.pod(d);
+  if (hp.n_embd_per_layer != 0) h.pod(hp.n_embd_per_layer);
+  if (hp.v_norm) h.pod(hp.v_norm);
+  if (hp.logit_softcap != 0.0f) h.pod(hp.logit_softcap);
   for (const GgufTensor& t : file->tensors()) {
     h.str(t.name);
     h.pod(t.type);

@@ -310,10 +310,15 @@ CompileResult compile_tool_list(std::string_view tools_json, const ToolListOptio
       rb.add_alt(root, {RuleBuilder::ref(call)});
       if (opts.parallel) rb.add_alt(root, {RuleBuilder::ref(list_rule())});
       break;
-    case ToolCallFormat::JsonArray:
+    case ToolCallFormat::JsonArray: {
       desc = "tools/json-array";
-      rb.add_alt(root, {RuleBuilder::ref(list_rule())});
+      std::vector<Elem> a;
+      rb.lit(a, opts.array_open);
+      a.push_back(RuleBuilder::ref(list_rule()));
+      rb.lit(a, opts.array_close);
+      rb.add_alt(root, std::move(a));
       break;
+    }
     case ToolCallFormat::Hermes: {
       desc = "tools/hermes";
       uint32_t block = rb.new_rule(), rest = rb.new_rule();
@@ -575,6 +580,8 @@ CompileResult GrammarCache::tools(std::string_view tools_json, const ToolListOpt
                     std::to_string(opts.arguments_key.size()) + ":" + opts.arguments_key + "," +
                     std::to_string(opts.list_open.size()) + ":" + opts.list_open + "," +
                     std::to_string(opts.list_close.size()) + ":" + opts.list_close + "," +
+                    std::to_string(opts.array_open.size()) + ":" + opts.array_open + "," +
+                    std::to_string(opts.array_close.size()) + ":" + opts.array_close + "," +
                     options_key(opts.answer_options) + "," + std::to_string(opts.answer_schema.size()) + ":" +
                     opts.answer_schema + "\n" + std::string(tools_json);
   return impl_->get(std::move(key), [&] { return compile_tool_list(tools_json, opts); });

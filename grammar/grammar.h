@@ -83,7 +83,7 @@ size_t grammar_memory_bytes(const Grammar& grammar);
 // How a tool call is written in the output.
 enum class ToolCallFormat {
   JsonObject,     // {"name":"f","arguments":{...}}   (or an array of them when parallel)
-  JsonArray,      // [{"name":...,"arguments":...}, ...] always an array
+  JsonArray,      // array_open [{"name":...,"arguments":...}, ...] array_close, always an array
   Hermes,         // <tool_call>\n{"name":...,"arguments":...}\n</tool_call> repeated
   TriggeredText,  // free text until `trigger`, then the call constrained (then free text again if allowed)
   Envelope,       // {"tool_calls":[{"name":..,"arguments":..},...]} or {"content":"..."} (models without a native format)
@@ -112,6 +112,8 @@ struct ToolListOptions {
   // PythonList: the text around the list ("" = a bare list).
   std::string list_open = "<|tool_call_start|>";
   std::string list_close = "<|tool_call_end|>";
+  // JsonArray: the text around the array ("" = a bare array; Phi-4-mini: <|tool_call|> ... <|/tool_call|>).
+  std::string array_open, array_close;
   CompileOptions schema;       // additional_properties_default is forced to false for tool parameters
   // A JSON Schema (text), or "": the reply is either the calls, written in `format` from its first
   // byte, or a text answer that is an instance of this schema (OpenAI's response_format beside

@@ -5,6 +5,7 @@
 #include <ctime>
 #include <exception>
 
+#include "calls/call_syntax.h"
 #include "protocols/protocol.h"
 
 namespace picolm {
@@ -65,10 +66,12 @@ bool message_value(const ChatMessage& m, const ChatProtocol& p, jj::Value* out, 
   v.set("role", jj::Value::string(m.role));
   std::string content = m.content;
   if (p.calls_in_content && !m.tool_calls.empty()) {
-    std::string calls;
-    if (!format_python_tool_calls(m.tool_calls, calls, error)) return false;
-    const size_t think = content.rfind("</think>");
-    content.insert(think == std::string::npos ? 0 : think + 8, calls);
+    const CallSyntax* syntax = p.tools.call_syntax;
+    if (!syntax || !syntax->calls_into_content) {
+      *error = "the template renders no tool calls and the family has no syntax to write them into content";
+      return false;
+    }
+    if (!syntax->calls_into_content(m.tool_calls, p.tools, content, error)) return false;
   }
   if (content_is_null(m) && !p.null_content_as_empty && !p.calls_in_content) v.set("content", jj::Value::none());
   else v.set("content", jj::Value::string(std::move(content)));
@@ -96,6 +99,28 @@ bool message_value(const ChatMessage& m, const ChatProtocol& p, jj::Value* out, 
   return true;
 }
 
+// Phi-4-mini's convention (its model card): the functions of the tool list as JSON text in the
+// `tools` field of the system message, which the template writes between <|tool|> and <|/tool|>.
+void put_tools_in_system_message(const jj::Value& tools, jj::Value& messages) {
+  jj::Value functions = jj::Value::list();
+  for (const jj::Value& t : tools.items()) {
+    const jj::Value* fn = t.is_dict() ? t.find("function") : nullptr;
+    functions.items().push_back(fn && fn->is_dict() ? *fn : t);
+  }
+  jj::Value text = jj::Value::string(jj::to_json(functions));
+  std::vector<jj::Value>& list = messages.items();
+  const jj::Value* role = list.empty() ? nullptr : list.front().find("role");
+  if (role && role->is_string() && role->as_string() == "system") {
+    list.front().set("tools", std::move(text));
+    return;
+  }
+  jj::Value system = jj::Value::dict();
+  system.set("role", jj::Value::string("system"));
+  system.set("content", jj::Value::string(""));
+  system.set("tools", std::move(text));
+  list.insert(list.begin(), std::move(system));
+}
+
 bool chat_context(const ChatProtocol& p, std::span<const ChatMessage> messages, const RenderOptions& options,
                   jj::Value* out, std::string* error) {
   jj::Value ctx = jj::Value::dict();
@@ -106,13 +131,12 @@ bool chat_context(const ChatProtocol& p, std::span<const ChatMessage> messages, 
     if (!message_value(m, p, &v, error)) return false;
     list.items().push_back(std::move(v));
   }
-  ctx.set("messages", std::move(list));
   std::string_view tools_text = options.tools_json;
   while (!tools_text.empty() && (tools_text.front() == ' ' || tools_text.front() == '\n' || tools_text.front() == '\t' ||
                                  tools_text.front() == '\r'))
     tools_text.remove_prefix(1);
+  jj::Value tools;
   if (!tools_text.empty()) {
-    jj::Value tools;
     std::string err;
     if (!jj::parse_json(tools_text, &tools, &err)) {
       *error = "tools is not valid JSON: " + err;
@@ -122,8 +146,11 @@ bool chat_context(const ChatProtocol& p, std::span<const ChatMessage> messages, 
       *error = "tools must be a JSON array";
       return false;
     }
-    if (tools.is_list() && !tools.items().empty()) ctx.set("tools", std::move(tools));
   }
+  const bool has_tools = tools.is_list() && !tools.items().empty();
+  if (has_tools && p.tools_in_system_message) put_tools_in_system_message(tools, list);
+  ctx.set("messages", std::move(list));
+  if (has_tools) ctx.set("tools", std::move(tools));
   ctx.set("add_generation_prompt", jj::Value::boolean(options.add_generation_prompt));
   ctx.set("bos_token", jj::Value::string(options.bos_token));
   ctx.set("eos_token", jj::Value::string(options.eos_token));
@@ -241,6 +268,26 @@ std::string describe_template(std::string_view t) {
 }
 
 std::string python_json_quote(std::string_view s) { return jj::to_json(jj::Value::string(std::string(s))); }
+
+bool format_json_array_tool_calls(std::span<const ToolCall> calls, const FamilyTraits& t, std::string& out,
+                                  std::string* error) {
+  jj::Value list = jj::Value::list();
+  for (const ToolCall& tc : calls) {
+    jj::Value args;
+    if (!parse_arguments(tc, &args, error)) return false;
+    jj::Value call = jj::Value::dict();
+    call.set("name", jj::Value::string(tc.name));
+    call.set(std::string(t.arguments_key), std::move(args));
+    list.items().push_back(std::move(call));
+  }
+  try {
+    out += std::string(t.tool_call_start) + jj::to_json(list) + std::string(t.tool_call_end);
+  } catch (const std::exception& e) {  // nested deeper than tojson goes
+    *error = e.what();
+    return false;
+  }
+  return true;
+}
 
 bool format_python_tool_calls(std::span<const ToolCall> calls, std::string& out, std::string* error) {
   std::string text = "<|tool_call_start|>[";

@@ -88,8 +88,10 @@ enum class TemplateFamily : uint8_t {
   Lfm2,         // LFM2 (e.g. LFM2-8B-A1B): <|tool_list_start|>, Python-style calls, <|tool_response_start|>
   Lfm25,        // LFM2.5 Instruct: "List of tools: [...]", Python-style calls, past </think> stripped
   Gemma4,       // Gemma 4: <|turn>ROLE, <|tool_call>call:NAME{key:VALUE}<tool_call|>, <|channel>thought
+  Phi4Mini,     // Phi-4-mini instruct: Phi-3.5 turns, tools in the system message, <|tool_call|>[JSON]<|/tool_call|>
+  Granite4,     // Granite 4.0 / 4.1: <|start_of_role|>ROLE<|end_of_role|>, <tools> JSON lines, <tool_call> JSON
 };
-constexpr TemplateFamily kLastTemplateFamily = TemplateFamily::Gemma4;
+constexpr TemplateFamily kLastTemplateFamily = TemplateFamily::Granite4;
 
 // How a family's model writes tool calls in its output: one record per syntax (calls/call_syntax.h).
 struct CallSyntax;
@@ -114,7 +116,7 @@ std::string_view family_name(TemplateFamily family);
 // Names for --chat-template: the canonical names plus aliases ("chatml", "qwen2.5"/"qwen",
 // "hermes", "llama3"/"llama3.1"/"llama3.3", "llama3.2", "zephyr"/"tinyllama", "mistral"/"mistral-nemo",
 // "gemma"/"gemma2", "phi3"/"phi3.5", "deepseek-r1", "qwen3", "smollm3", "gemma3", "qwen3.5"/"qwen35",
-// "lfm2", "lfm2.5"/"lfm25", "gemma4"/"gemma-4"). Case-insensitive; nullopt if unknown.
+// "lfm2", "lfm2.5"/"lfm25", "gemma4"/"gemma-4", "phi4-mini"/"phi-4-mini", "granite4"/"granite-4"/"granite4.1"). Case-insensitive; nullopt if unknown.
 std::optional<TemplateFamily> family_from_name(std::string_view name);
 
 // Recognises the family from the template text by distinctive literals (each record's detect()).
@@ -186,5 +188,10 @@ std::string python_json_quote(std::string_view s);
 // Tool calls as LFM2 writes them: <|tool_call_start|>[f(a=1, b="x"), g()]<|tool_call_end|>.
 // False, with a message in `error`, when arguments are not a JSON object.
 bool format_python_tool_calls(std::span<const ToolCall> calls, std::string& out, std::string* error = nullptr);
+// A turn's calls as a tagged JSON array, as Phi-4-mini writes them (and Ollama's template for it
+// renders them): <|tool_call|>[{"name": "f", "arguments": {"a": 1}}]<|/tool_call|>, json.dumps
+// spelling, the family's tags and arguments key; appended to `out`.
+bool format_json_array_tool_calls(std::span<const ToolCall> calls, const FamilyTraits& t, std::string& out,
+                                  std::string* error);
 
 }  // namespace picolm

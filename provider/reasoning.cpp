@@ -95,9 +95,46 @@ void size_thinking_budget(ThinkingPlan& plan, int64_t max_tokens) {
   plan.force_open = plan.enabled && !plan.start_inside && plan.budget > 0;
 }
 
-ReasoningSplitter::ReasoningSplitter(std::string open, std::string close, bool start_inside)
-    : open_(std::move(open)), close_(std::move(close)), state_(start_inside ? State::Thinking : State::Start),
-      skip_ws_(start_inside) {}
+ReasoningSplitter::ReasoningSplitter(std::string open, std::string close, bool start_inside, std::string marker)
+    : open_(std::move(open)), close_(std::move(close)), marker_(std::move(marker)),
+      state_(start_inside ? State::Thinking : State::Start), skip_ws_(start_inside) {}
+
+bool ReasoningSplitter::answer_with_marker(ReasoningPiece& out) {
+  const size_t m = held_.find(marker_), c = held_.find(close_);
+  const size_t at = std::min(m, c);
+  if (at == std::string::npos) {
+    // Hold back what may be the start of a marker or a close.
+    const size_t keep = std::max(partial_suffix(held_, marker_), partial_suffix(held_, close_));
+    out.content.append(held_, 0, held_.size() - keep);
+    held_.erase(0, held_.size() - keep);
+    return false;
+  }
+  out.content.append(held_, 0, at);
+  held_.erase(0, at);
+  if (at == c && c < m) {  // a close outside a block
+    state_ = State::Ended;
+    return true;
+  }
+  // Markers that name nothing, then a block; anything else ends the answer.
+  size_t p = 0;
+  for (;;) {
+    const std::string_view rest = std::string_view(held_).substr(p);
+    if (rest.starts_with(open_)) {
+      held_.erase(0, p + open_.size());
+      state_ = State::Thinking;
+      skip_ws_ = true;
+      return true;
+    }
+    if (rest.size() < open_.size() && std::string_view(open_).starts_with(rest)) return false;  // maybe the block
+    if (rest.starts_with(marker_)) {
+      p += marker_.size();
+      continue;
+    }
+    if (rest.size() < marker_.size() && std::string_view(marker_).starts_with(rest)) return false;  // maybe a marker
+    state_ = State::Ended;
+    return true;
+  }
+}
 
 ReasoningPiece ReasoningSplitter::push(std::string_view text) {
   held_ += text;
@@ -149,7 +186,14 @@ void ReasoningSplitter::run(ReasoningPiece& out) {
         return;
       }
       case State::Answer:
+        if (!marker_.empty()) {
+          if (answer_with_marker(out)) continue;
+          return;
+        }
         out.content += held_;
+        held_.clear();
+        return;
+      case State::Ended:
         held_.clear();
         return;
     }
@@ -159,8 +203,12 @@ void ReasoningSplitter::run(ReasoningPiece& out) {
 ReasoningPiece ReasoningSplitter::finish() {
   ReasoningPiece out;
   run(out);
-  if (skip_ws_) {
+  if (skip_ws_ || state_ == State::Ended) {
     held_.clear();
+  } else if (state_ == State::Answer && !marker_.empty() && held_.starts_with(marker_)) {
+    // Held at the end: markers that opened no block end the answer. (A partial marker or close
+    // is text, as below: llama.cpp's content runs until a whole one.)
+    state_ = State::Ended;
   } else if (state_ == State::Thinking) {
     size_t end = held_.size();
     while (end > 0 && is_space(held_[end - 1])) --end;

@@ -47,6 +47,9 @@ struct ThinkingPlan {
   std::string open;           // "<think>"
   std::string close;          // "</think>"
   std::string separator;      // written after a forced close: the template's "\n\n" (Qwen3)
+  // Plain replies of a family whose answer may carry more blocks or stray markers (Gemma 4's
+  // "<|channel>", ChatProtocol::answer_block_marker); "" otherwise. See ReasoningSplitter.
+  std::string block_marker;
 };
 
 // Decides the plan. effort / enable_thinking come from the request (nullopt = not given);
@@ -72,11 +75,18 @@ struct ReasoningPiece {
 //     after `close` (the template's separator), so streamed and final texts agree;
 //   - text that may still turn out to be a tag (a prefix of `open` at the start, of `close` in
 //     reasoning) or trailing whitespace of reasoning is held back until it is decided.
+// With a `marker` (Gemma 4: "<|channel>", of which `open` "<|channel>thought" is the marker plus
+// a name), the answer is read as llama.cpp 3f545be reads Gemma 4's replies without tools
+// (common/chat.cpp: message = thought content, repeated): a block anywhere in the answer, after
+// any number of extra markers, is reasoning too; the first marker that opens no block, or a
+// `close` outside one, ends the answer there (State::Ended: the rest is dropped, ended() says so,
+// and the caller stops the reply), so stray "<channel|>" or an empty "<|channel>thought\n<channel|>"
+// after the text never reach the content.
 class ReasoningSplitter {
  public:
-  enum class State : uint8_t { Start, Thinking, Answer };
+  enum class State : uint8_t { Start, Thinking, Answer, Ended };
 
-  ReasoningSplitter(std::string open, std::string close, bool start_inside);
+  ReasoningSplitter(std::string open, std::string close, bool start_inside, std::string marker = {});
 
   ReasoningPiece push(std::string_view text);
   // End of the reply: what was held is released (an unclosed block's reasoning, an incomplete
@@ -84,12 +94,16 @@ class ReasoningSplitter {
   ReasoningPiece finish();
 
   State state() const { return state_; }
-  bool in_answer() const { return state_ == State::Answer; }
+  bool in_answer() const { return state_ == State::Answer || state_ == State::Ended; }
+  bool ended() const { return state_ == State::Ended; }
 
  private:
   void run(ReasoningPiece& out);
+  // Answer text with a marker: content up to the next marker or close, then what follows them.
+  // False when more text is needed to decide.
+  bool answer_with_marker(ReasoningPiece& out);
 
-  std::string open_, close_;
+  std::string open_, close_, marker_;
   State state_;
   std::string held_;      // text not decided yet
   bool skip_ws_ = false;  // whitespace at the start of reasoning or of the answer is dropped

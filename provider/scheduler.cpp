@@ -149,7 +149,7 @@ class ThinkingDriver {
   // think_limit: thinking tokens (forced open included) after which close is forced.
   ThinkingDriver(const ThinkingPlan& plan, const Tokenizer& tok, bool constrained_answer, int64_t think_limit)
       : plan_(plan), tok_(tok), constrained_(constrained_answer), limit_(think_limit),
-        splitter_(plan.open, plan.close, plan.start_inside) {
+        splitter_(plan.open, plan.close, plan.start_inside, plan.block_marker) {
     if (!plan_.split) return;
     if (plan_.start_inside && limit_ <= 0) force_close();  // the prompt opened it; no tokens for it
     // Open the block only if there is room to think in it.
@@ -165,6 +165,8 @@ class ThinkingDriver {
 
   bool active() const { return active_; }
   bool thinking() const { return active_ && !splitter_.in_answer(); }
+  // A stray marker ended the answer (ThinkingPlan::block_marker): the reply stops there.
+  bool answer_ended() const { return active_ && splitter_.ended(); }
   // The answer (and its grammar) may start: thinking is over and nothing forced is pending.
   bool answer_started() const { return !active_ || (splitter_.in_answer() && forced_.empty()); }
   bool has_forced() const { return !forced_.empty(); }
@@ -566,8 +568,8 @@ void Generation::end_prefill() {
 
   sampler_.emplace(job_.sampling);
   for (int32_t t : job_.prompt) sampler_->accept(t);
-  // LFM2's call tags (and Gemma 4's, in a GGUF that marks them so) are control tokens: rendered,
-  // so the trigger and the call text see them.
+  // LFM2's and Phi-4-mini's call tags (and Gemma 4's, in a GGUF that marks them so) are control
+  // tokens: rendered, so the trigger and the call text see them.
   const CallSyntax* syntax = family_traits(e_.family).call_syntax;
   decoder_.emplace(tok_, syntax && syntax->control_tags);
   const bool from_start = constrained_from_start(job_.mode);
@@ -856,7 +858,7 @@ void Generation::token_evaluated() {
       stream_calls(text_);
     emit_safe(false);
   }
-  if (matcher_ && matcher_->is_terminated()) {
+  if ((matcher_ && matcher_->is_terminated()) || thinking_->answer_ended()) {
     finish_ = "stop";
     finalize();
   }
@@ -1306,8 +1308,9 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineOptions& opts, Metric
   if (tok.eos_id() >= 0) impl->eos_text = tok.token_to_piece(tok.eos_id(), true);
 
   // Grammar vocabulary (grammar_vocab.h); a syntax whose call tags may be control tokens (LFM2's
-  // <|tool_call_start|> / <|tool_call_end|>; Gemma 4's tags and string quote where a GGUF marks
-  // them Control) has them kept with their text for its call grammar.
+  // <|tool_call_start|> / <|tool_call_end|>, Phi-4-mini's <|tool_call|> / <|/tool_call|>; Gemma 4's
+  // tags and string quote where a GGUF marks them Control) has them kept with their text for its
+  // call grammar.
   const FamilyTraits& ft = family_traits(impl->family);
   std::vector<std::string_view> call_tags;
   if (ft.call_syntax && ft.call_syntax->control_tags) {
@@ -1504,6 +1507,9 @@ bool Engine::Impl::render_prompt(Preparing& p, std::vector<ChatMessage> kept) co
   // Thinking: what the request, the --reasoning default and the template decide together.
   p.job.thinking = plan_thinking(family, p.messages, p.req.enable_thinking, p.req.reasoning_effort, opts.reasoning,
                                  p.ro.enable_thinking);
+  // Stray channel markers end a plain answer (Gemma 4); before a call the call grammar decides.
+  if (p.job.thinking.split && p.job.mode == OutputMode::Plain)
+    p.job.thinking.block_marker = std::string(protocol_of(family).answer_block_marker);
   ChatRenderResult rendered = render_chat(chat_template, p.messages, p.ro);
   if (!rendered.ok) {
     p.err = ApiError{400, "the conversation cannot be rendered with the " + std::string(family_name(family)) +
@@ -1635,6 +1641,12 @@ void Engine::Impl::native_call_options(Preparing& p, grammar::ToolListOptions& t
     p.job.tools_json = p.req.tools_json;
     p.job.trigger = std::string(traits.tool_call_start);
     p.job.close_tag = std::string(traits.tool_call_end);
+    if (to.format == grammar::ToolCallFormat::JsonArray) {
+      // The calls of a turn as one JSON array between the tags (Phi-4-mini).
+      to.array_open = traits.tool_call_start;
+      to.array_close = traits.tool_call_end;
+      to.arguments_key = std::string(traits.arguments_key);
+    }
   }
 }
 

@@ -7,6 +7,7 @@
 #include <tuple>
 #include <utility>
 
+#include "protocols/protocol.h"
 #include "utf8_out.h"
 
 namespace picolm {
@@ -74,8 +75,8 @@ bool tool_lines(std::string_view tools_json, std::string& out, std::string& erro
   return true;
 }
 
-std::string instructions(bool deepseek_native, const std::string& lines, LoweredToolSyntax syntax) {
-  if (deepseek_native) {
+std::string instructions(bool native_lowering, const std::string& lines, LoweredToolSyntax syntax) {
+  if (native_lowering) {
     // The wording of llama.cpp's DeepSeek R1 template, in the model's native call syntax.
     return "You can call any of the following function tools to satisfy the user's requests:" + lines +
            "\n\nExample function tool call syntax:\n\n<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>"
@@ -146,8 +147,9 @@ LoweredConversation lower_tool_conversation(TemplateFamily family, std::span<con
   const bool has_tools = !is_blank(tools_json);
   if (has_tools && !tool_lines(tools_json, lines, r.error)) return r;
   const bool any_tools = has_tools && !lines.empty();
-  const bool deepseek_native = family == TemplateFamily::DeepSeekR1 && syntax == LoweredToolSyntax::Native;
-  const std::string preamble = any_tools ? instructions(deepseek_native, lines, syntax) : std::string();
+  const ChatProtocol& protocol = protocol_of(family);
+  const bool native_lowering = protocol.native_lowering && syntax == LoweredToolSyntax::Native;
+  const std::string preamble = any_tools ? instructions(native_lowering, lines, syntax) : std::string();
 
   std::vector<ChatMessage> out;
   size_t first = 0;
@@ -161,7 +163,7 @@ LoweredConversation lower_tool_conversation(TemplateFamily family, std::span<con
   if (!preamble.empty()) system_text = had_system ? system_text + "\n\n" + preamble : preamble;
 
   // Gemma 2 refuses a system role: its system text opens the first user turn instead.
-  const bool system_in_user = family == TemplateFamily::Gemma2;
+  const bool system_in_user = protocol.system_in_first_user;
   if (!system_text.empty() || had_system) {
     if (!system_in_user) {
       ChatMessage sys;
@@ -174,7 +176,7 @@ LoweredConversation lower_tool_conversation(TemplateFamily family, std::span<con
 
   for (size_t i = first; i < messages.size(); ++i) {
     const ChatMessage& m = messages[i];
-    if (deepseek_native) {  // native call and result rendering
+    if (native_lowering) {  // native call and result rendering
       out.push_back(m);
       // The R1 template shows either the content or the calls of a turn (calls only when content
       // is null); keep the calls.
@@ -199,7 +201,7 @@ LoweredConversation lower_tool_conversation(TemplateFamily family, std::span<con
       // R1's template keeps only what follows the last </think>; do so before wrapping, or the
       // split would cut the JSON.
       const size_t think = text.rfind("</think>");
-      if (family == TemplateFamily::DeepSeekR1 && think != std::string_view::npos) text.remove_prefix(think + 8);
+      if (protocol.answer_after_last_think && think != std::string_view::npos) text.remove_prefix(think + 8);
       a.content = "{\"content\": " + json_quote(text) + "}";
       out.push_back(std::move(a));
     } else if (m.role == "tool") {

@@ -146,6 +146,9 @@ inline std::string cases_json(const std::vector<Case>& cases) {
     }
     if (c.options.enable_thinking) out += *c.options.enable_thinking ? ", \"enable_thinking\": true" : ", \"enable_thinking\": false";
     if (c.family == TemplateFamily::Lfm2 || c.family == TemplateFamily::Lfm25) out += ", \"calls_in_content\": \"python\"";
+    // Phi-4-mini: calls in content as a tagged JSON array, the tools in the system message.
+    if (c.family == TemplateFamily::Phi4Mini)
+      out += ", \"calls_in_content\": \"json\", \"call_tags\": [\"<|tool_call|>\", \"<|/tool_call|>\"], \"tools_in_system_message\": true";
     // Gemma 4: the model's turn llama.cpp opens after a prompt the template left closed.
     if (c.family == TemplateFamily::Gemma4) out += ", \"reopen_turn\": [\"<turn|>\\n\", \"<|turn>model\\n\"]";
     out += "}";
@@ -347,6 +350,8 @@ inline std::vector<FamilyTemplates> all_families() {
       {TemplateFamily::Lfm2, {"LFM2-8B-A1B.jinja"}, "<|startoftext|>", "<|im_end|>"},
       {TemplateFamily::Lfm25, {"LFM2.5-Instruct.jinja"}, "<|startoftext|>", "<|im_end|>"},
       {TemplateFamily::Gemma4, {"google-gemma-4-31B-it.jinja"}, "<bos>", "<eos>"},
+      {TemplateFamily::Phi4Mini, {"tests:microsoft-Phi-4-mini-instruct.jinja"}, "<|endoftext|>", "<|endoftext|>"},
+      {TemplateFamily::Granite4, {"tests:ibm-granite-granite-4.0.jinja"}, "", "<|end_of_text|>"},
   };
 }
 
@@ -359,6 +364,9 @@ inline Case base_case(const FamilyTemplates& f, const std::string& file) {
     base.template_text = kGemma3Template;
   } else if (file.rfind("golden:", 0) == 0) {
     base.template_text = golden_template(file.substr(7));
+  } else if (file.rfind("tests:", 0) == 0) {  // a published template in tests/templates (ORIGIN.md)
+    base.template_file = std::string(PICOLM_SOURCE_DIR) + "/tests/templates/" + file.substr(6);
+    read_file(base.template_file);  // missing file: fail here, loudly
   } else {
     base.template_file = kTemplates + file;
     read_file(base.template_file);  // missing file: fail here, loudly

@@ -27,10 +27,19 @@ Input (stdin): a JSON list of cases
    "reopen_turn": [after, open] | absent,        # with add_generation_prompt, a render ending
                                                  # with `after` gets `open` appended (Gemma 4, as
                                                  # llama.cpp 3f545be does: <turn|>\n, <|turn>model\n)
-   "calls_in_content": "python" | absent}        # LFM2 / LFM2.5: their templates render no
-                                                 # tool_calls; a turn's calls are written into its
-                                                 # content as the model writes them (after a
-                                                 # </think>): <|tool_call_start|>[f(a=1)]<|tool_call_end|>
+   "calls_in_content": "python" | "json" | absent,  # LFM2 / LFM2.5 ("python"), Phi-4-mini ("json"):
+                                                 # their templates render no tool_calls; a turn's
+                                                 # calls are written into its content as the model
+                                                 # writes them: python, after a </think>:
+                                                 # <|tool_call_start|>[f(a=1)]<|tool_call_end|>;
+                                                 # json, after the content: call_tags[0] +
+                                                 # [{"name": "f", "arguments": {"a": 1}}] + call_tags[1]
+   "call_tags": [open, close] | absent,          # with "json"
+   "tools_in_system_message": true | absent}     # Phi-4-mini: its template reads no `tools` but the
+                                                 # system message's "tools" field: json.dumps of the
+                                                 # tools' functions goes there (into the first
+                                                 # message if it is a system message, else into an
+                                                 # empty system message put first)
 Output (stdout, binary-safe, no JSON re-escaping): for each case, in order,
   "OK <n>\\n" + n bytes of UTF-8 text + "\\n"   or   "ERR <n>\\n" + n bytes of message + "\\n".
 """
@@ -109,7 +118,25 @@ def python_calls(calls):
     return "<|tool_call_start|>[" + ", ".join(out) + "]<|tool_call_end|>"
 
 
-def prepare_messages(messages, arguments_as_string, calls_in_content=None):
+def json_calls(calls, tags):
+    out = []
+    for tc in calls:
+        fn = tc["function"]
+        args = json.loads(fn["arguments"]) if isinstance(fn["arguments"], str) else fn["arguments"]
+        out.append({"name": fn["name"], "arguments": args})
+    return tags[0] + json.dumps(out, ensure_ascii=False) + tags[1]
+
+
+def put_tools_in_system_message(messages, tools):
+    text = json.dumps([t["function"] if isinstance(t, dict) and isinstance(t.get("function"), dict) else t
+                       for t in tools], ensure_ascii=False)
+    if messages and messages[0].get("role") == "system":
+        messages[0]["tools"] = text
+    else:
+        messages.insert(0, {"role": "system", "content": "", "tools": text})
+
+
+def prepare_messages(messages, arguments_as_string, calls_in_content=None, call_tags=None):
     out = []
     for m in messages:
         m = dict(m)
@@ -118,6 +145,8 @@ def prepare_messages(messages, arguments_as_string, calls_in_content=None):
             think = content.rfind("</think>")
             at = 0 if think < 0 else think + len("</think>")
             m["content"] = content[:at] + python_calls(m["tool_calls"]) + content[at:]
+        if calls_in_content == "json" and m.get("tool_calls"):
+            m["content"] = (m.get("content") or "") + json_calls(m["tool_calls"], call_tags)
         if "tool_calls" in m:
             calls = []
             for tc in m["tool_calls"]:
@@ -143,7 +172,7 @@ def render(env, case, compiled):
         template = compiled[text] = env.from_string(text)
     ctx = {
         "messages": prepare_messages(case["messages"], case.get("arguments_as_string", False),
-                                     case.get("calls_in_content")),
+                                     case.get("calls_in_content"), case.get("call_tags")),
         "add_generation_prompt": case.get("add_generation_prompt", True),
         "bos_token": case.get("bos_token", ""),
         "eos_token": case.get("eos_token", ""),
@@ -151,6 +180,8 @@ def render(env, case, compiled):
     tools = case.get("tools")
     if tools:
         ctx["tools"] = tools
+        if case.get("tools_in_system_message"):
+            put_tools_in_system_message(ctx["messages"], tools)
     if "date_string" in case:
         ctx["date_string"] = case["date_string"]
     if "enable_thinking" in case:

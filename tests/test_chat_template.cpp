@@ -725,6 +725,7 @@ TEST_CASE("call syntax records: each family's syntax, and what the scheduler rel
       {TemplateFamily::SmolLM3, &kTaggedJsonSyntax}, {TemplateFamily::Gemma3, nullptr},
       {TemplateFamily::Qwen35, &kQwenXmlSyntax},    {TemplateFamily::Lfm2, &kPythonListSyntax},
       {TemplateFamily::Lfm25, &kPythonListSyntax},  {TemplateFamily::Gemma4, &kGemma4Syntax},
+      {TemplateFamily::Phi4Mini, &kTaggedJsonArraySyntax}, {TemplateFamily::Granite4, &kTaggedJsonSyntax},
   };
   REQUIRE(expected.size() == static_cast<size_t>(kLastTemplateFamily) + 1);
   for (const auto& [family, syntax] : expected) {
@@ -742,10 +743,13 @@ TEST_CASE("call syntax records: each family's syntax, and what the scheduler rel
     // A template that shows no tools gets them lowered: in the family's own syntax only when the
     // record names one, otherwise the envelope (DeepSeek R1).
     if (!t.renders_tool_list && syntax->grammar_format) CHECK(syntax->lowered.has_value());
+    // A template that renders no tool_calls gets past calls in content, written by the syntax.
+    if (protocol_of(family).calls_in_content) CHECK(syntax->calls_into_content != nullptr);
   }
   // The readers: the syntaxes with their own reader, and those read as JSON objects (openai.h).
   for (const CallSyntax* s : {&kQwenXmlSyntax, &kPythonListSyntax, &kGemma4Syntax}) CHECK(s->read != nullptr);
-  for (const CallSyntax* s : {&kTaggedJsonSyntax, &kBareJsonSyntax, &kMistralArraySyntax, &kDeepSeekR1Syntax}) {
+  for (const CallSyntax* s :
+       {&kTaggedJsonSyntax, &kTaggedJsonArraySyntax, &kBareJsonSyntax, &kMistralArraySyntax, &kDeepSeekR1Syntax}) {
     CHECK(s->read == nullptr);
     CHECK(parse_native_tool_calls(*s, "<tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n</tool_call>", "[]").empty());
   }
@@ -753,4 +757,154 @@ TEST_CASE("call syntax records: each family's syntax, and what the scheduler rel
   REQUIRE(kGemma4Syntax.vocabulary_texts.size() == 1);
   CHECK(kGemma4Syntax.vocabulary_texts[0] == "<|\"|>");
   CHECK(kPythonListSyntax.vocabulary_texts.empty());
+}
+
+TEST_CASE("Phi-4-mini: the tools in the system message, past calls as a tagged JSON array", "[chat_template][phi4]") {
+  REQUIRE(family_from_name("phi4-mini") == TemplateFamily::Phi4Mini);
+  REQUIRE(family_from_name("Phi-4-mini") == TemplateFamily::Phi4Mini);
+  const FamilyTraits& t = family_traits(TemplateFamily::Phi4Mini);
+  CHECK(t.tool_call_start == "<|tool_call|>");
+  CHECK(t.tool_call_end == "<|/tool_call|>");
+  REQUIRE(t.call_syntax == &kTaggedJsonArraySyntax);
+  CHECK(t.call_syntax->grammar_format == grammar::ToolCallFormat::JsonArray);
+  CHECK(t.call_syntax->control_tags);  // <|tool_call|> / <|/tool_call|> are control tokens of its vocabulary
+  CHECK_FALSE(family_needs_tool_lowering(TemplateFamily::Phi4Mini));
+  // Phi-3.5's template is not taken for Phi-4-mini's, nor the other way round.
+  CHECK(detect_template_family(protocol_of(TemplateFamily::Phi35).reference_template) == TemplateFamily::Phi35);
+
+  const std::string tools =
+      R"([{"type": "function", "function": {"name": "get_time", "description": "Now", "parameters": {"type": "object", "properties": {}}}}])";
+  RenderOptions ro;
+  ro.tools_json = tools;
+  ro.bos_token = ro.eos_token = "<|endoftext|>";
+  const std::string listed = R"(<|tool|>[{"name": "get_time", "description": "Now", "parameters": {"type": "object", "properties": {}}}]<|/tool|>)";
+  // No system message: an empty one carries the tools.
+  auto r = render_chat(TemplateFamily::Phi4Mini, std::vector<ChatMessage>{msg("user", "Time?")}, ro);
+  REQUIRE(r.ok);
+  CHECK(r.text == "<|system|>" + listed + "<|end|><|user|>Time?<|end|><|assistant|>");
+  // With one: it carries them after its text; a past call and its result, as the model wrote them.
+  const std::vector<ChatMessage> conv = {msg("system", "Be brief."), msg("user", "Time?"),
+                                         call_msg("", {{"call00001", "get_time", "{ }"}}), tool_msg("call00001", "12:00")};
+  r = render_chat(TemplateFamily::Phi4Mini, conv, ro);
+  REQUIRE(r.ok);
+  CHECK(r.text == "<|system|>Be brief." + listed +
+                      "<|end|><|user|>Time?<|end|><|assistant|><|tool_call|>[{\"name\": \"get_time\", \"arguments\": {}}]"
+                      "<|/tool_call|><|end|><|tool|>12:00<|end|><|assistant|>");
+  // Without tools the conversation renders as the template alone does.
+  ro.tools_json.clear();
+  r = render_chat(TemplateFamily::Phi4Mini, std::vector<ChatMessage>{msg("system", "S"), msg("user", "U")}, ro);
+  REQUIRE(r.ok);
+  CHECK(r.text == "<|system|>S<|end|><|user|>U<|end|><|assistant|>");
+}
+
+TEST_CASE("Granite 4: detected from the 4.0 and 4.1 templates, calls as <tool_call> JSON, results in <tool_response>", "[chat_template][granite4]") {
+  REQUIRE(family_from_name("granite4") == TemplateFamily::Granite4);
+  const FamilyTraits& t = family_traits(TemplateFamily::Granite4);
+  CHECK(t.call_syntax == &kTaggedJsonSyntax);
+  CHECK(t.tool_call_start == "<tool_call>");
+  CHECK(t.call_syntax->grammar_format == grammar::ToolCallFormat::Hermes);
+  // Each published template in tests/templates is detected as its family, and only the Granite 4
+  // and Phi-4-mini ones as these two (the others stay what they were: no false positives).
+  const std::string dir = std::string(PICOLM_SOURCE_DIR) + "/tests/templates/";
+  int seen = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    if (entry.path().extension() != ".jinja") continue;
+    const std::string name = entry.path().filename().string();
+    const TemplateFamily f = detect_template_family(read_file(entry.path().string()));
+    INFO("template " << name << " detected as " << family_name(f));
+    if (name.starts_with("ibm-granite-granite-4.")) CHECK(f == TemplateFamily::Granite4);
+    else if (name == "microsoft-Phi-4-mini-instruct.jinja") CHECK(f == TemplateFamily::Phi4Mini);
+    else CHECK((f != TemplateFamily::Granite4 && f != TemplateFamily::Phi4Mini));
+    ++seen;
+  }
+  CHECK(seen >= 31);
+  CHECK(detect_template_family(read_file(kTemplates + "ibm-granite-granite-3.3-2B-Instruct.jinja")) == TemplateFamily::Unknown);
+
+  RenderOptions ro;
+  ro.tools_json = R"([{"type": "function", "function": {"name": "get_time", "parameters": {"type": "object", "properties": {}}}}])";
+  ro.eos_token = "<|end_of_text|>";
+  const std::vector<ChatMessage> conv = {msg("user", "Time?"),
+                                         call_msg("", {{"a", "get_time", "{}"}, {"b", "get_time", "{\"tz\": \"UTC\"}"}}),
+                                         tool_msg("a", "12:00"), tool_msg("b", "11:00")};
+  const auto r = render_chat(TemplateFamily::Granite4, conv, ro);
+  REQUIRE(r.ok);
+  CHECK(r.text.starts_with("<|start_of_role|>system<|end_of_role|>You are a helpful assistant with access to the following tools."));
+  CHECK(r.text.find("<tools>\n{\"type\": \"function\", \"function\": {\"name\": \"get_time\"") != std::string::npos);
+  CHECK(r.text.ends_with("<|start_of_role|>user<|end_of_role|>Time?<|end_of_text|>\n"
+                         "<|start_of_role|>assistant<|end_of_role|><tool_call>\n{\"name\": \"get_time\", \"arguments\": {}}\n</tool_call>\n"
+                         "<tool_call>\n{\"name\": \"get_time\", \"arguments\": {\"tz\": \"UTC\"}}\n</tool_call><|end_of_text|>\n"
+                         "<|start_of_role|>user<|end_of_role|>\n<tool_response>\n12:00\n</tool_response>\n<tool_response>\n11:00\n"
+                         "</tool_response><|end_of_text|>\n<|start_of_role|>assistant<|end_of_role|>"));
+}
+
+TEST_CASE("reasoning splitter with Gemma 4's marker: stray channel markers never reach the content", "[reasoning][gemma4]") {
+  // What llama.cpp 3f545be's Gemma 4 parser (common/chat.cpp, without tools) makes of a reply:
+  // whole <|channel>thought ... <channel|> blocks anywhere (after extra <|channel> markers) are
+  // reasoning; content stops at a <channel|> outside a block and at a <|channel> that opens none.
+  struct MarkerCase {
+    std::string text, reasoning, content;
+    bool ended;
+  };
+  const std::vector<MarkerCase> cases = {
+      {"Hello there.", "", "Hello there.", false},
+      {"Hello there.<channel|>", "", "Hello there.", true},                           // a lone close
+      {"Hello<channel|>more text", "", "Hello", true},                                // content stops there
+      {"Hello there.<|channel>thought\n<channel|>", "", "Hello there.", false},       // empty block after the text
+      {"<|channel>thought\n<channel|>Hello", "", "Hello", false},                      // empty block first
+      {"<|channel>thought\nhmm<channel|>Hi", "hmm", "Hi", false},
+      {"A<|channel>thought\nx<channel|>B<|channel>thought y<channel|>C", "xy", "ABC", false},
+      {"A<|channel><|channel>thought\nz<channel|>B", "z", "AB", false},               // extra markers first
+      {"A<|channel>other", "", "A", true},                                            // a marker that opens no block
+      {"A<|channel>", "", "A", true},
+      {"A<|channel>tho", "", "A", true},                                              // cut off: no block
+      {"A <|chan", "", "A <|chan", false},                                            // part of a marker is text
+      {"A <chann", "", "A <chann", false},
+      {"A<|channel>thought\nnever closed", "never closed", "A", false},
+      {"<channel|>", "", "", true},
+      {"x < y | z >", "", "x < y | z >", false},
+  };
+  std::mt19937 rng(33);
+  for (const auto& c : cases) {
+    INFO("text: " << c.text);
+    std::vector<std::vector<size_t>> cut_sets = {{}};
+    std::vector<size_t> every;
+    for (size_t i = 1; i < c.text.size(); ++i) every.push_back(i);
+    cut_sets.push_back(every);
+    for (int r = 0; r < 50 && c.text.size() > 1; ++r) {
+      std::vector<size_t> cuts;
+      for (size_t i = 1; i < c.text.size(); ++i)
+        if (rng() % 3 == 0) cuts.push_back(i);
+      cut_sets.push_back(cuts);
+    }
+    for (const auto& cuts : cut_sets) {
+      ReasoningSplitter sp("<|channel>thought", "<channel|>", false, "<|channel>");
+      std::string reasoning, content;
+      auto take = [&](const ReasoningPiece& p) {
+        for (const char* m : {"<|channel>", "<channel|>"}) {
+          CHECK(p.reasoning.find(m) == std::string::npos);
+          CHECK(p.content.find(m) == std::string::npos);
+        }
+        reasoning += p.reasoning;
+        content += p.content;
+      };
+      size_t prev = 0;
+      for (size_t cut : cuts) {
+        take(sp.push(std::string_view(c.text).substr(prev, cut - prev)));
+        prev = cut;
+      }
+      take(sp.push(std::string_view(c.text).substr(prev)));
+      take(sp.finish());
+      CHECK(reasoning == c.reasoning);
+      CHECK(content == c.content);
+      CHECK(sp.ended() == c.ended);
+    }
+  }
+  // Without the marker (every other family, and Gemma 4 before a call) nothing changes.
+  ReasoningSplitter plain("<|channel>thought", "<channel|>", false);
+  ReasoningPiece p = plain.push("Hello<channel|>");
+  p.content += plain.finish().content;
+  CHECK(p.content == "Hello<channel|>");
+  CHECK_FALSE(plain.ended());
+  // The Gemma 4 record asks for it.
+  CHECK(protocol_of(TemplateFamily::Gemma4).answer_block_marker == "<|channel>");
 }

@@ -410,6 +410,15 @@ TEST_CASE("tool lists", "[grammar]") {
   o.format = ToolCallFormat::JsonArray;
   o.parallel = false;
   ok(o, {"[" + c2 + "]"}, {c2, "[" + c1 + "," + c2 + "]"});
+  // Between tags (Phi-4-mini: <|tool_call|>[...]<|/tool_call|>); the bare array then no longer matches.
+  o.array_open = "<|tool_call|>";
+  o.array_close = "<|/tool_call|>";
+  o.parallel = true;
+  ok(o, {"<|tool_call|>[" + c2 + "]<|/tool_call|>", "<|tool_call|>[" + c1 + "," + c2 + "]<|/tool_call|>"},
+     {"[" + c2 + "]", "<|tool_call|>[" + c2 + "]", "[" + c2 + "]<|/tool_call|>", "<|tool_call|>[]<|/tool_call|>"});
+  o.array_open.clear();
+  o.array_close.clear();
+  o.parallel = false;
   o.format = ToolCallFormat::Hermes;
   o.parallel = true;
   ok(o, {"<tool_call>\n" + c1 + "\n</tool_call>", "<tool_call>\n" + c1 + "\n</tool_call>\n<tool_call>\n" + c2 + "\n</tool_call>"},

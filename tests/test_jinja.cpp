@@ -214,6 +214,7 @@ std::pair<std::string, std::string> published_special_tokens(const std::string& 
       {"deepseek-ai", {"<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>"}},
       {"google-gemma", {"<bos>", "<eos>"}},
       {"ibm-granite", {"", "<|end_of_text|>"}},
+      {"microsoft-Phi-4-mini", {"<|endoftext|>", "<|endoftext|>"}},
       {"openai-gpt-oss", {"<|startoftext|>", "<|return|>"}},
       {"tencent-Hy3", {"<｜hy_begin▁of▁sentence｜>", "<｜hy_place▁holder▁no▁2｜>"}},
   };

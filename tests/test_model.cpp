@@ -437,3 +437,45 @@ TEST_CASE("model: phi3 and granitehybrid files with broken metadata or tensors a
   CHECK(no_d.error().find("missing tensor 'blk.2.ssm_d'") != std::string::npos);
   std::filesystem::remove_all(dir);
 }
+
+// The fingerprint names the model in every prompt-cache file (docs/KV_CACHE_FORMAT.md): a change of
+// what it hashes invalidates the files of every model it touches. These values were computed
+// before gemma4's hyper-parameters were hashed "when not default" (they had been hashed for gemma4
+// only): models without them keep their fingerprints, and so does the tiny Gemma 4 (all of its
+// are set).
+TEST_CASE("model: fingerprints of existing models stay the same; gemma4's hyper-parameters are in it", "[model][fingerprint]") {
+  const std::pair<const char*, uint64_t> kKnown[] = {
+      {"qwen3-tiny-q8_0.gguf", 0x47f63662e06285cdull},
+      {"phi3-tiny-q8_0.gguf", 0xc9bfe0ce421168e2ull},
+      {"gemma3-tiny-q8_0.gguf", 0xe4153f911f59a1aeull},
+      {"granitehybrid-tiny-q8_0.gguf", 0x639c6b4310911f47ull},
+      {"gemma4-tiny-q8_0.gguf", 0x782c20d793b9dac6ull},
+  };
+  for (const auto& [name, fp] : kKnown) {
+    auto m = Model::load(model_path(name));
+    REQUIRE(m.ok());
+    INFO(name << ": 0x" << std::hex << m.value()->fingerprint());
+    CHECK(m.value()->fingerprint() == fp);
+  }
+
+  // Two gemma4 models that differ only in the final logit soft-cap have different fingerprints.
+  auto bytes = read_all(model_path("gemma4-tiny-q8_0.gguf"));
+  auto original = load_bytes(bytes);
+  REQUIRE(original.ok());
+  const float cap = original.value()->hparams().logit_softcap;
+  REQUIRE(cap > 0.0f);
+  const std::string key = "gemma4.final_logit_softcapping";
+  auto it = std::search(bytes.begin(), bytes.end(), key.begin(), key.end());
+  REQUIRE(it != bytes.end());
+  const size_t at = size_t(it - bytes.begin()) + key.size() + 4;  // after the key and its type (f32)
+  REQUIRE(at + 4 <= bytes.size());
+  float stored = 0.0f;
+  std::memcpy(&stored, bytes.data() + at, 4);
+  REQUIRE(stored == cap);
+  const float other = cap + 1.0f;
+  std::memcpy(bytes.data() + at, &other, 4);
+  auto edited = load_bytes(bytes);
+  REQUIRE(edited.ok());
+  CHECK(edited.value()->hparams().logit_softcap == other);
+  CHECK(edited.value()->fingerprint() != original.value()->fingerprint());
+}

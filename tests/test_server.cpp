@@ -17,6 +17,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <memory>
 #include <sstream>
@@ -1679,6 +1680,161 @@ TEST_CASE("Gemma 4's published template given as --chat-template-file is recogni
   const std::string prompt = str(j.root["picolm"]["prompt"]);
   CHECK(prompt.find("<|tool>declaration:set_light{") != std::string::npos);
   CHECK(prompt.ends_with("<|turn>model\n<|channel>thought\n<channel|>"));
+}
+
+// ---------------------------------------------------------------- issues 32, 33: Phi-4-mini, Granite 4
+
+namespace {
+
+// A family served end to end on a tiny random-weight model with its published template given as
+// --chat-template-file: required calls (one, or parallel; sampled) come back as OpenAI tool_calls
+// that python3-jsonschema validates; the streamed pieces of a greedy reply concatenate to its final
+// arguments; then the first reply's calls and a result per call go back through the template, and
+// `check_history` is given the prompt the provider rendered for them. Returns that prompt.
+std::string serve_published_template(const std::string& model, const std::string& template_file, TemplateFamily family,
+                                     const std::string& tool_list_marker,
+                                     const std::function<void(const std::string& prompt, const std::vector<CallSeen>& calls)>& check_history) {
+  REQUIRE(fs::exists(model));
+  REQUIRE(fs::exists(template_file));
+  ServerOptions o;
+  o.engine.model_path = model;
+  o.engine.threads = 1;
+  o.engine.n_ctx = 4096;
+  o.engine.parallel = 1;
+  o.engine.chat_template_file = template_file;
+  Started s = server_fixture::start(std::move(o));
+  REQUIRE(s.engine->family() == family);
+  auto c = client(s.port);
+  Validator v;
+  std::vector<CallSeen> first_calls;
+  int seed = 1;
+  for (const bool parallel : {false, true}) {
+    for (int rep = 0; rep < 2; ++rep) {
+      INFO("parallel " << parallel << " seed " << seed);
+      auto res = c->Post("/v1/chat/completions",
+                         chat_body(R"("tools":)" + kTools + R"(,"tool_choice":"required","parallel_tool_calls":)" +
+                                   (parallel ? "true" : "false") + R"(,"max_tokens":200,"temperature":1.0,"return_prompt":true,"seed":)" +
+                                   std::to_string(seed++)),
+                         "application/json");
+      REQUIRE(res);
+      INFO("reply: " << res->body);
+      REQUIRE(res->status == 200);
+      std::string content, finish;
+      const auto calls = check_completion(res->body, &content, &finish);
+      CHECK(finish == "tool_calls");
+      REQUIRE(calls.size() >= 1);
+      if (!parallel) CHECK(calls.size() == 1);
+      CHECK((content == "<null>" || content.empty()));
+      for (auto& k : calls) v.add_tool_call(kTools, k.name, k.arguments);
+      if (first_calls.empty()) first_calls = calls;
+      Json j(res->body);
+      const std::string prompt = str(j.root["picolm"]["prompt"]);
+      CHECK(prompt.find(tool_list_marker) != std::string::npos);
+    }
+  }
+  // Streamed (greedy): the same calls, each one's pieces concatenated to its final arguments.
+  const std::string body = chat_body(R"("tools":)" + kTools + R"(,"tool_choice":"required","max_tokens":200,"temperature":0)");
+  auto res = c->Post("/v1/chat/completions", body, "application/json");
+  REQUIRE(res);
+  REQUIRE(res->status == 200);
+  std::string finish;
+  const auto calls = check_completion(res->body, nullptr, &finish);
+  std::string stream_body = body;
+  stream_body.pop_back();
+  stream_body += R"(,"stream":true})";
+  auto sres = c->Post("/v1/chat/completions", stream_body, "application/json");
+  REQUIRE(sres);
+  REQUIRE(sres->status == 200);
+  INFO("stream: " << sres->body);
+  const StreamResult st = parse_stream(sres->body);
+  CHECK(st.done);
+  CHECK(st.finish == finish);
+  REQUIRE(st.calls.size() == calls.size());
+  for (size_t i = 0; i < calls.size(); ++i) {
+    CHECK(st.calls[i].name == calls[i].name);
+    CHECK(st.calls[i].arguments == calls[i].arguments);
+  }
+  v.check();
+
+  // The round trip: the calls and a result per call, then the model's next turn.
+  REQUIRE_FALSE(first_calls.empty());
+  std::string assistant = R"({"role":"assistant","content":null,"tool_calls":[)";
+  std::string results;
+  for (size_t i = 0; i < first_calls.size(); ++i) {
+    const std::string id = "call_" + std::to_string(i);
+    assistant += (i ? "," : "") + std::string(R"({"id":")") + id + R"(","type":"function","function":{"name":")" +
+                 first_calls[i].name + R"(","arguments":)" + server_fixture::json_quote(first_calls[i].arguments) + "}}";
+    results += R"(,{"role":"tool","tool_call_id":")" + id + R"(","content":"done )" + std::to_string(i) + R"("})";
+  }
+  assistant += "]}";
+  const std::string history = R"({"model":"x","messages":[{"role":"system","content":"You control a house."},)"
+                              R"({"role":"user","content":"Turn on the kitchen light"},)" +
+                              assistant + results + R"(],"tools":)" + kTools;
+  std::string prompt;
+  for (const std::string choice : {"auto", "required"}) {
+    INFO("round trip, tool_choice " << choice);
+    auto r2 = c->Post("/v1/chat/completions", history + R"(,"tool_choice":")" + choice + R"(","max_tokens":60,"seed":7,"return_prompt":true})",
+                      "application/json");
+    REQUIRE(r2);
+    INFO("reply: " << r2->body);
+    REQUIRE(r2->status == 200);
+    const auto next = check_completion(r2->body);
+    for (auto& k : next) v.add_tool_call(kTools, k.name, k.arguments);
+    if (choice == "required") CHECK(next.size() >= 1);
+    Json j(r2->body);
+    prompt = str(j.root["picolm"]["prompt"]);
+    check_history(prompt, first_calls);
+  }
+  v.check();
+  return prompt;
+}
+
+// A call as json.dumps writes {"name": ..., "arguments": ...} (the arguments re-spelled the same way).
+std::string python_call_json(const CallSeen& k) {
+  std::string args;
+  REQUIRE(python_tojson(k.arguments, args));
+  return R"({"name": ")" + k.name + R"(", "arguments": )" + args + "}";
+}
+
+}  // namespace
+
+TEST_CASE("Phi-4-mini's published template on the tiny phi3 model: tools in the system turn, <|tool_call|>[JSON] calls", "[server][phi4]") {
+  // Issue 32: Phi-4-mini-instruct's own template (tests/templates) as --chat-template-file. The
+  // tool list is the system message's `tools` field, written between <|tool|> and <|/tool|>; calls
+  // are constrained as <|tool_call|>[{"name": ..., "arguments": {...}}, ...]<|/tool_call|>; past
+  // calls go back into the assistant's content in that syntax, results as <|tool|>RESULT<|end|>.
+  serve_published_template(
+      kSource + "/tests/models/phi3-tiny-q8_0.gguf", kSource + "/tests/templates/microsoft-Phi-4-mini-instruct.jinja",
+      TemplateFamily::Phi4Mini, R"(<|system|>You control a house.<|tool|>[{"name": "set_light", )",
+      [](const std::string& prompt, const std::vector<CallSeen>& calls) {
+        std::string written = "<|assistant|><|tool_call|>[";
+        for (size_t i = 0; i < calls.size(); ++i) written += (i ? ", " : "") + python_call_json(calls[i]);
+        written += "]<|/tool_call|><|end|>";
+        CHECK(prompt.find(written) != std::string::npos);
+        std::string results;
+        for (size_t i = 0; i < calls.size(); ++i) results += "<|tool|>done " + std::to_string(i) + "<|end|>";
+        CHECK(prompt.ends_with(results + "<|assistant|>"));
+      });
+}
+
+TEST_CASE("Granite 4's published template on the tiny granitehybrid model: <tool_call> JSON calls, <tool_response> results", "[server][granite4]") {
+  // Issue 32: Granite 4.0's template (tests/templates) as --chat-template-file on the tiny
+  // random-weight granitehybrid (Mamba-2 + attention) model: the tools as JSON lines in <tools>,
+  // calls constrained as <tool_call>\n{"name": ..., "arguments": {...}}\n</tool_call> (joined by
+  // "\n"), results as <tool_response> blocks in one user turn.
+  serve_published_template(
+      kSource + "/tests/models/granitehybrid-tiny-q8_0.gguf", kSource + "/tests/templates/ibm-granite-granite-4.0.jinja",
+      TemplateFamily::Granite4, "<tools>\n{\"type\": \"function\", \"function\": {\"name\": \"set_light\"",
+      [](const std::string& prompt, const std::vector<CallSeen>& calls) {
+        std::string written = "<|start_of_role|>assistant<|end_of_role|>";
+        for (size_t i = 0; i < calls.size(); ++i)
+          written += (i ? "\n<tool_call>\n" : "<tool_call>\n") + python_call_json(calls[i]) + "\n</tool_call>";
+        written += "<|end_of_text|>\n";
+        CHECK(prompt.find(written) != std::string::npos);
+        std::string results = "<|start_of_role|>user<|end_of_role|>";
+        for (size_t i = 0; i < calls.size(); ++i) results += "\n<tool_response>\ndone " + std::to_string(i) + "\n</tool_response>";
+        CHECK(prompt.ends_with(results + "<|end_of_text|>\n<|start_of_role|>assistant<|end_of_role|>"));
+      });
 }
 
 // ---------------------------------------------------------------- issue 21: clients

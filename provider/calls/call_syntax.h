@@ -14,7 +14,9 @@
 //     reading, not from the JSON the streamer saw);
 //   - how a reply being generated yields each call's name and argument pieces (new_stream);
 //   - what a conversation lowered for a template that shows no tools asks the model to write
-//     (lowered; nullopt: the envelope).
+//     (lowered; nullopt: the envelope);
+//   - how a past turn's calls go into its content for a template that renders no tool_calls
+//     (calls_into_content: LFM2's Python list, Phi-4-mini's tagged array).
 //
 // To add a syntax: one file here defining its record, its extern below, the records of the
 // families that use it, and a test (docs/ARCHITECTURE.md).
@@ -75,10 +77,15 @@ struct CallSyntax {
   std::vector<ToolCall> (*read)(std::string_view text, std::string_view tools_json) = nullptr;
   std::unique_ptr<CallStream> (*new_stream)(std::string tools_json) = nullptr;
   std::optional<LoweredToolSyntax> lowered = std::nullopt;
+  // A past turn's calls written into its content, as the model writes them, for a template that
+  // renders no tool_calls (ChatProtocol::calls_in_content); nullptr: not for such templates.
+  bool (*calls_into_content)(std::span<const ToolCall> calls, const FamilyTraits& traits, std::string& content,
+                             std::string* error) = nullptr;
 };
 
 extern const CallSyntax kTaggedJsonSyntax;    // <tool_call>\n{"name": ..., "arguments": {...}}\n</tool_call>, repeatable (Qwen, Hermes)
 extern const CallSyntax kBareJsonSyntax;      // the whole reply is {"name": ..., "parameters": {...}}, one call (Llama 3.x)
+extern const CallSyntax kTaggedJsonArraySyntax;  // <|tool_call|>[{"name": ..., "arguments": {...}}, ...]<|/tool_call|> (Phi-4-mini)
 extern const CallSyntax kMistralArraySyntax;  // [TOOL_CALLS][{"name": ..., "arguments": {...}, "id": "..."}, ...]
 extern const CallSyntax kDeepSeekR1Syntax;    // <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>name\n```json\n{...}\n```<｜tool▁call▁end｜>...
 extern const CallSyntax kQwenXmlSyntax;       // <tool_call>\n<function=NAME>\n<parameter=P>\nvalue\n</parameter>\n</function>\n</tool_call> (Qwen3.5)

@@ -184,6 +184,17 @@ class PythonListStream final : public CallStream {
 
 std::unique_ptr<CallStream> new_stream(std::string /*tools_json*/) { return std::make_unique<PythonListStream>(); }
 
+// LFM2's templates render no tool_calls: the list goes where the model writes it, after a past
+// turn's thinking.
+bool calls_into_content(std::span<const ToolCall> calls, const FamilyTraits& /*traits*/, std::string& content,
+                        std::string* error) {
+  std::string list;
+  if (!format_python_tool_calls(calls, list, error)) return false;
+  const size_t think = content.rfind("</think>");
+  content.insert(think == std::string::npos ? 0 : think + 8, list);
+  return true;
+}
+
 }  // namespace
 
 const CallSyntax kPythonListSyntax = {
@@ -192,6 +203,7 @@ const CallSyntax kPythonListSyntax = {
     .control_tags = true,
     .read = read_calls,
     .new_stream = new_stream,
+    .calls_into_content = calls_into_content,
 };
 
 }  // namespace picolm

@@ -31,6 +31,8 @@ const ChatProtocol kDeepSeekR1Protocol = {
     .reasoning = {true, "<think>", "</think>", "\n\n", true, false},
     .thinks = thinks_always,
     .arguments_as_text = true,
+    .answer_after_last_think = true,
+    .native_lowering = true,
 };
 
 }  // namespace picolm

@@ -30,6 +30,7 @@ const ChatProtocol kGemma2Protocol = {
     .tools = {"gemma2", false, nullptr, "", "", "", false, kStops},
     .reasoning = {},
     .thinks = nullptr,
+    .system_in_first_user = true,
 };
 
 }  // namespace picolm

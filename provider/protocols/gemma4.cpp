@@ -388,6 +388,10 @@ const ChatProtocol kGemma4Protocol = {
     // results are written and opens no new one: the model is given <|turn>model\n, as llama.cpp
     // 3f545be does (common_chat_params_init_gemma4).
     .reopen_turn = {"<turn|>\n", "<|turn>model\n"},
+    // Output hygiene: with thinking off the model may still write an empty
+    // <|channel>thought\n<channel|> after its text, or a lone <channel|> (llama.cpp 3f545be
+    // common/chat.cpp, common_chat_params_init_gemma4): neither reaches the content.
+    .answer_block_marker = "<|channel>",
 };
 
 }  // namespace picolm

@@ -49,12 +49,30 @@ struct ChatProtocol {
   // How the conversation is given to the template (chat_template.h states the common rules):
   bool null_content_as_empty = false;  // a null content is given as "" (the template tests `in` on it)
   bool arguments_as_text = false;      // tool-call arguments stay JSON text (the template concatenates them)
-  bool calls_in_content = false;       // the template renders no tool_calls: calls go into content (Python list)
+  // The template renders no tool_calls: a turn's calls go into its content as the model writes
+  // them, in the record's call syntax (LFM2's Python list; Phi-4-mini's tagged JSON array).
+  bool calls_in_content = false;
+  // The template reads no `tools` variable but a JSON text in the system message's `tools` field
+  // (Phi-4-mini): the tool list (the functions of the OpenAI list, json.dumps spelling) is put
+  // there, into the first message when it is a system message, else into an empty system message
+  // put before the conversation.
+  bool tools_in_system_message = false;
   // The generation prompt the template leaves out: with add_generation_prompt, a prompt that ends
   // with `after` gets `open` appended (Gemma 4 after a turn whose text and results it closed).
   struct TurnReopen {
     std::string_view after, open;
   } reopen_turn = {};
+  // A marker that opens thinking blocks anywhere in a plain answer (Gemma 4's "<|channel>", of
+  // which reasoning.open is the marker plus a name): such a block is reasoning, and a marker that
+  // opens none or a stray reasoning.close ends the answer, as llama.cpp 3f545be reads Gemma 4's
+  // replies (ReasoningSplitter). "": only a block at the start of the reply is reasoning.
+  std::string_view answer_block_marker = {};
+  // How tools are lowered into plain turns for a template that cannot show them (tool_format.h):
+  bool system_in_first_user = false;    // no system role: the system text opens the first user turn (Gemma 2)
+  bool answer_after_last_think = false;  // the template keeps only what follows a past reply's last </think> (DeepSeek R1)
+  // With LoweredToolSyntax::Native the template's own call and result rendering stays; only the
+  // tool list is added to the system prompt (DeepSeek R1). Otherwise Native is lowered as Tagged.
+  bool native_lowering = false;
 };
 
 // The record of a family (the generic one for TemplateFamily::Unknown).
@@ -89,6 +107,8 @@ extern const ChatProtocol kQwen35Protocol;
 extern const ChatProtocol kLfm2Protocol;
 extern const ChatProtocol kLfm25Protocol;
 extern const ChatProtocol kGemma4Protocol;
+extern const ChatProtocol kPhi4MiniProtocol;
+extern const ChatProtocol kGranite4Protocol;
 
 }  // namespace picolm
 

@@ -8,11 +8,12 @@ namespace {
 
 // The order detection tries them; first match wins (each detect() also checks its turn markers, or,
 // Gemma 4's, a text only its family writes, so the order only matters within one kind of marker).
-constexpr std::array<const ChatProtocol*, 17> kRecords = {
+constexpr std::array<const ChatProtocol*, 19> kRecords = {
     &kDeepSeekR1Protocol, &kGemma4Protocol,  &kGemma2Protocol,  &kGemma3Protocol, &kMistralNemoProtocol,
     &kLlama31Protocol,    &kLlama32Protocol, &kSmolLM3Protocol, &kLfm2Protocol,   &kLfm25Protocol,
     &kQwen35Protocol,     &kQwen3Protocol,   &kQwen25Protocol,  &kHermesProtocol, &kChatMLProtocol,
-    &kPhi35Protocol,      &kZephyrProtocol,
+    &kPhi35Protocol,      &kZephyrProtocol,  &kPhi4MiniProtocol,
+    &kGranite4Protocol,
 };
 
 }  // namespace
