@@ -29,46 +29,16 @@
 #include "grammar_walk.h"
 #include "schema_suite.h"
 #include "vocab_loader.h"
+#include "python_oracle.h"
 
 using namespace picolm;
+using test_oracle::hex;
+using test_oracle::json_string;
+using test_oracle::read_file;
 
 namespace {
 
 const std::string kShared = PICOLM_SHARED_DIR;
-
-std::string read_file(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  INFO(path);
-  REQUIRE(f.good());  // a missing input fails the test
-  std::ostringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-
-std::string hex(const std::string& s) {
-  static const char* digits = "0123456789abcdef";
-  std::string out;
-  for (unsigned char c : s) {
-    out += digits[c >> 4];
-    out += digits[c & 15];
-  }
-  return out;
-}
-
-void json_string(std::string_view s, std::string& out) {
-  out += '"';
-  for (char ch : s) {
-    const auto c = static_cast<unsigned char>(ch);
-    if (c == '"') out += "\\\"";
-    else if (c == '\\') out += "\\\\";
-    else if (c < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof(buf), "\\u%04x", c);
-      out += buf;
-    } else out += ch;
-  }
-  out += '"';
-}
 
 const char* kTools = R"([
  {"type":"function","function":{"name":"get_weather","parameters":{"type":"object","properties":{
@@ -540,31 +510,9 @@ TEST_CASE("random walks under the Gemma 4 call grammar read back into valid call
       }
     }
   }
-  const auto dir = std::filesystem::temp_directory_path();
-  const std::string in_path = (dir / ("picolm_gemma4_calls_" + std::to_string(getpid()) + ".jsonl")).string();
-  const std::string out_path = in_path + ".out";
-  {
-    std::ofstream f(in_path, std::ios::binary);
-    f << jsonl.str();
-  }
-  const std::string cmd = "/usr/bin/python3 '" + std::string(PICOLM_SOURCE_DIR) + "/tests/validate_gemma4_calls.py' '" + in_path +
-                          "' > '" + out_path + "'";
-  const int rc = std::system(cmd.c_str());
-  std::vector<std::string> verdicts(labels.size());
-  {
-    std::ifstream f(out_path);
-    std::string line;
-    simdjson::dom::parser parser;
-    while (std::getline(f, line)) {
-      simdjson::dom::element e = parser.parse(line);
-      const auto id = static_cast<size_t>(int64_t(e["id"]));
-      REQUIRE(id < verdicts.size());
-      verdicts[id] = bool(e["ok"]) ? "ok" : std::string(std::string_view(e["error"]));
-    }
-  }
-  std::filesystem::remove(in_path);
-  std::filesystem::remove(out_path);
-  REQUIRE(rc == 0);
+  std::vector<std::string> verdicts;
+  for (auto& v : test_oracle::run_python_oracle("validate_gemma4_calls.py", jsonl.str(), labels.size(), "gemma4_calls"))
+    verdicts.push_back(v.ok ? "ok" : v.error);
   int n_invalid = 0;
   for (size_t id = 0; id < verdicts.size(); ++id) {
     REQUIRE(!verdicts[id].empty());  // the oracle answered for every reply

@@ -31,10 +31,13 @@
 #include "grammar_walk.h"
 #include "schema_suite.h"
 #include "vocab_loader.h"
+#include "python_oracle.h"
 
 namespace {
 
 using namespace picolm;
+using test_oracle::hex;
+using test_oracle::read_file;
 
 constexpr int kMaxSuiteSchemas = 80;  // x 2 vocabularies = 160 walks
 constexpr int kToolSeeds = 4;         // x 13 tool configurations x 2 vocabularies = 104 walks
@@ -44,24 +47,6 @@ struct WalkCase {
   std::string record;      // validator record on one line, without id and text_hex: {"kind":"schema","schema":...}
   std::shared_ptr<const grammar::Grammar> grammar;
 };
-
-std::string read_file(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  REQUIRE(f.good());
-  std::ostringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-
-std::string hex(const std::string& s) {
-  static const char* digits = "0123456789abcdef";
-  std::string out;
-  for (unsigned char c : s) {
-    out += digits[c >> 4];
-    out += digits[c & 15];
-  }
-  return out;
-}
 
 // Suite schemas the compiler accepts and for which at least one valid test instance is accepted
 // (so the schema is satisfiable and the grammar agrees), evenly thinned to kMaxSuiteSchemas.
@@ -323,37 +308,9 @@ TEST_CASE("random walks under the mask produce valid instances", "[grammar]") {
   }
 
   // One validator process for every instance.
-  const auto dir = std::filesystem::temp_directory_path();
-  const std::string in_path = (dir / ("picolm_grammar_property_" + std::to_string(getpid()) + ".jsonl")).string();
-  const std::string out_path = in_path + ".out";
-  struct RemoveOnExit {
-    std::string a, b;
-    ~RemoveOnExit() {
-      std::error_code ec;
-      std::filesystem::remove(a, ec);
-      std::filesystem::remove(b, ec);
-    }
-  } cleanup{in_path, out_path};
-  {
-    std::ofstream f(in_path, std::ios::binary);
-    f << jsonl.str();
-  }
-  const std::string cmd = "/usr/bin/python3 '" + std::string(PICOLM_SOURCE_DIR) + "/tests/validate_instances.py' '" +
-                          in_path + "' > '" + out_path + "'";
-  const int rc = std::system(cmd.c_str());
-  REQUIRE(rc == 0);
-  std::vector<std::string> verdicts(record_outcome.size());
-  {
-    std::ifstream f(out_path);
-    std::string line;
-    simdjson::dom::parser parser;
-    while (std::getline(f, line)) {
-      simdjson::dom::element e = parser.parse(line);
-      const auto id = static_cast<size_t>(int64_t(e["id"]));
-      REQUIRE(id < verdicts.size());
-      verdicts[id] = bool(e["ok"]) ? "ok" : std::string(std::string_view(e["error"]));
-    }
-  }
+  std::vector<std::string> verdicts;
+  for (auto& v : test_oracle::run_python_oracle("validate_instances.py", jsonl.str(), record_outcome.size(), "grammar_property"))
+    verdicts.push_back(v.ok ? "ok" : v.error);
 
   int n_invalid = 0, n_unfinished = 0;
   std::vector<std::string> problems;

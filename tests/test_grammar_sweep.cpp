@@ -34,10 +34,13 @@
 #include "grammar_walk.h"
 #include "schema_suite.h"
 #include "vocab_loader.h"
+#include "python_oracle.h"
 
 namespace {
 
 using namespace picolm;
+using test_oracle::hex;
+using test_oracle::read_file;
 
 constexpr int kSuiteSeeds = 3;   // per compiled suite group, each walked freely and closing
 constexpr int kToolSeeds = 25;   // per tool list, each walked freely and closing
@@ -69,24 +72,6 @@ const char* exception_reason(const std::string& key) {
   for (const auto& e : kExceptions)
     if (key == e.test) return e.reason;
   return nullptr;
-}
-
-std::string read_file(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  REQUIRE(f.good());
-  std::ostringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-
-std::string hex(const std::string& s) {
-  static const char* digits = "0123456789abcdef";
-  std::string out;
-  for (unsigned char c : s) {
-    out += digits[c >> 4];
-    out += digits[c & 15];
-  }
-  return out;
 }
 
 // One question to the validator: is `text` valid under the record's schema or tools?
@@ -220,37 +205,9 @@ TEST_CASE("sweep: check agrees with jsonschema and samples validate (suite, tool
   }
 
   // One validator process for every question.
-  const auto dir = std::filesystem::temp_directory_path();
-  const std::string in_path = (dir / ("picolm_grammar_sweep_" + std::to_string(getpid()) + ".jsonl")).string();
-  const std::string out_path = in_path + ".out";
-  struct RemoveOnExit {
-    std::string a, b;
-    ~RemoveOnExit() {
-      if (std::getenv("PICOLM_SWEEP_KEEP")) return;  // keep the validator's input and output for debugging
-      std::error_code ec;
-      std::filesystem::remove(a, ec);
-      std::filesystem::remove(b, ec);
-    }
-  } cleanup{in_path, out_path};
-  {
-    std::ofstream f(in_path, std::ios::binary);
-    f << sw.jsonl.str();
-  }
-  const std::string cmd = "/usr/bin/python3 '" + std::string(PICOLM_SOURCE_DIR) + "/tests/validate_instances.py' '" +
-                          in_path + "' > '" + out_path + "'";
-  REQUIRE(std::system(cmd.c_str()) == 0);
-  std::vector<std::string> verdicts(sw.questions.size());
-  {
-    std::ifstream f(out_path);
-    std::string line;
-    simdjson::dom::parser parser;
-    while (std::getline(f, line)) {
-      simdjson::dom::element e = parser.parse(line);
-      const auto id = static_cast<size_t>(int64_t(e["id"]));
-      REQUIRE(id < verdicts.size());
-      verdicts[id] = bool(e["ok"]) ? "ok" : std::string(std::string_view(e["error"]));
-    }
-  }
+  std::vector<std::string> verdicts;
+  for (auto& v : test_oracle::run_python_oracle("validate_instances.py", sw.jsonl.str(), sw.questions.size(), "grammar_sweep"))
+    verdicts.push_back(v.ok ? "ok" : v.error);
 
   int agree = 0, wrongly_accepted = 0, invalid_samples = 0, samples = 0, oracle_wrong = 0;
   std::map<std::string, int> excepted;  // reason -> count

@@ -28,22 +28,14 @@
 #include "grammar/grammar.h"
 #include "grammar_walk.h"
 #include "vocab_loader.h"
+#include "python_oracle.h"
 
 using namespace picolm;
+using test_oracle::hex;
 
 namespace {
 
 const std::string kShared = PICOLM_SHARED_DIR;
-
-std::string hex(const std::string& s) {
-  static const char* digits = "0123456789abcdef";
-  std::string out;
-  for (unsigned char c : s) {
-    out += digits[c >> 4];
-    out += digits[c & 15];
-  }
-  return out;
-}
 
 enum class Syntax { JsonCompact, JsonNatural, QwenXml, Python };
 const char* syntax_name(Syntax s) {
@@ -272,28 +264,9 @@ TEST_CASE("unique keys: the oracle reports repeated keys in every syntax", "[gra
       jsonl << "{\"id\":" << id++ << ",\"syntax\":\"" << syntax << "\",\"schema\":" << schema
             << ",\"list_open\":\"<|tool_call_start|>\",\"list_close\":\"<|tool_call_end|>\",\"text_hex\":\"" << hex(text)
             << "\"}\n";
-  const auto dir = std::filesystem::temp_directory_path();
-  const std::string in_path = (dir / ("picolm_unique_oracle_" + std::to_string(getpid()) + ".jsonl")).string();
-  const std::string out_path = in_path + ".out";
-  {
-    std::ofstream f(in_path, std::ios::binary);
-    f << jsonl.str();
-  }
-  const std::string cmd = "/usr/bin/python3 '" + std::string(PICOLM_SOURCE_DIR) + "/tests/validate_unique_keys.py' '" +
-                          in_path + "' > '" + out_path + "'";
-  REQUIRE(std::system(cmd.c_str()) == 0);
-  std::vector<int> ok(static_cast<size_t>(id), -1);
-  {
-    std::ifstream f(out_path);
-    std::string line;
-    simdjson::dom::parser parser;
-    while (std::getline(f, line)) {
-      simdjson::dom::element e = parser.parse(line);
-      ok[static_cast<size_t>(int64_t(e["id"]))] = bool(e["ok"]) ? 1 : 0;
-    }
-  }
-  std::filesystem::remove(in_path);
-  std::filesystem::remove(out_path);
+  const auto verdicts = test_oracle::run_python_oracle("validate_unique_keys.py", jsonl.str(), static_cast<size_t>(id), "unique_oracle");
+  std::vector<int> ok;
+  for (const auto& v : verdicts) ok.push_back(v.ok ? 1 : 0);
   for (size_t i = 0; i < ok.size(); ++i) {
     INFO("record " << i);
     CHECK(ok[i] == (i < bad.size() ? 0 : 1));
@@ -375,35 +348,16 @@ std::map<std::string, std::array<int, 2>> walk_and_validate(const std::vector<st
       }
     }
   }
-  const auto dir = std::filesystem::temp_directory_path();
-  const std::string in_path = (dir / ("picolm_unique_keys_" + std::to_string(getpid()) + ".jsonl")).string();
-  const std::string out_path = in_path + ".out";
-  {
-    std::ofstream f(in_path, std::ios::binary);
-    f << jsonl.str();
-  }
-  const std::string cmd = "/usr/bin/python3 '" + std::string(PICOLM_SOURCE_DIR) + "/tests/validate_unique_keys.py' '" +
-                          in_path + "' > '" + out_path + "'";
-  const int rc = std::system(cmd.c_str());
-  std::vector<std::string> verdicts(labels.size());
+  std::vector<std::string> verdicts;
   long n_keys = 0;
-  {
-    std::ifstream f(out_path);
-    std::string line;
-    simdjson::dom::parser parser;
-    while (std::getline(f, line)) {
-      simdjson::dom::element e = parser.parse(line);
-      const auto id = static_cast<size_t>(int64_t(e["id"]));
-      REQUIRE(id < verdicts.size());
-      const bool ok = bool(e["ok"]);
-      verdicts[id] = ok ? "ok" : std::string(std::string_view(e["error"]));
-      if (ok) n_keys += int64_t(e["keys"]);
-      if (ok) orders[*label_schema[id]][bool(e["schema_order"]) ? 0 : 1]++;
-    }
+  simdjson::dom::parser parser;
+  for (const auto& v : test_oracle::run_python_oracle("validate_unique_keys.py", jsonl.str(), labels.size(), "unique_keys")) {
+    verdicts.push_back(v.ok ? "ok" : v.error);
+    if (!v.ok) continue;
+    simdjson::dom::element e = parser.parse(v.line);
+    n_keys += int64_t(e["keys"]);
+    orders[*label_schema[verdicts.size() - 1]][bool(e["schema_order"]) ? 0 : 1]++;
   }
-  std::filesystem::remove(in_path);
-  std::filesystem::remove(out_path);
-  REQUIRE(rc == 0);
   int n_invalid = 0;
   for (size_t id = 0; id < verdicts.size(); ++id) {
     REQUIRE(!verdicts[id].empty());  // the oracle answered for every instance
