@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "chat_template.h"
+#include "python_oracle.h"
 
 namespace chat_test {
 
@@ -26,26 +27,8 @@ using namespace picolm;
 inline const std::string kShared = PICOLM_SHARED_DIR;
 inline const std::string kTemplates = kShared + "/templates/";
 
-inline std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  REQUIRE(in.good());  // a missing input fails the test
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
-
-inline void json_string(std::string_view s, std::string& out) {
-  out += '"';
-  for (char ch : s) {
-    unsigned char c = static_cast<unsigned char>(ch);
-    if (c == '"') out += "\\\"";
-    else if (c == '\\') out += "\\\\";
-    else if (c < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof(buf), "\\u%04x", c);
-      out += buf;
-    } else out += ch;
-  }
-  out += '"';
-}
+using test_oracle::json_string;
+using test_oracle::read_file;
 
 inline ChatMessage msg(std::string role, std::string content) {
   ChatMessage m;
